@@ -1,0 +1,464 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"crypto/rsa"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/binary"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+)
+
+// passCaps are the capability flags the proxy understands and relays. Every
+// other flag (compression, query attributes, optional result set metadata,
+// MariaDB's extended capabilities) is removed from the greeting the client
+// sees and from the response the backend sees, so both sides agree. CLIENT_SSL
+// is decided per hop by the proxy's own TLS settings.
+const passCaps = mysql.CLIENT_LONG_PASSWORD | mysql.CLIENT_FOUND_ROWS | mysql.CLIENT_LONG_FLAG |
+	mysql.CLIENT_CONNECT_WITH_DB | mysql.CLIENT_NO_SCHEMA | mysql.CLIENT_ODBC | mysql.CLIENT_LOCAL_FILES |
+	mysql.CLIENT_IGNORE_SPACE | mysql.CLIENT_PROTOCOL_41 | mysql.CLIENT_INTERACTIVE |
+	mysql.CLIENT_IGNORE_SIGPIPE | mysql.CLIENT_TRANSACTIONS | mysql.CLIENT_RESERVED |
+	mysql.CLIENT_SECURE_CONNECTION | mysql.CLIENT_MULTI_STATEMENTS | mysql.CLIENT_MULTI_RESULTS |
+	mysql.CLIENT_PS_MULTI_RESULTS | mysql.CLIENT_PLUGIN_AUTH | mysql.CLIENT_CONNECT_ATTRS |
+	mysql.CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA | mysql.CLIENT_CAN_HANDLE_EXPIRED_PASSWORDS |
+	mysql.CLIENT_SESSION_TRACK | mysql.CLIENT_DEPRECATE_EOF
+
+// handshakePacketLimit bounds handshake packets (greeting, response, auth
+// data); real ones are a few hundred bytes, connection attributes included.
+const handshakePacketLimit = 1 << 20
+
+// greeting is a parsed Protocol::HandshakeV10 packet. Offsets point into raw
+// so the proxy can patch capability flags in place and relay the rest as is.
+type greeting struct {
+	raw           []byte
+	serverVersion string
+	connID        uint32
+	caps          uint32
+	capsLowAt     int
+	capsHighAt    int // -1 when the greeting stops after the lower flags
+	extCapsAt     int // MariaDB extended capabilities, -1 when absent
+	scramble      []byte
+	plugin        string
+}
+
+func parseGreeting(b []byte) (*greeting, error) {
+	bad := func(what string) error { return fmt.Errorf("%w: backend greeting: %s", errMalformed, what) }
+	if len(b) == 0 || b[0] != 10 {
+		return nil, bad("not protocol version 10")
+	}
+	nul := bytes.IndexByte(b[1:], 0)
+	if nul < 0 {
+		return nil, bad("unterminated server version")
+	}
+	g := &greeting{raw: b, serverVersion: string(b[1 : 1+nul]), capsHighAt: -1, extCapsAt: -1}
+	pos := 2 + nul
+	if len(b) < pos+15 {
+		return nil, bad("too short")
+	}
+	g.connID = binary.LittleEndian.Uint32(b[pos:])
+	g.scramble = append(g.scramble, b[pos+4:pos+12]...)
+	g.capsLowAt = pos + 13
+	g.caps = uint32(binary.LittleEndian.Uint16(b[g.capsLowAt:]))
+	pos += 15
+	if len(b) < pos+16 {
+		return g, nil
+	}
+	g.capsHighAt = pos + 3
+	g.caps |= uint32(binary.LittleEndian.Uint16(b[g.capsHighAt:])) << 16
+	authLen := int(b[pos+5])
+	if g.caps&mysql.CLIENT_LONG_PASSWORD == 0 {
+		g.extCapsAt = pos + 12
+	}
+	pos += 16
+	if g.caps&mysql.CLIENT_SECURE_CONNECTION != 0 {
+		n := max(13, authLen-8)
+		if len(b) < pos+n {
+			return nil, bad("truncated auth data")
+		}
+		g.scramble = append(g.scramble, bytes.TrimRight(b[pos:pos+n], "\x00")...)
+		pos += n
+	}
+	if g.caps&mysql.CLIENT_PLUGIN_AUTH != 0 && pos < len(b) {
+		name := b[pos:]
+		if i := bytes.IndexByte(name, 0); i >= 0 {
+			name = name[:i]
+		}
+		g.plugin = string(name)
+	}
+	return g, nil
+}
+
+// setCaps rewrites the capability flags in the raw greeting and clears
+// MariaDB's extended capabilities.
+func (g *greeting) setCaps(caps uint32) {
+	if g.capsHighAt < 0 {
+		caps &= 0xffff
+	}
+	g.caps = caps
+	binary.LittleEndian.PutUint16(g.raw[g.capsLowAt:], uint16(caps))
+	if g.capsHighAt >= 0 {
+		binary.LittleEndian.PutUint16(g.raw[g.capsHighAt:], uint16(caps>>16))
+	}
+	if g.extCapsAt >= 0 {
+		clear(g.raw[g.extCapsAt : g.extCapsAt+4])
+	}
+}
+
+// clientHello is what the proxy learns from Protocol::HandshakeResponse41.
+type clientHello struct {
+	caps   uint32
+	user   string
+	db     string
+	plugin string
+}
+
+// parseHandshakeResponse reads the fields the proxy needs for logging and
+// routing decisions. It never keeps the auth response.
+func parseHandshakeResponse(b []byte) (clientHello, error) {
+	bad := func(what string) error { return fmt.Errorf("%w: handshake response: %s", errMalformed, what) }
+	var h clientHello
+	if len(b) < 32 {
+		return h, bad("too short")
+	}
+	h.caps = binary.LittleEndian.Uint32(b)
+	if h.caps&mysql.CLIENT_PROTOCOL_41 == 0 {
+		return h, bad("client does not speak protocol 4.1")
+	}
+	rest := b[32:]
+	nul := bytes.IndexByte(rest, 0)
+	if nul < 0 {
+		return h, bad("unterminated user name")
+	}
+	h.user, rest = string(rest[:nul]), rest[nul+1:]
+	switch {
+	case h.caps&mysql.CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA != 0:
+		n, w, ok := lenEnc(rest)
+		if !ok || uint64(len(rest)-w) < n {
+			return h, bad("truncated auth response")
+		}
+		rest = rest[w+int(n):]
+	case h.caps&mysql.CLIENT_SECURE_CONNECTION != 0:
+		if len(rest) < 1 || len(rest) < 1+int(rest[0]) {
+			return h, bad("truncated auth response")
+		}
+		rest = rest[1+int(rest[0]):]
+	default:
+		i := bytes.IndexByte(rest, 0)
+		if i < 0 {
+			return h, bad("unterminated auth response")
+		}
+		rest = rest[i+1:]
+	}
+	if h.caps&mysql.CLIENT_CONNECT_WITH_DB != 0 && len(rest) > 0 {
+		i := bytes.IndexByte(rest, 0)
+		if i < 0 {
+			i = len(rest)
+		}
+		h.db, rest = string(rest[:i]), rest[min(i+1, len(rest)):]
+	}
+	if h.caps&mysql.CLIENT_PLUGIN_AUTH != 0 && len(rest) > 0 {
+		i := bytes.IndexByte(rest, 0)
+		if i < 0 {
+			i = len(rest)
+		}
+		h.plugin = string(rest[:i])
+	}
+	return h, nil
+}
+
+// handshake relays the connection phase: the backend's greeting to the
+// client, the client's response to the backend, and every auth round trip
+// until the backend says OK or ERR. TLS is terminated per hop. On return
+// without error the session is authenticated and s.caps holds the flags both
+// client and backend work with.
+func (s *session) handshake(ctx context.Context) error {
+	cfg := &s.srv.cfg
+	dialer := net.Dialer{Timeout: cfg.ConnectTimeout}
+	bc, err := dialer.DialContext(ctx, "tcp", cfg.Backend)
+	if err != nil {
+		_ = s.client.sendError(0, proxyError(codeCantConnect, "can't connect to backend %s: %v", cfg.Backend, unwrapNetErr(err)))
+		return fmt.Errorf("dial backend: %w", err)
+	}
+	if tc, ok := bc.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = bc.SetDeadline(dl)
+	}
+	s.backConn = bc
+	s.back = newPacketConn(bc, backendReadBuf, backendWriteBuf)
+
+	g, _, err := s.back.readPacket(nil, handshakePacketLimit)
+	if err != nil {
+		_ = s.client.sendError(0, proxyError(codeCantConnect, "backend %s closed the connection before its greeting", cfg.Backend))
+		return fmt.Errorf("read backend greeting: %w", err)
+	}
+	if len(g) > 0 && g[0] == 0xff { // the backend refused us (too many connections, host blocked): relay
+		_, _ = s.client.writePacket(g, 0)
+		_ = s.client.flush()
+		return errors.New("backend refused the connection")
+	}
+	gr, err := parseGreeting(g)
+	if err != nil {
+		_ = s.client.sendError(0, proxyError(codeHandshake, "backend %s sent an invalid greeting", cfg.Backend))
+		return err
+	}
+	backendTLS := cfg.BackendTLS != nil
+	if backendTLS && gr.caps&mysql.CLIENT_SSL == 0 {
+		_ = s.client.sendError(0, proxyError(codeCantConnect, "backend %s does not offer TLS, which the proxy is configured to require", cfg.Backend))
+		return errors.New("backend does not offer TLS")
+	}
+	backendCaps := gr.caps
+	advertised := gr.caps & passCaps
+	if cfg.ClientTLS != nil {
+		advertised |= mysql.CLIENT_SSL
+	}
+	gr.setCaps(advertised)
+	s.serverVersion = gr.serverVersion
+	s.backendConnID = gr.connID
+	if _, err := s.client.writePacket(gr.raw, 0); err != nil {
+		return err
+	}
+	if err := s.client.flush(); err != nil {
+		return err
+	}
+
+	resp, cseq, err := s.client.readPacket(nil, handshakePacketLimit)
+	if err != nil {
+		return fmt.Errorf("read handshake response: %w", err)
+	}
+	if len(resp) < 32 {
+		return fmt.Errorf("%w: handshake response of %d bytes", errMalformed, len(resp))
+	}
+	clientTLS := false
+	if caps := binary.LittleEndian.Uint32(resp); caps&mysql.CLIENT_SSL != 0 {
+		if cfg.ClientTLS == nil {
+			_ = s.client.sendError(cseq+1, proxyError(codeHandshake, "client requested TLS but slotproxy has no certificate configured"))
+			return errors.New("client requested TLS, none configured")
+		}
+		if len(resp) != 32 {
+			return fmt.Errorf("%w: CLIENT_SSL set without an SSL request", errMalformed)
+		}
+		tc := tls.Server(s.clientConn, cfg.ClientTLS)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return fmt.Errorf("client TLS handshake: %w", err)
+		}
+		s.clientConn = tc
+		s.client = newPacketConn(tc, clientReadBuf, clientWriteBuf)
+		s.tls = true
+		clientTLS = true
+		if resp, cseq, err = s.client.readPacket(nil, handshakePacketLimit); err != nil {
+			return fmt.Errorf("read handshake response after TLS: %w", err)
+		}
+	}
+	hello, err := parseHandshakeResponse(resp)
+	if err != nil {
+		_ = s.client.sendError(cseq+1, proxyError(codeHandshake, "bad handshake"))
+		return err
+	}
+	if unsupported := hello.caps &^ advertised & (mysql.CLIENT_COMPRESS | mysql.CLIENT_ZSTD_COMPRESSION_ALGORITHM | mysql.CLIENT_SSL); unsupported != 0 {
+		_ = s.client.sendError(cseq+1, proxyError(codeHandshake, "client asked for capabilities the proxy did not offer (%#x)", unsupported))
+		return errors.New("client used capabilities that were not offered")
+	}
+	s.caps = hello.caps & advertised
+	s.user, s.db = hello.user, hello.db
+	s.log = s.log.With("user", hello.user, "backend_conn", gr.connID)
+
+	toBackend := hello.caps & passCaps & backendCaps
+	if backendTLS {
+		toBackend |= mysql.CLIENT_SSL
+	}
+	binary.LittleEndian.PutUint32(resp, toBackend)
+	if hello.caps&mysql.CLIENT_LONG_PASSWORD == 0 {
+		clear(resp[28:32]) // MariaDB extended capabilities: none offered
+	}
+	bseq := byte(1)
+	if backendTLS {
+		if _, err := s.back.writePacket(resp[:32], bseq); err != nil {
+			return err
+		}
+		if err := s.back.flush(); err != nil {
+			return err
+		}
+		tc := tls.Client(bc, cfg.BackendTLS)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			_ = s.client.sendError(cseq+1, proxyError(codeCantConnect, "TLS handshake with backend %s failed: %v", cfg.Backend, err))
+			return fmt.Errorf("backend TLS handshake: %w", err)
+		}
+		s.backConn = tc
+		s.back = newPacketConn(tc, backendReadBuf, backendWriteBuf)
+		bseq = 2
+	}
+	if _, err := s.back.writePacket(resp, bseq); err != nil {
+		return err
+	}
+	clear(resp) // the auth response is a credential: do not keep it around
+	if err := s.back.flush(); err != nil {
+		return err
+	}
+	a := authRelay{
+		s:          s,
+		delta:      bseq - cseq,
+		scramble:   gr.scramble,
+		clientTLS:  clientTLS,
+		backendTLS: backendTLS,
+	}
+	return a.run()
+}
+
+// authRelay relays the auth exchange after the handshake response or
+// COM_CHANGE_USER, translating sequence ids between the two hops (TLS on one
+// hop and not the other shifts them) and bridging caching_sha2_password full
+// authentication when the client's hop is TLS and the backend's is not.
+type authRelay struct {
+	s          *session
+	delta      byte // backend sequence id minus client sequence id
+	scramble   []byte
+	clientTLS  bool
+	backendTLS bool
+	buf        []byte
+}
+
+// errAuthFailed means the backend rejected the credentials; its ERR packet
+// was relayed to the client.
+var errAuthFailed = errors.New("authentication failed")
+
+func (a *authRelay) run() error {
+	s := a.s
+	for {
+		pkt, seq, err := s.back.readPacket(a.buf, handshakePacketLimit)
+		if err != nil {
+			return fmt.Errorf("backend during auth: %w", noEOF(err))
+		}
+		a.buf = pkt
+		if len(pkt) == 0 {
+			return fmt.Errorf("%w: empty auth packet from backend", errMalformed)
+		}
+		if err := a.toClient(pkt, seq); err != nil {
+			return err
+		}
+		switch pkt[0] {
+		case 0x00:
+			return nil
+		case 0xff:
+			return errAuthFailed
+		case 0xfe: // auth switch request: plugin name, NUL, new scramble
+			if rest := pkt[1:]; bytes.IndexByte(rest, 0) >= 0 {
+				data := rest[bytes.IndexByte(rest, 0)+1:]
+				a.scramble = append(a.scramble[:0], bytes.TrimRight(data, "\x00")...)
+			}
+		case 0x01: // extra auth data
+			if len(pkt) == 2 && pkt[1] == 3 { // caching_sha2 fast auth succeeded: OK follows
+				continue
+			}
+			if len(pkt) == 2 && pkt[1] == 4 && a.clientTLS && !a.backendTLS {
+				if err := a.bridgeFullAuth(); err != nil {
+					return err
+				}
+				continue
+			}
+		default:
+			return fmt.Errorf("%w: unexpected auth packet 0x%02x from backend", errMalformed, pkt[0])
+		}
+		// The client answers the packet just relayed.
+		pkt, cseq, err := s.client.readPacket(a.buf, handshakePacketLimit)
+		if err != nil {
+			return fmt.Errorf("client during auth: %w", noEOF(err))
+		}
+		a.buf = pkt
+		if _, err := s.back.writePacket(pkt, cseq+a.delta); err != nil {
+			return err
+		}
+		clear(pkt)
+		if err := s.back.flush(); err != nil {
+			return err
+		}
+	}
+}
+
+func (a *authRelay) toClient(pkt []byte, seq byte) error {
+	if _, err := a.s.client.writePacket(pkt, seq-a.delta); err != nil {
+		return err
+	}
+	return a.s.client.flush()
+}
+
+// bridgeFullAuth completes caching_sha2_password full authentication for a
+// client on TLS in front of a plaintext backend. The client, believing its
+// connection secure, sends its password in clear; the backend, seeing an
+// insecure connection, expects it RSA-encrypted. The proxy asks the backend
+// for its public key and encrypts the password with it. The password exists
+// only in this function's buffers and is wiped before returning.
+func (a *authRelay) bridgeFullAuth() error {
+	s := a.s
+	pw, cseq, err := s.client.readPacket(nil, handshakePacketLimit)
+	if err != nil {
+		return fmt.Errorf("client during auth: %w", noEOF(err))
+	}
+	defer clear(pw)
+	bseq := cseq + a.delta
+	if _, err := s.back.writePacket([]byte{2}, bseq); err != nil { // request public key
+		return err
+	}
+	if err := s.back.flush(); err != nil {
+		return err
+	}
+	keyPkt, kseq, err := s.back.readPacket(nil, handshakePacketLimit)
+	if err != nil {
+		return fmt.Errorf("backend public key: %w", noEOF(err))
+	}
+	if len(keyPkt) > 0 && keyPkt[0] == 0xff {
+		return a.toClient(keyPkt, kseq)
+	}
+	pub, err := parsePublicKey(keyPkt)
+	if err != nil {
+		_ = s.client.sendError(cseq+1, proxyError(mysql.ER_ACCESS_DENIED_ERROR, "backend sent no usable public key for caching_sha2_password"))
+		return err
+	}
+	password := string(bytes.TrimRight(pw, "\x00"))
+	enc, err := mysql.EncryptPassword(password, a.scramble, pub)
+	if err != nil {
+		return fmt.Errorf("encrypt password for backend: %w", err)
+	}
+	if _, err := s.back.writePacket(enc, kseq+1); err != nil {
+		return err
+	}
+	// Two extra packets went to the backend: its replies are two ahead.
+	a.delta += 2
+	return s.back.flush()
+}
+
+func parsePublicKey(pkt []byte) (*rsa.PublicKey, error) {
+	if len(pkt) < 2 || pkt[0] != 0x01 {
+		return nil, fmt.Errorf("%w: expected public key packet", errMalformed)
+	}
+	block, _ := pem.Decode(pkt[1:])
+	if block == nil {
+		return nil, fmt.Errorf("%w: public key is not PEM", errMalformed)
+	}
+	key, err := x509.ParsePKIXPublicKey(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("parse backend public key: %w", err)
+	}
+	rk, ok := key.(*rsa.PublicKey)
+	if !ok {
+		return nil, errors.New("backend public key is not RSA")
+	}
+	return rk, nil
+}
+
+// unwrapNetErr keeps dial errors short: "connection refused" rather than
+// the whole op/address chain, since the message already names the backend.
+func unwrapNetErr(err error) error {
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Err != nil {
+		return oe.Err
+	}
+	return err
+}

@@ -1,0 +1,246 @@
+// Package proxy is slotproxy's wire-protocol layer: it accepts MySQL client
+// connections, relays the handshake to the backend (the proxy holds no client
+// credentials), and relays every command and response packet by packet.
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Config is everything a Server needs. The zero value of each optional field
+// is documented next to it.
+type Config struct {
+	// Backend is the HOST:PORT of the MySQL or MariaDB server. Required.
+	Backend string
+	// BackendTLS, when non-nil, makes every backend connection use TLS with
+	// this configuration. A backend that does not offer TLS is then refused
+	// (never a silent downgrade). Nil means plaintext.
+	BackendTLS *tls.Config
+	// ClientTLS, when non-nil, is offered to clients (CLIENT_SSL). Nil means
+	// the proxy does not advertise TLS; a client that insists gets an error.
+	ClientTLS *tls.Config
+	// ConnectTimeout bounds dialing the backend. Zero means 5s.
+	ConnectTimeout time.Duration
+	// HandshakeTimeout bounds the whole handshake (greeting to OK). Zero means 10s.
+	HandshakeTimeout time.Duration
+	// MaxUnauthenticated caps connections that have not finished the
+	// handshake; further connections get ERR 1040 and are closed. Zero means 1000.
+	MaxUnauthenticated int
+	// Logger receives structured logs. Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Server is a running proxy. Its methods are safe for concurrent use.
+type Server struct {
+	cfg Config
+	log *slog.Logger
+
+	ctx    context.Context // cancelled by Shutdown and Close: aborts dials and TLS handshakes
+	cancel context.CancelFunc
+
+	nextID          atomic.Uint64
+	unauthenticated atomic.Int64
+
+	mu        sync.Mutex
+	listeners map[net.Listener]struct{}
+	sessions  map[*session]struct{} // every accepted connection, in handshake or not
+	shutting  bool
+	allGone   chan struct{} // closed when shutting and no session is left
+	wg        sync.WaitGroup
+}
+
+// NewServer validates cfg and returns a Server that is not yet serving.
+func NewServer(cfg Config) (*Server, error) {
+	if cfg.Backend == "" {
+		return nil, errors.New("proxy: no backend address")
+	}
+	if _, _, err := net.SplitHostPort(cfg.Backend); err != nil {
+		return nil, fmt.Errorf("proxy: backend address %q: %w", cfg.Backend, err)
+	}
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = 5 * time.Second
+	}
+	if cfg.HandshakeTimeout <= 0 {
+		cfg.HandshakeTimeout = 10 * time.Second
+	}
+	if cfg.MaxUnauthenticated <= 0 {
+		cfg.MaxUnauthenticated = 1000
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Server{
+		cfg:       cfg,
+		log:       cfg.Logger,
+		ctx:       ctx,
+		cancel:    cancel,
+		listeners: make(map[net.Listener]struct{}),
+		sessions:  make(map[*session]struct{}),
+		allGone:   make(chan struct{}),
+	}, nil
+}
+
+// ErrServerClosed is returned by Serve after Shutdown or Close.
+var ErrServerClosed = errors.New("proxy: server closed")
+
+// Serve accepts connections on ln until Shutdown or Close is called, then
+// returns ErrServerClosed. Accept errors other than a closed listener (such
+// as running out of file descriptors) are logged and retried with backoff.
+// Serve closes ln when it returns.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.shutting {
+		s.mu.Unlock()
+		_ = ln.Close()
+		return ErrServerClosed
+	}
+	s.listeners[ln] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.listeners, ln)
+		s.mu.Unlock()
+		_ = ln.Close()
+	}()
+
+	var backoff time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if s.isShutting() {
+				return ErrServerClosed
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return err
+			}
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.log.Warn("accept failed; retrying", "err", err, "in", backoff)
+			time.Sleep(backoff)
+			continue
+		}
+		backoff = 0
+		sess := newSession(s, s.nextID.Add(1), c)
+		if !s.add(sess) {
+			_ = c.Close()
+			return ErrServerClosed
+		}
+		go s.handle(sess)
+	}
+}
+
+func (s *Server) isShutting() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.shutting
+}
+
+// add registers a new session; false once shutdown has begun.
+func (s *Server) add(sess *session) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shutting {
+		return false
+	}
+	s.sessions[sess] = struct{}{}
+	s.wg.Add(1)
+	return true
+}
+
+func (s *Server) remove(sess *session) {
+	s.mu.Lock()
+	delete(s.sessions, sess)
+	if s.shutting && len(s.sessions) == 0 {
+		closeOnce(s.allGone)
+	}
+	s.mu.Unlock()
+	s.wg.Done()
+}
+
+func closeOnce(ch chan struct{}) {
+	select {
+	case <-ch:
+	default:
+		close(ch)
+	}
+}
+
+func (s *Server) handle(sess *session) {
+	defer s.remove(sess)
+	c := sess.clientConn
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	if n := s.unauthenticated.Add(1); n > int64(s.cfg.MaxUnauthenticated) {
+		s.unauthenticated.Add(-1)
+		s.log.Warn("too many connections in handshake; refusing", "client", c.RemoteAddr().String(), "limit", s.cfg.MaxUnauthenticated)
+		_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+		_ = sess.client.sendError(0, proxyError(codeTooManyConns, "too many connections in handshake"))
+		_ = c.Close()
+		return
+	}
+	sess.serve(s.ctx)
+}
+
+// handshakeDone is called once per session when its handshake ends, however.
+func (s *Server) handshakeDone() { s.unauthenticated.Add(-1) }
+
+// beginShutdown stops accepting and returns the sessions alive now.
+func (s *Server) beginShutdown() []*session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.shutting {
+		s.shutting = true
+		if len(s.sessions) == 0 {
+			closeOnce(s.allGone)
+		}
+	}
+	for ln := range s.listeners {
+		_ = ln.Close()
+	}
+	out := make([]*session, 0, len(s.sessions))
+	for sess := range s.sessions {
+		out = append(out, sess)
+	}
+	return out
+}
+
+// Shutdown stops accepting, lets statements in flight finish, closes idle
+// connections and those still in the handshake, and returns when all
+// connections are gone or ctx is done (then the remaining connections are
+// closed and ctx.Err() is returned).
+func (s *Server) Shutdown(ctx context.Context) error {
+	sessions := s.beginShutdown()
+	s.cancel()
+	for _, sess := range sessions {
+		sess.drain()
+	}
+	select {
+	case <-s.allGone:
+		s.wg.Wait()
+		return nil
+	case <-ctx.Done():
+		_ = s.Close()
+		return ctx.Err()
+	}
+}
+
+// Close closes the listeners and every connection at once, and waits for
+// their goroutines to finish.
+func (s *Server) Close() error {
+	sessions := s.beginShutdown()
+	s.cancel()
+	for _, sess := range sessions {
+		sess.close()
+	}
+	s.wg.Wait()
+	return nil
+}
