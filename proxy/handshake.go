@@ -245,7 +245,7 @@ func (s *session) handshake(ctx context.Context) error {
 		if len(resp) != 32 {
 			return fmt.Errorf("%w: CLIENT_SSL set without an SSL request", errMalformed)
 		}
-		tc := tls.Server(s.clientConn, cfg.ClientTLS)
+		tc := tls.Server(s.client.detach(), cfg.ClientTLS)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			return fmt.Errorf("client TLS handshake: %w", err)
 		}
@@ -286,7 +286,7 @@ func (s *session) handshake(ctx context.Context) error {
 		if err := s.back.flush(); err != nil {
 			return err
 		}
-		tc := tls.Client(bc, cfg.BackendTLS)
+		tc := tls.Client(s.back.detach(), cfg.BackendTLS)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			_ = s.client.sendError(cseq+1, proxyError(codeCantConnect, "TLS handshake with backend %s failed: %v", cfg.Backend, err))
 			return fmt.Errorf("backend TLS handshake: %w", err)

@@ -204,3 +204,31 @@ func lenEnc(b []byte) (v uint64, n int, ok bool) {
 	}
 	return 0, 0, false
 }
+
+// detach returns a net.Conn that reads first whatever p's reader buffered
+// beyond the last packet, then from the socket. A TLS handshake must start
+// on it rather than on the bare socket: a client sends its TLS hello right
+// behind the SSL request, often in the same segment.
+func (p *packetConn) detach() net.Conn {
+	n := p.br.Buffered()
+	if n == 0 {
+		return p.conn
+	}
+	b, _ := p.br.Peek(n)
+	return &prefixConn{Conn: p.conn, prefix: slices.Clone(b)}
+}
+
+// prefixConn is a net.Conn whose first reads return prefix.
+type prefixConn struct {
+	net.Conn
+	prefix []byte
+}
+
+func (c *prefixConn) Read(b []byte) (int, error) {
+	if len(c.prefix) > 0 {
+		n := copy(b, c.prefix)
+		c.prefix = c.prefix[n:]
+		return n, nil
+	}
+	return c.Conn.Read(b)
+}

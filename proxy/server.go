@@ -46,6 +46,8 @@ type Server struct {
 	ctx    context.Context // cancelled by Shutdown and Close: aborts dials and TLS handshakes
 	cancel context.CancelFunc
 
+	commandHook func(cmd byte) // tests only: fault injection, set before Serve
+
 	nextID          atomic.Uint64
 	unauthenticated atomic.Int64
 

@@ -219,6 +219,9 @@ func (s *session) commandPump() error {
 		}
 		cmd := first[0]
 		s.commands.Add(1)
+		if s.srv.commandHook != nil {
+			s.srv.commandHook(cmd)
+		}
 		kind, hasResponse := responseKind(cmd)
 		if hasResponse {
 			s.pending.Add(1)

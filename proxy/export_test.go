@@ -1,0 +1,6 @@
+package proxy
+
+// SetCommandHook installs f to run in the command pump before each client
+// command is forwarded. Tests use it to inject faults (a panic) into one
+// connection. Call it before Serve.
+func SetCommandHook(s *Server, f func(cmd byte)) { s.commandHook = f }
