@@ -256,9 +256,9 @@ func TestRawCommands(t *testing.T) {
 func changeUser(t *testing.T, r *rawConn, user, pass, plugin string) {
 	t.Helper()
 	payload := append([]byte(user), 0)
-	payload = append(payload, 0)        // empty auth response
-	payload = append(payload, 0)        // no default schema
-	payload = append(payload, 0x2d, 0)  // utf8mb4_general_ci
+	payload = append(payload, 0)       // empty auth response
+	payload = append(payload, 0)       // no default schema
+	payload = append(payload, 0x2d, 0) // utf8mb4_general_ci
 	payload = append(payload, "dummy_plugin\x00"...)
 	payload = append(payload, 0) // connection attributes: none (MariaDB wants the field)
 	r.command(gomysql.COM_CHANGE_USER, payload...)
