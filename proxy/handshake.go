@@ -188,6 +188,9 @@ func (s *session) handshake(ctx context.Context) error {
 	if tc, ok := bc.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
+	if !s.setRawBack(bc) {
+		return errors.New("session closed during dial")
+	}
 	if dl, ok := ctx.Deadline(); ok {
 		_ = bc.SetDeadline(dl)
 	}

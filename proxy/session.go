@@ -45,8 +45,14 @@ type session struct {
 	srv        *Server
 	id         uint64
 	log        *slog.Logger
-	clientConn net.Conn
-	backConn   net.Conn
+	clientConn net.Conn // the client socket, or the TLS connection over it; owned by the session's goroutines
+	backConn   net.Conn // likewise for the backend
+
+	// The raw sockets, for close from any goroutine. rawBack is set once,
+	// by the handshake, under connMu.
+	connMu    sync.Mutex
+	rawClient net.Conn
+	rawBack   net.Conn
 	client     *packetConn
 	back       *packetConn
 	started    time.Time
@@ -93,6 +99,7 @@ func newSession(srv *Server, id uint64, c net.Conn) *session {
 		srv:        srv,
 		id:         id,
 		clientConn: c,
+		rawClient:  c,
 		client:     newPacketConn(c, clientReadBuf, clientWriteBuf),
 		started:    time.Now(),
 		log:        srv.log.With("conn", id, "client", c.RemoteAddr().String()),
@@ -107,10 +114,12 @@ func newSession(srv *Server, id uint64, c net.Conn) *session {
 // both pumps. Safe to call from any goroutine, any number of times.
 func (s *session) close() {
 	s.closeOnce.Do(func() {
+		s.connMu.Lock()
+		defer s.connMu.Unlock()
 		close(s.done)
-		_ = s.clientConn.Close()
-		if s.backConn != nil {
-			_ = s.backConn.Close()
+		_ = s.rawClient.Close()
+		if s.rawBack != nil {
+			_ = s.rawBack.Close()
 		}
 	})
 }
@@ -159,6 +168,19 @@ func (s *session) serve(ctx context.Context) {
 	s.close()
 	wg.Wait()
 	s.log.Info("connection closed", "duration", time.Since(s.started).Round(time.Millisecond), "commands", s.commands.Load())
+}
+
+// setRawBack records the backend socket so close can reach it. It fails
+// (and closes c) when the session was closed meanwhile.
+func (s *session) setRawBack(c net.Conn) bool {
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
+	if s.isClosed() {
+		_ = c.Close()
+		return false
+	}
+	s.rawBack = c
+	return true
 }
 
 func (s *session) isClosed() bool {

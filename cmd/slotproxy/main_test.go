@@ -1,0 +1,366 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// binary is the slotproxy executable under test, built by TestMain.
+var binary string
+
+func TestMain(m *testing.M) {
+	os.Exit(buildAndRun(m))
+}
+
+// buildAndRun builds slotproxy into a temporary directory (with the race
+// detector when the tests have it), runs the tests and cleans up.
+func buildAndRun(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "slotproxy-cmd-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	binary = filepath.Join(dir, "slotproxy")
+	args := []string{"build", "-o", binary}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	if out, err := exec.Command("go", append(args, ".")...).CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+		return 1
+	}
+	return m.Run()
+}
+
+// runCLI runs slotproxy with args to completion and returns its output and
+// exit status.
+func runCLI(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &exit) && exit.Exited():
+		code = exit.ExitCode()
+	default:
+		t.Fatalf("slotproxy %q: %v\nstderr:\n%s", args, err, errOut.String())
+	}
+	return out.String(), errOut.String(), code
+}
+
+// writeFile writes a file named name into a new temporary directory and
+// returns its path.
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// freeAddr returns a loopback address with a port that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// TestErrors checks that every bad command line or configuration ends with a
+// non-zero exit and exactly one line on stderr, before anything is served.
+func TestErrors(t *testing.T) {
+	badYAML := writeFile(t, "bad.yaml", "listen: 127.0.0.1:3307\nbackend: x\n  address: y\n")
+	badMode := writeFile(t, "config.yaml", `# the example from the contract
+listen: 127.0.0.1:3307
+backend:
+  address: 127.0.0.1:3306
+
+  tls:
+    mode: maybe
+`)
+	noListen := writeFile(t, "nolisten.yaml", "backend: 127.0.0.1:3306\n")
+	missing := filepath.Join(t.TempDir(), "missing.yaml")
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string // the whole stderr line
+	}{
+		{"no command", nil, 2,
+			`slotproxy: no command given (run "slotproxy help")`},
+		{"unknown command", []string{"serv"}, 2,
+			`slotproxy: unknown command "serv" (run "slotproxy help")`},
+		{"unknown flag", []string{"serve", "--lsiten", "127.0.0.1:3307"}, 2,
+			`slotproxy: serve: flag provided but not defined: -lsiten (run "slotproxy help serve")`},
+		{"flag without value", []string{"serve", "--config"}, 2,
+			`slotproxy: serve: flag needs an argument: -config (run "slotproxy help serve")`},
+		{"bad listen flag", []string{"serve", "--listen", "nope", "--backend", "127.0.0.1:3306"}, 2,
+			`slotproxy: serve: --listen: "nope": missing port in address (want HOST:PORT)`},
+		{"bad backend flag", []string{"serve", "--config", noListen, "--listen", "127.0.0.1:3307", "--backend", "db:99999"}, 2,
+			`slotproxy: serve: --backend: "db:99999": port "99999" is not a number from 1 to 65535`},
+		{"positional argument", []string{"serve", "--listen", "127.0.0.1:3307", "--backend", "127.0.0.1:3306", "now"}, 2,
+			`slotproxy: serve: unexpected argument "now"`},
+		{"listen flag alone", []string{"serve", "--listen", "127.0.0.1:3307"}, 2,
+			`slotproxy: serve: --config is required unless both --listen and --backend are given`},
+		{"backend flag alone", []string{"serve", "--backend", "127.0.0.1:3306"}, 2,
+			`slotproxy: serve: --config is required unless both --listen and --backend are given`},
+		{"nothing", []string{"serve"}, 2,
+			`slotproxy: serve: --config is required unless both --listen and --backend are given`},
+		{"YAML syntax error", []string{"serve", "--config", badYAML}, 1,
+			`slotproxy: ` + badYAML + `:3: invalid YAML: mapping values are not allowed in this context`},
+		{"bad TLS mode", []string{"serve", "--config", badMode}, 1,
+			`slotproxy: ` + badMode + `:7: backend.tls.mode: unknown mode "maybe" (want disabled, required, verify-ca, verify-identity)`},
+		{"config without listen", []string{"serve", "--config", noListen}, 1,
+			`slotproxy: ` + noListen + `: listen: not set (add it to the file or pass --listen)`},
+		{"missing config file", []string{"serve", "--config", missing}, 1,
+			`slotproxy: reading config: open ` + missing + `: no such file or directory`},
+		{"listen address in use", []string{"serve", "--listen", busy.Addr().String(), "--backend", "127.0.0.1:3306"}, 1,
+			`slotproxy: listen tcp ` + busy.Addr().String() + `: bind: address already in use`},
+		{"help for unknown command", []string{"help", "serv"}, 2,
+			`slotproxy: help: unknown command "serv"`},
+		{"version with argument", []string{"version", "now"}, 2,
+			`slotproxy: version: unexpected argument "now"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stdout, stderr, code := runCLI(t, tc.args...)
+			if code != tc.code {
+				t.Errorf("exit status %d, want %d", code, tc.code)
+			}
+			if stderr != tc.want+"\n" {
+				t.Errorf("stderr:\n got %q\nwant %q", stderr, tc.want+"\n")
+			}
+			if stdout != "" {
+				t.Errorf("stdout = %q, want nothing", stdout)
+			}
+		})
+	}
+}
+
+func TestHelpAndVersion(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []string // substrings of stdout
+	}{
+		{[]string{"help"}, []string{"Usage: slotproxy COMMAND", "serve", "version", "help"}},
+		{[]string{"--help"}, []string{"Usage: slotproxy COMMAND"}},
+		{[]string{"help", "serve"}, []string{"Usage: slotproxy serve --config FILE", "-listen HOST:PORT", "-backend HOST:PORT", "-config FILE"}},
+		{[]string{"serve", "-h"}, []string{"Usage: slotproxy serve"}},
+		{[]string{"version"}, []string{"slotproxy ", "go1."}},
+	} {
+		stdout, stderr, code := runCLI(t, tc.args...)
+		if code != 0 || stderr != "" {
+			t.Errorf("slotproxy %q: exit status %d, stderr %q; want 0 and nothing", tc.args, code, stderr)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(stdout, w) {
+				t.Errorf("slotproxy %q: stdout lacks %q:\n%s", tc.args, w, stdout)
+			}
+		}
+	}
+}
+
+// TestServeLifecycle starts serve, checks that it accepts a client and
+// relays it to the backend, then sends SIGTERM and expects a clean exit.
+// Unlike the other tests it depends on proxy.Server working: with a Serve
+// that returns at once, serve exits 1 ("proxy stopped serving without being
+// asked to") before the client connects or the SIGTERM is sent. Under -race
+// the binary is built with the race detector, which fails the test (exit
+// status 66) on any data race in serve or the proxy.
+func TestServeLifecycle(t *testing.T) {
+	backend := newFakeBackend(t)
+	for _, tc := range []struct {
+		name string
+		args func(listen string) []string
+	}{
+		{"flags only", func(listen string) []string {
+			return []string{"serve", "--listen", listen, "--backend", backend.addr}
+		}},
+		{"flags override the file", func(listen string) []string {
+			path := writeFile(t, "config.yaml", "listen: 127.0.0.1:1\nbackend: 127.0.0.1:1\ntimeouts:\n  shutdown: 5s\n")
+			return []string{"serve", "--config", path, "--listen", listen, "--backend", backend.addr}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			listen := freeAddr(t)
+			p := startServe(t, tc.args(listen)...)
+
+			line := p.waitFor(t, "msg=listening")
+			if want := "listen=" + listen + " backend=" + backend.addr; !strings.Contains(line, want) {
+				t.Errorf("listening line %q lacks %q", line, want)
+			}
+			client, err := net.DialTimeout("tcp", listen, 5*time.Second)
+			if err != nil {
+				t.Fatalf("connecting to serve: %v\nstderr:\n%s", err, p.stderr())
+			}
+			defer client.Close()
+			backend.waitConn(t) // the proxy dialed the backend for our client
+
+			// Stub-dependent from here on: serve must still be running.
+			if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatalf("SIGTERM: %v (serve already exited? with a stub proxy.Serve it does)\nstderr:\n%s", err, p.stderr())
+			}
+			select {
+			case err := <-p.exited:
+				out := p.stderr()
+				if err != nil && strings.Contains(out, "WARNING: DATA RACE") {
+					t.Fatalf("serve after SIGTERM: %v: the race detector found a data race in the binary:\n%s", err, out)
+				}
+				if err != nil {
+					t.Fatalf("serve after SIGTERM: %v, want exit status 0\nstderr:\n%s", err, out)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("serve still running 10s after SIGTERM\nstderr:\n%s", p.stderr())
+			}
+			if out := p.stderr(); !strings.Contains(out, "msg=stopped") || strings.Contains(out, "slotproxy: ") {
+				t.Errorf("want a clean stop in the log, got:\n%s", out)
+			}
+		})
+	}
+}
+
+// process is a running slotproxy whose stderr is collected line by line.
+type process struct {
+	cmd    *exec.Cmd
+	lines  chan string // stderr, closed at EOF
+	seen   []string    // lines read from lines so far
+	exited chan error  // the result of Wait, once stderr is drained
+}
+
+// startServe starts slotproxy with args; the test kills it if it is still
+// running at the end.
+func startServe(t *testing.T, args ...string) *process {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	pipe, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &process{cmd: cmd, lines: make(chan string, 1000), exited: make(chan error, 1)}
+	go func() {
+		sc := bufio.NewScanner(pipe)
+		for sc.Scan() {
+			p.lines <- sc.Text()
+		}
+		close(p.lines)
+		p.exited <- cmd.Wait() // only after the pipe is drained, as Wait requires
+	}()
+	t.Cleanup(func() { cmd.Process.Kill() })
+	return p
+}
+
+// waitFor returns the first stderr line containing s, failing the test if
+// the process ends or 10s pass first.
+func (p *process) waitFor(t *testing.T, s string) string {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case line, ok := <-p.lines:
+			if !ok {
+				t.Fatalf("serve ended before logging %q\nstderr:\n%s", s, p.stderr())
+			}
+			p.seen = append(p.seen, line)
+			if strings.Contains(line, s) {
+				return line
+			}
+		case <-timeout:
+			t.Fatalf("serve did not log %q within 10s\nstderr:\n%s", s, p.stderr())
+		}
+	}
+}
+
+// stderr returns what the process has written to stderr so far, waiting
+// briefly for lines still in flight.
+func (p *process) stderr() string {
+	deadline := time.After(500 * time.Millisecond)
+	for {
+		select {
+		case line, ok := <-p.lines:
+			if !ok {
+				return strings.Join(p.seen, "\n")
+			}
+			p.seen = append(p.seen, line)
+		case <-deadline:
+			return strings.Join(p.seen, "\n")
+		}
+	}
+}
+
+// fakeBackend is a TCP listener that accepts connections and never answers,
+// so a proxied client stays in the handshake.
+type fakeBackend struct {
+	addr  string
+	conns chan net.Conn
+}
+
+func newFakeBackend(t *testing.T) *fakeBackend {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &fakeBackend{addr: ln.Addr().String(), conns: make(chan net.Conn, 100)}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			b.conns <- c
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		for {
+			select {
+			case c := <-b.conns:
+				c.Close()
+			default:
+				return
+			}
+		}
+	})
+	return b
+}
+
+// waitConn waits up to 10s for a connection to the backend.
+func (b *fakeBackend) waitConn(t *testing.T) {
+	t.Helper()
+	select {
+	case c := <-b.conns:
+		t.Cleanup(func() { c.Close() })
+	case <-time.After(10 * time.Second):
+		t.Fatal("no connection reached the backend within 10s")
+	}
+}

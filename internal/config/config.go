@@ -1,0 +1,231 @@
+// Package config loads and checks slotproxy's YAML configuration file.
+//
+// Load reports every problem as an *Error that names the file, the line and
+// the key at fault, so a command can print it on one line. The package does
+// no networking: it turns the file into plain values, *tls.Config values
+// (BackendTLSConfig, ClientTLSConfig) and a *slog.Logger (Logger); the
+// command wires those into the proxy.
+package config
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"time"
+)
+
+// Config is slotproxy's configuration. Default returns the defaults and Load
+// reads a file over them. Load and Validate guarantee that every field holds
+// a legal value; file paths are then absolute or relative to the working
+// directory (Load resolves the file's relative paths against the file's
+// directory).
+type Config struct {
+	// Listen is the HOST:PORT clients connect to. HOST may be empty to
+	// listen on every interface.
+	Listen string
+	// Backend is the MySQL or MariaDB server the proxy relays to.
+	Backend Backend
+	// TLS is what the proxy offers clients (client → proxy).
+	TLS ClientTLS
+	// Timeouts bound the phases of a connection and of shutdown.
+	Timeouts Timeouts
+	// Limits protect the proxy from connection floods.
+	Limits Limits
+	// Log selects what is logged and how.
+	Log Log
+}
+
+// Backend is the server side of the proxy.
+type Backend struct {
+	// Address is the backend's HOST:PORT.
+	Address string
+	// TLS is how the proxy secures its connection to the backend.
+	TLS BackendTLS
+}
+
+// TLSMode is how the proxy secures and verifies its backend connection. The
+// names follow the MySQL client's --ssl-mode.
+type TLSMode string
+
+// The TLS modes, from weakest to strongest.
+const (
+	// TLSDisabled: plaintext.
+	TLSDisabled TLSMode = "disabled"
+	// TLSRequired: encrypted, but the server's certificate is not checked,
+	// so an active attacker can still intercept the connection.
+	TLSRequired TLSMode = "required"
+	// TLSVerifyCA: the server's certificate must chain to a trusted CA; its
+	// name is not checked.
+	TLSVerifyCA TLSMode = "verify-ca"
+	// TLSVerifyIdentity: the certificate must chain to a trusted CA and name
+	// the server (BackendTLS.ServerName, else the host of Backend.Address).
+	TLSVerifyIdentity TLSMode = "verify-identity"
+)
+
+// tlsModes lists the legal TLSMode values, for error messages.
+var tlsModes = []TLSMode{TLSDisabled, TLSRequired, TLSVerifyCA, TLSVerifyIdentity}
+
+// BackendTLS configures TLS from the proxy to the backend.
+type BackendTLS struct {
+	// Mode is how the connection is secured; see TLSMode.
+	Mode TLSMode
+	// CA is a PEM bundle of CAs trusted by verify-ca and verify-identity.
+	// Empty means the system roots. Setting it with Mode required is an
+	// error (it would suggest a verification that does not happen).
+	CA string
+	// Cert and Key are an optional PEM client certificate and private key
+	// presented to the backend. Both or neither.
+	Cert, Key string
+	// ServerName is the name verify-identity checks and the SNI sent in
+	// every mode. Empty means the host part of Backend.Address.
+	ServerName string
+}
+
+// ClientTLS configures TLS from clients to the proxy.
+type ClientTLS struct {
+	// Cert and Key are the PEM certificate chain and private key the proxy
+	// presents. Both set: the proxy offers TLS; both empty: it does not.
+	Cert, Key string
+	// MinVersion is the lowest TLS version accepted from clients, one of
+	// the crypto/tls Version constants (TLS 1.0 to 1.3).
+	MinVersion uint16
+}
+
+// Timeouts bound the phases of a connection and of shutdown. All are
+// positive.
+type Timeouts struct {
+	// Connect bounds dialing the backend.
+	Connect time.Duration
+	// Handshake bounds a client's handshake, from greeting to authenticated.
+	Handshake time.Duration
+	// Shutdown is how long statements in flight may run after SIGTERM
+	// before their connections are closed.
+	Shutdown time.Duration
+}
+
+// Limits protect the proxy from connection floods.
+type Limits struct {
+	// MaxUnauthenticated caps connections still in the handshake; further
+	// connections are closed at once. Positive.
+	MaxUnauthenticated int
+}
+
+// LogFormat is the encoding of log records.
+type LogFormat string
+
+// The log formats.
+const (
+	LogText LogFormat = "text" // slog.TextHandler: key=value pairs
+	LogJSON LogFormat = "json" // slog.JSONHandler: one JSON object per line
+)
+
+// Log configures logging.
+type Log struct {
+	// Level is the lowest level logged. SQL text is logged only at debug.
+	Level slog.Level
+	// Format is the record encoding.
+	Format LogFormat
+}
+
+// Default returns the default configuration. Listen and Backend.Address are
+// empty: there is no sensible default for them, so Validate rejects the
+// result until they are set.
+func Default() *Config {
+	return &Config{
+		Backend: Backend{TLS: BackendTLS{Mode: TLSDisabled}},
+		TLS:     ClientTLS{MinVersion: tls.VersionTLS12},
+		Timeouts: Timeouts{
+			Connect:   5 * time.Second,
+			Handshake: 10 * time.Second,
+			Shutdown:  30 * time.Second,
+		},
+		Limits: Limits{MaxUnauthenticated: 1000},
+		Log:    Log{Level: slog.LevelInfo, Format: LogText},
+	}
+}
+
+// Validate checks c the way Load checks a file (without line numbers) and
+// also requires Listen and Backend.Address, which a file may leave to
+// command-line flags. Call it after changing a loaded or default Config. It
+// reads the TLS files named in c.
+func (c *Config) Validate() error {
+	if c.Listen == "" {
+		return &Error{Key: "listen", Err: errors.New("not set")}
+	}
+	if c.Backend.Address == "" {
+		return &Error{Key: "backend.address", Err: errors.New("not set")}
+	}
+	return c.check(&source{})
+}
+
+// check verifies the values in c, reporting problems through s, which
+// locates keys in the file being loaded (or nothing, for Validate). Empty
+// Listen and Backend.Address pass: requiring them is Validate's job.
+func (c *Config) check(s *source) error {
+	if c.Listen != "" {
+		if err := CheckAddress(c.Listen); err != nil {
+			return s.err("listen", err)
+		}
+	}
+	if c.Backend.Address != "" {
+		if err := CheckAddress(c.Backend.Address); err != nil {
+			return s.err("backend.address", err)
+		}
+	}
+	if _, err := c.backendTLS(s); err != nil {
+		return err
+	}
+	if _, err := c.clientTLS(s); err != nil {
+		return err
+	}
+	for _, d := range []struct {
+		key string
+		val time.Duration
+	}{
+		{"timeouts.connect", c.Timeouts.Connect},
+		{"timeouts.handshake", c.Timeouts.Handshake},
+		{"timeouts.shutdown", c.Timeouts.Shutdown},
+	} {
+		if d.val <= 0 {
+			return s.err(d.key, fmt.Errorf("must be positive, got %v", d.val))
+		}
+	}
+	if n := c.Limits.MaxUnauthenticated; n <= 0 {
+		return s.err("limits.max_unauthenticated", fmt.Errorf("must be positive, got %d", n))
+	}
+	if f := c.Log.Format; f != LogText && f != LogJSON {
+		return s.err("log.format", fmt.Errorf("unknown format %q (want %s, %s)", f, LogText, LogJSON))
+	}
+	return nil
+}
+
+// CheckAddress reports whether addr is HOST:PORT with a decimal port from 1
+// to 65535. HOST may be a name, an IP address (IPv6 in brackets) or empty.
+func CheckAddress(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		var ae *net.AddrError
+		if errors.As(err, &ae) {
+			return fmt.Errorf("%q: %s (want HOST:PORT)", addr, ae.Err)
+		}
+		return fmt.Errorf("%q: %w", addr, err)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return fmt.Errorf("%q: port %q is not a number from 1 to 65535", addr, port)
+	}
+	return nil
+}
+
+// Logger returns a logger that writes records at Log.Level and above to w,
+// encoded as Log.Format.
+func (c *Config) Logger(w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: c.Log.Level}
+	if c.Log.Format == LogJSON {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
