@@ -1,0 +1,401 @@
+package rules
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Parse parses and checks data, the content of the rule file named file,
+// which is used only in the Rule and in error messages. It returns the
+// rule, with defaults filled in, or every problem found: a single *Error
+// or several joined with errors.Join, sorted by line (see Errors). Parse
+// cannot see other files, so it does not detect a table ruled twice; NewSet
+// and LoadDir do.
+func Parse(file string, data []byte) (*Rule, error) {
+	r, errs := parse(file, data)
+	if len(errs) > 0 {
+		return nil, join(errs)
+	}
+	return r, nil
+}
+
+// keys are the keys a rule file may have.
+var keys = []string{"counters", "key", "mode", "slots", "table"}
+
+// required are the keys a rule file must have.
+var required = []string{"table", "key", "counters"}
+
+// parser gathers the problems of one file.
+type parser struct {
+	file string
+	data []byte
+	errs []*Error
+}
+
+// errorf records a problem on line.
+func (p *parser) errorf(line int, format string, args ...any) {
+	p.errs = append(p.errs, &Error{File: p.file, Line: line, Msg: fmt.Sprintf(format, args...)})
+}
+
+// parse is Parse returning the problems as a list, sorted by line. The rule
+// is nil if there are any.
+func parse(file string, data []byte) (*Rule, []*Error) {
+	p := &parser{file: file, data: data}
+	r := p.rule()
+	if len(p.errs) > 0 {
+		sortErrors(p.errs)
+		return nil, p.errs
+	}
+	return r, nil
+}
+
+// rule decodes and checks the file.
+func (p *parser) rule() *Rule {
+	root := p.document()
+	if root == nil {
+		return nil
+	}
+	const want = "want a mapping with keys table, key and counters"
+	if root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
+		p.errorf(1, "empty rule file; %s", want)
+		return nil
+	}
+	if root.Kind != yaml.MappingNode {
+		p.errorf(root.Line, "%s, got %s", want, describe(root))
+		return nil
+	}
+
+	// Find the keys, reporting unknown and repeated ones.
+	keyLine := map[string]int{}
+	values := map[string]*yaml.Node{}
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, v := resolve(root.Content[i]), resolve(root.Content[i+1])
+		if k.Kind != yaml.ScalarNode {
+			p.errorf(k.Line, "want a key name, got %s", describe(k))
+			continue
+		}
+		if !slices.Contains(keys, k.Value) {
+			p.errorf(k.Line, "%s", unknownKey(k.Value))
+			continue
+		}
+		if first, dup := keyLine[k.Value]; dup {
+			p.errorf(k.Line, "duplicate key %q (first on line %d)", k.Value, first)
+			continue
+		}
+		keyLine[k.Value] = k.Line
+		values[k.Value] = v
+	}
+	for _, k := range required {
+		if _, ok := keyLine[k]; !ok {
+			p.errorf(root.Line, "missing required key %q", k)
+		}
+	}
+
+	r := &Rule{
+		File:         p.file,
+		Line:         keyLine["table"],
+		KeyLine:      keyLine["key"],
+		CountersLine: keyLine["counters"],
+		SlotsLine:    keyLine["slots"],
+		ModeLine:     keyLine["mode"],
+		Slots:        DefaultSlots,
+		Mode:         ModeActive,
+	}
+	before := len(p.errs)
+	if v := values["table"]; v != nil {
+		if s, ok := p.scalar(v, "table", "schema.table, such as app.repos"); ok {
+			var err error
+			if r.Schema, r.Table, err = splitTable(s); err != nil {
+				p.errorf(v.Line, "table: %v", err)
+			} else {
+				p.errs = append(p.errs, r.checkTable(v.Line)...)
+			}
+		}
+	}
+	keyOK := false
+	if v := values["key"]; v != nil {
+		if s, ok := p.scalar(v, "key", "the primary key column (a single column)"); ok {
+			var err error
+			if r.Key, err = parseColumn(s); err != nil {
+				p.errorf(v.Line, "key: %v", err)
+			} else if e := r.checkKey(); e != nil {
+				p.errs = append(p.errs, e...)
+			} else {
+				keyOK = true
+			}
+		}
+	}
+	if v := values["counters"]; v != nil {
+		if p.counters(v, r) {
+			p.errs = append(p.errs, r.checkCounters(keyOK)...)
+		}
+	}
+	if v := values["slots"]; v != nil && !isNull(v) {
+		p.slots(v, r)
+	}
+	if v := values["mode"]; v != nil && !isNull(v) {
+		if s, ok := p.scalar(v, "mode", ModeActive+" or "+ModeShadow); ok {
+			r.Mode = s
+			p.errs = append(p.errs, r.checkMode()...)
+		}
+	}
+	if len(p.errs) > before {
+		return nil
+	}
+	return r
+}
+
+// scalar returns the single value v of key; want describes what belongs
+// there. A null value or a list or mapping is a problem.
+func (p *parser) scalar(v *yaml.Node, key, want string) (string, bool) {
+	switch {
+	case isNull(v):
+		p.errorf(v.Line, "%s: no value; want %s", key, want)
+		return "", false
+	case v.Kind != yaml.ScalarNode:
+		p.errorf(v.Line, "%s: want %s, got %s", key, want, describe(v))
+		return "", false
+	}
+	return v.Value, true
+}
+
+// counters decodes the counters list v into r.Counters. It reports whether
+// every item is a well-formed name, and so whether checkCounters may judge
+// the list.
+func (p *parser) counters(v *yaml.Node, r *Rule) bool {
+	const want = "a list of counter columns, such as [downloads, stars]"
+	if isNull(v) {
+		p.errorf(v.Line, "counters: no value; want %s", want)
+		return false
+	}
+	if v.Kind != yaml.SequenceNode {
+		p.errorf(v.Line, "counters: want %s, got %s", want, describe(v))
+		return false
+	}
+	ok := true
+	for i, item := range v.Content {
+		item = resolve(item)
+		switch {
+		case isNull(item):
+			p.errorf(item.Line, "counters: item %d is empty; want a column name", i+1)
+			ok = false
+			continue
+		case item.Kind != yaml.ScalarNode:
+			p.errorf(item.Line, "counters: item %d: want a column name, got %s", i+1, describe(item))
+			ok = false
+			continue
+		}
+		name, err := parseColumn(item.Value)
+		if err != nil {
+			p.errorf(item.Line, "counters: %v", err)
+			ok = false
+			continue
+		}
+		r.Counters = append(r.Counters, Counter{Name: name, Line: item.Line})
+	}
+	return ok
+}
+
+// decimalRE matches the whole numbers accepted for slots: decimal, without
+// leading zeros, which YAML 1.1 readers would take for octal.
+var decimalRE = regexp.MustCompile(`^[-+]?(0|[1-9][0-9]*)$`)
+
+// slots decodes the slot count v into r.Slots and checks it.
+func (p *parser) slots(v *yaml.Node, r *Rule) {
+	want := fmt.Sprintf("a whole number from %d to %d", MinSlots, MaxSlots)
+	s, ok := p.scalar(v, "slots", want)
+	if !ok {
+		return
+	}
+	// A quoted number is a string; a plain one too long for yaml.v3 to
+	// take for an integer is a float, caught below as out of range.
+	if v.Tag == "!!str" || !decimalRE.MatchString(s) {
+		p.errorf(v.Line, "slots: want %s, got %s", want, describe(v))
+		return
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil { // out of int's range
+		p.errorf(v.Line, "slots: %s is out of range; want %d to %d", s, MinSlots, MaxSlots)
+		return
+	}
+	r.Slots = n
+	p.errs = append(p.errs, r.checkSlots()...)
+}
+
+// document parses p.data, which must hold one YAML document, and returns its
+// top node, or nil after recording a problem. An empty file yields a null
+// scalar.
+func (p *parser) document() *yaml.Node {
+	if !utf8.Valid(p.data) {
+		i := 0
+		for i < len(p.data) {
+			r, size := utf8.DecodeRune(p.data[i:])
+			if r == utf8.RuneError && size <= 1 {
+				break
+			}
+			i += size
+		}
+		p.errorf(p.lineAt(i), "not valid UTF-8 (byte %d); rule files must be UTF-8", i+1)
+		return nil
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(p.data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Line: 1}
+	} else if err != nil {
+		p.syntaxError(err)
+		return nil
+	}
+	var next yaml.Node
+	if err := dec.Decode(&next); err == nil {
+		p.errorf(max(next.Line, 1), "more than one YAML document; want one rule per file")
+		return nil
+	} else if !errors.Is(err, io.EOF) {
+		p.syntaxError(err)
+		return nil
+	}
+	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 {
+		p.errorf(max(doc.Line, 1), "not a YAML document")
+		return nil
+	}
+	return resolve(doc.Content[0])
+}
+
+// lineAt returns the 1-based line holding byte offset i of p.data.
+func (p *parser) lineAt(i int) int {
+	return bytes.Count(p.data[:min(i, len(p.data))], []byte("\n")) + 1
+}
+
+// lines returns the number of lines in p.data, at least 1.
+func (p *parser) lines() int {
+	n := bytes.Count(p.data, []byte("\n"))
+	if len(p.data) > 0 && p.data[len(p.data)-1] != '\n' {
+		n++
+	}
+	return max(n, 1)
+}
+
+// yamlErrorRE splits a gopkg.in/yaml.v3 syntax error: "yaml: line N: PROBLEM",
+// where "line N: " is absent when N is unknown or (see syntaxError) the
+// first line.
+var yamlErrorRE = regexp.MustCompile(`^yaml: (?:line (\d+): )?(.*)$`)
+
+// yamlParserProblems are the problems yaml.v3 v3.0.1 reports from its parser
+// rather than its scanner. For these it prints the 0-based line of the
+// construct being parsed (the scanner's lines are 1-based), and no line at
+// all when that is 0. gopkg.in/yaml.v3 is frozen, so the list is too.
+var yamlParserProblems = map[string]bool{
+	"did not find expected <stream-start>":   true,
+	"did not find expected <document start>": true,
+	"did not find expected node content":     true,
+	"did not find expected '-' indicator":    true,
+	"did not find expected key":              true,
+	"did not find expected ',' or ']'":       true,
+	"did not find expected ',' or '}'":       true,
+	"found undefined tag handle":             true,
+	"found duplicate %YAML directive":        true,
+	"found incompatible YAML document":       true,
+	"found duplicate %TAG directive":         true,
+}
+
+// unknownAnchorRE matches yaml.v3's error for an alias to an undefined
+// anchor, which carries no line.
+var unknownAnchorRE = regexp.MustCompile(`^unknown anchor '(.*)' referenced$`)
+
+// syntaxError records a yaml.v3 decoding error with a 1-based line. yaml.v3
+// leaves out "line N: " when N would be 1 (its marks are 0-based and 0
+// means unknown), so a missing line means the first one, except for an
+// unknown anchor, whose line is found by looking for the alias. A line past
+// the end of the file (an error found at the end of the stream) becomes the
+// last line.
+func (p *parser) syntaxError(err error) {
+	m := yamlErrorRE.FindStringSubmatch(err.Error())
+	if m == nil {
+		p.errorf(1, "invalid YAML: %v", err)
+		return
+	}
+	problem := m[2]
+	line, _ := strconv.Atoi(m[1]) // 0 when absent
+	if yamlParserProblems[problem] {
+		line++
+	}
+	if a := unknownAnchorRE.FindStringSubmatch(problem); a != nil && line == 0 {
+		if i := bytes.Index(p.data, []byte("*"+a[1])); i >= 0 {
+			line = p.lineAt(i)
+		}
+	}
+	line = min(max(line, 1), p.lines())
+	p.errs = append(p.errs, &Error{File: p.file, Line: line, Msg: "invalid YAML: " + problem, err: err})
+}
+
+// unknownKey describes the unknown key name, suggesting the nearest known
+// one or else listing them all.
+func unknownKey(name string) string {
+	// Suggest a key only if it is a plausible typo: one edit away for short
+	// names, up to a third of the name's length for longer ones.
+	best, bestDist := "", max(1, len(name)/3)+1
+	for _, k := range keys {
+		if d := editDistance(strings.ToLower(name), k); d < bestDist {
+			best, bestDist = k, d
+		}
+	}
+	if best != "" {
+		return fmt.Sprintf("unknown key %q (did you mean %q?)", name, best)
+	}
+	return fmt.Sprintf("unknown key %q (want one of: %s)", name, strings.Join(keys, ", "))
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// resolve follows an alias to the node it names.
+func resolve(n *yaml.Node) *yaml.Node {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	return n
+}
+
+// isNull reports whether n is a null value ("key:", "key: ~", "key: null").
+func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.Tag == "!!null" }
+
+// describe names n for error messages: its kind, or a scalar's value.
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		return strconv.Quote(n.Value)
+	default:
+		return "something else"
+	}
+}
