@@ -1,0 +1,150 @@
+// Package rewrite turns SQL that touches configured counters into SQL that
+// uses slotted counters, and leaves every other statement alone. It is pure:
+// SQL text in, plans out, no networking. A Rewriter is safe for concurrent use.
+package rewrite
+
+import (
+	"sort"
+	"strings"
+)
+
+// Table is what the rewriter knows about one ruled table.
+type Table struct {
+	Schema, Name string
+	// Key is the single-column integer primary key.
+	Key string
+	// Columns lists every column in table order (for SELECT * expansion).
+	Columns []string
+	// Counters are the ruled counter columns.
+	Counters []Counter
+	// SlotsTable is the slot table's name; it lives in Schema.
+	SlotsTable string
+	// Slots is how many slot rows one record's increments spread over.
+	Slots int
+	// Shadow: statements pass through unchanged; the plan says what would
+	// have been done.
+	Shadow bool
+}
+
+// Counter is one ruled counter column.
+type Counter struct {
+	Name       string
+	RecordType int
+	Unsigned   bool
+}
+
+func (t *Table) counter(col string) *Counter {
+	for i := range t.Counters {
+		if strings.EqualFold(t.Counters[i].Name, col) {
+			return &t.Counters[i]
+		}
+	}
+	return nil
+}
+
+func (t *Table) hasColumn(col string) bool {
+	for _, c := range t.Columns {
+		if strings.EqualFold(c, col) {
+			return true
+		}
+	}
+	return strings.EqualFold(t.Key, col) || t.counter(col) != nil
+}
+
+// QualifiedSlots is the slot table's name, quoted and schema-qualified.
+func (t *Table) QualifiedSlots() string { return quoteIdent(t.Schema) + "." + quoteIdent(t.SlotsTable) }
+
+// Qualified is the table's name, quoted and schema-qualified.
+func (t *Table) Qualified() string { return quoteIdent(t.Schema) + "." + quoteIdent(t.Name) }
+
+func (t *Table) recordTypes() string {
+	var b strings.Builder
+	for i, c := range t.Counters {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(itoa(c.RecordType))
+	}
+	return b.String()
+}
+
+// Catalog is the set of ruled tables plus the column lists of other tables
+// in the same schemas (to resolve unqualified column names). It is
+// immutable; build a new one to change it.
+type Catalog struct {
+	tables map[string]*Table   // "schema.table", lower case
+	others map[string][]string // columns of unruled tables, lower case keys
+	names  []string            // distinct lower-case ruled table names, for the pre-filter
+	first  [256]bool           // first bytes (both cases) of names
+}
+
+// NewCatalog builds a catalog. others maps "schema.table" (any case) to the
+// columns of tables that are not ruled; it may be nil.
+func NewCatalog(tables []*Table, others map[string][]string) *Catalog {
+	c := &Catalog{tables: map[string]*Table{}, others: map[string][]string{}}
+	seen := map[string]bool{}
+	for _, t := range tables {
+		c.tables[strings.ToLower(t.Schema+"."+t.Name)] = t
+		n := strings.ToLower(t.Name)
+		if !seen[n] {
+			seen[n] = true
+			c.names = append(c.names, n)
+			c.first[n[0]] = true
+			c.first[strings.ToUpper(n[:1])[0]] = true
+		}
+	}
+	sort.Strings(c.names)
+	for k, v := range others {
+		c.others[strings.ToLower(k)] = v
+	}
+	return c
+}
+
+// Tables returns the ruled tables.
+func (c *Catalog) Tables() []*Table {
+	out := make([]*Table, 0, len(c.tables))
+	for _, t := range c.tables {
+		out = append(out, t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Qualified() < out[j].Qualified() })
+	return out
+}
+
+func (c *Catalog) lookup(schema, name string) *Table {
+	return c.tables[strings.ToLower(schema)+"."+strings.ToLower(name)]
+}
+
+// Mentions reports whether sql contains the name of a ruled table anywhere
+// (case-insensitively). It is the cheap pre-filter in front of the parser: a
+// statement for which it is false is never parsed. It does not allocate.
+func (c *Catalog) Mentions(sql string) bool {
+	if len(c.names) == 0 {
+		return false
+	}
+	for i := 0; i < len(sql); i++ {
+		if !c.first[sql[i]] {
+			continue
+		}
+		for _, n := range c.names {
+			if len(sql)-i >= len(n) && equalFoldASCII(sql[i:i+len(n)], n) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// equalFoldASCII compares s with the lower-case string lower, folding ASCII
+// letters only (identifiers outside ASCII compare exactly).
+func equalFoldASCII(s, lower string) bool {
+	for i := 0; i < len(lower); i++ {
+		b := s[i]
+		if 'A' <= b && b <= 'Z' {
+			b += 'a' - 'A'
+		}
+		if b != lower[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,338 @@
+package rewrite
+
+import (
+	"strings"
+
+	"github.com/pingcap/tidb/pkg/parser/ast"
+)
+
+// This file finds every read of a counter column in a statement and turns
+// it into base + SUM(slots), computed in the same statement.
+
+// tableRef is one table source visible in a query block.
+type tableRef struct {
+	table   *Table   // the ruled table, or nil
+	columns []string // known columns of an unruled table (nil: unknown)
+	match   string   // lower-case name qualifiers use: the alias, else the table name
+	schema  string   // lower-case schema, when known
+	qual    string   // quoted text that qualifies its columns in generated SQL
+	derived bool
+}
+
+type scope struct {
+	refs    []tableRef
+	aliases map[string]bool // select-list aliases (lower case), for ORDER BY / GROUP BY / HAVING
+}
+
+// reads walks a statement collecting edits.
+type reads struct {
+	r       *Rewriter
+	sql     string
+	sess    Session
+	scopes  []*scope
+	edits   []edit
+	skip    map[*ast.ColumnNameExpr]bool // reads to leave alone (self-increments kept on the base column)
+	inOrder bool                         // visiting ORDER BY / GROUP BY / HAVING: select aliases shadow columns
+	found   int                          // counter reads rewritten
+	tables  map[*Table]bool              // ruled tables seen anywhere
+	failed  string                       // why the statement cannot be rewritten safely
+}
+
+func (w *reads) push(s *scope) { w.scopes = append(w.scopes, s) }
+func (w *reads) pop()          { w.scopes = w.scopes[:len(w.scopes)-1] }
+
+// scopeOf builds the scope for a FROM clause (or UPDATE/DELETE table list).
+func (w *reads) scopeOf(refs *ast.TableRefsClause) *scope {
+	s := &scope{}
+	if refs != nil {
+		w.collect(refs.TableRefs, s)
+	}
+	return s
+}
+
+func (w *reads) collect(n ast.ResultSetNode, s *scope) {
+	switch x := n.(type) {
+	case *ast.Join:
+		if x.Left != nil {
+			w.collect(x.Left, s)
+		}
+		if x.Right != nil {
+			w.collect(x.Right, s)
+		}
+		if x.NaturalJoin || len(x.Using) > 0 {
+			for _, ref := range s.refs {
+				if ref.table != nil {
+					w.failed = "NATURAL JOIN or USING with a ruled table"
+				}
+			}
+		}
+	case *ast.TableSource:
+		switch src := x.Source.(type) {
+		case *ast.TableName:
+			schema := src.Schema.O
+			if schema == "" {
+				schema = w.sess.DB
+			}
+			ref := tableRef{schema: strings.ToLower(schema), match: src.Name.L}
+			if src.Schema.O != "" {
+				ref.qual = quoteIdent(src.Schema.O) + "." + quoteIdent(src.Name.O)
+			} else {
+				ref.qual = quoteIdent(src.Name.O)
+			}
+			if x.AsName.O != "" {
+				ref.match = x.AsName.L
+				ref.qual = quoteIdent(x.AsName.O)
+			}
+			if t := w.r.cat.lookup(schema, src.Name.O); t != nil {
+				ref.table = t
+				w.tables[t] = true
+			} else {
+				ref.columns = w.r.cat.others[ref.schema+"."+src.Name.L]
+			}
+			s.refs = append(s.refs, ref)
+		default:
+			// Derived table or set operation: its own query block.
+			w.visit(x.Source)
+			s.refs = append(s.refs, tableRef{match: x.AsName.L, qual: quoteIdent(x.AsName.O), derived: true})
+		}
+	}
+}
+
+// visit walks any subtree with this collector.
+func (w *reads) visit(n ast.Node) {
+	if n != nil {
+		n.Accept(w)
+	}
+}
+
+// Enter implements ast.Visitor. Query blocks are walked by hand so scopes
+// and clause context are known.
+func (w *reads) Enter(n ast.Node) (ast.Node, bool) {
+	switch x := n.(type) {
+	case *ast.SelectStmt:
+		w.selectStmt(x)
+		return n, true
+	case *ast.ColumnNameExpr:
+		w.column(x)
+		return n, true
+	case *ast.ValuesExpr:
+		return n, true // VALUES(col) in ON DUPLICATE KEY UPDATE names the new value, not a read
+	}
+	return n, false
+}
+
+// Leave implements ast.Visitor.
+func (w *reads) Leave(n ast.Node) (ast.Node, bool) { return n, true }
+
+func (w *reads) selectStmt(s *ast.SelectStmt) {
+	if s.With != nil {
+		w.visit(s.With)
+	}
+	if s.Kind == ast.SelectStmtKindValues || s.Kind == ast.SelectStmtKindTable {
+		for _, l := range s.Lists {
+			w.visit(l)
+		}
+		return
+	}
+	sc := w.scopeOf(s.From)
+	w.push(sc)
+	defer w.pop()
+	if s.Fields != nil {
+		for _, f := range s.Fields.Fields {
+			if f.AsName.O != "" {
+				if sc.aliases == nil {
+					sc.aliases = map[string]bool{}
+				}
+				sc.aliases[f.AsName.L] = true
+			}
+			if f.WildCard != nil {
+				w.wildcard(f, sc)
+				continue
+			}
+			before := len(w.edits)
+			w.visit(f.Expr)
+			if len(w.edits) > before && f.AsName.O == "" {
+				// Keep the column name the client would have seen.
+				name := f.Text()
+				if c, ok := f.Expr.(*ast.ColumnNameExpr); ok {
+					name = c.Name.Name.O
+				}
+				end := f.Offset + len(f.Text())
+				if f.Text() == "" || end > len(w.sql) || w.sql[f.Offset:end] != f.Text() {
+					w.failed = "cannot locate a select field in the statement text"
+					continue
+				}
+				w.edits = append(w.edits, edit{start: end, end: end, text: " AS " + quoteIdent(name)})
+			}
+		}
+	}
+	if s.From != nil {
+		w.visitJoinConditions(s.From.TableRefs)
+	}
+	w.visit(s.Where)
+	w.inOrder = true
+	if s.GroupBy != nil {
+		w.visit(s.GroupBy)
+	}
+	if s.Having != nil {
+		w.visit(s.Having)
+	}
+	if s.OrderBy != nil {
+		w.visit(s.OrderBy)
+	}
+	w.inOrder = false
+	for i := range s.WindowSpecs {
+		w.visit(&s.WindowSpecs[i])
+	}
+}
+
+// visitJoinConditions walks ON clauses (table sources were walked by collect).
+func (w *reads) visitJoinConditions(n ast.ResultSetNode) {
+	if j, ok := n.(*ast.Join); ok {
+		if j.Left != nil {
+			w.visitJoinConditions(j.Left)
+		}
+		if j.Right != nil {
+			w.visitJoinConditions(j.Right)
+		}
+		if j.On != nil {
+			w.visit(j.On.Expr)
+		}
+	}
+}
+
+// column rewrites one column reference if it reads a counter.
+func (w *reads) column(c *ast.ColumnNameExpr) {
+	if w.skip[c] {
+		return
+	}
+	name := c.Name
+	if name.Table.O == "" && w.inOrder && len(w.scopes) > 0 {
+		if w.scopes[len(w.scopes)-1].aliases[name.Name.L] {
+			return // refers to a select-list alias
+		}
+	}
+	ref := w.resolve(name)
+	if ref == nil || ref.table == nil {
+		return
+	}
+	ctr := ref.table.counter(name.Name.O)
+	if ctr == nil {
+		return
+	}
+	start := c.OriginTextPosition()
+	end := nameEnd(w.sql, start, w.sess.ANSIQuotes)
+	if end < 0 {
+		w.failed = "cannot locate a counter reference in the statement text"
+		return
+	}
+	w.edits = append(w.edits, edit{start: start, end: end, text: w.total(w.sql[start:end], ref, ctr)})
+	w.found++
+}
+
+// total is the SQL for a counter's true value: base column plus slots, cast
+// back to an integer so clients scan the type they expect.
+func (w *reads) total(base string, ref *tableRef, ctr *Counter) string {
+	cast := "SIGNED"
+	if ctr.Unsigned {
+		cast = "UNSIGNED"
+	}
+	return "CAST(" + base + " + COALESCE((SELECT SUM(`_sp`.`count`) FROM " + ref.table.QualifiedSlots() +
+		" AS `_sp` WHERE `_sp`.`record_type` = " + itoa(ctr.RecordType) +
+		" AND `_sp`.`record_id` = " + ref.qual + "." + quoteIdent(ref.table.Key) + "), 0) AS " + cast + ")"
+}
+
+// resolve finds the table source a column reference belongs to, innermost
+// query block first.
+func (w *reads) resolve(name *ast.ColumnName) *tableRef {
+	for i := len(w.scopes) - 1; i >= 0; i-- {
+		s := w.scopes[i]
+		if name.Table.O != "" {
+			for j := range s.refs {
+				ref := &s.refs[j]
+				if ref.match == name.Table.L && (name.Schema.O == "" || ref.schema == name.Schema.L) {
+					return ref
+				}
+			}
+			continue
+		}
+		var hit *tableRef
+		for j := range s.refs {
+			ref := &s.refs[j]
+			switch {
+			case ref.table != nil && ref.table.hasColumn(name.Name.O):
+			case ref.table == nil && !ref.derived && containsFold(ref.columns, name.Name.O):
+			default:
+				continue
+			}
+			if hit != nil {
+				return nil // ambiguous: the server reports it
+			}
+			hit = ref
+		}
+		if hit != nil {
+			return hit
+		}
+	}
+	return nil
+}
+
+func containsFold(list []string, s string) bool {
+	for _, x := range list {
+		if strings.EqualFold(x, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// wildcard expands * or t.* when it covers a ruled table.
+func (w *reads) wildcard(f *ast.SelectField, sc *scope) {
+	wc := f.WildCard
+	var refs []*tableRef
+	for j := range sc.refs {
+		ref := &sc.refs[j]
+		if wc.Table.O == "" || (ref.match == wc.Table.L && (wc.Schema.O == "" || ref.schema == wc.Schema.L)) {
+			refs = append(refs, ref)
+		}
+	}
+	ruled := false
+	for _, ref := range refs {
+		ruled = ruled || ref.table != nil
+	}
+	if !ruled {
+		return
+	}
+	end := nameEnd(w.sql, f.Offset, w.sess.ANSIQuotes)
+	if end < 0 || w.sql[end-1] != '*' {
+		w.failed = "cannot locate a wildcard in the statement text"
+		return
+	}
+	var b strings.Builder
+	for i, ref := range refs {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		if ref.table == nil {
+			b.WriteString(ref.qual + ".*")
+			continue
+		}
+		if len(ref.table.Columns) == 0 {
+			w.failed = "column list of " + ref.table.Qualified() + " unknown"
+			return
+		}
+		for k, col := range ref.table.Columns {
+			if k > 0 {
+				b.WriteString(", ")
+			}
+			qc := ref.qual + "." + quoteIdent(col)
+			if ctr := ref.table.counter(col); ctr != nil {
+				b.WriteString(w.total(qc, ref, ctr) + " AS " + quoteIdent(col))
+				w.found++
+			} else {
+				b.WriteString(qc)
+			}
+		}
+	}
+	w.edits = append(w.edits, edit{start: f.Offset, end: end, text: b.String()})
+}

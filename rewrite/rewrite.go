@@ -1,0 +1,313 @@
+package rewrite
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+
+	"github.com/pingcap/tidb/pkg/parser"
+	"github.com/pingcap/tidb/pkg/parser/ast"
+	"github.com/pingcap/tidb/pkg/parser/mysql"
+	_ "github.com/pingcap/tidb/pkg/parser/test_driver" // value expressions for the parser
+)
+
+// Kind says how a statement is executed.
+type Kind uint8
+
+const (
+	// KindOriginal: send the client's statement unchanged.
+	KindOriginal Kind = iota
+	// KindRead: reads of counters rewritten; send Plan.SQL.
+	KindRead
+	// KindIncrement: a counter increment turned into a slotted upsert.
+	KindIncrement
+	// KindGuarded: a write that needs exact base values; fold the slots of
+	// the records it may touch into their base rows first (Guard), then
+	// send Plan.SQL, in one transaction.
+	KindGuarded
+)
+
+func (k Kind) String() string {
+	return [...]string{"original", "read", "increment", "guarded"}[k]
+}
+
+// Plan is the rewrite of one statement.
+type Plan struct {
+	Kind Kind
+	// SQL is the statement to send: rewritten, or the original text.
+	SQL string
+	// Reason explains a KindOriginal plan for a statement that names a
+	// ruled table (empty when there is nothing to explain).
+	Reason string
+	// Table is the ruled table the statement writes, if any.
+	Table *Table
+	// Increment is set for KindIncrement.
+	Increment *Increment
+	// Guard is set for KindGuarded.
+	Guard *Guard
+	// After runs once SQL succeeded (TRUNCATE: clear the table's slots).
+	After string
+	// Invalidate: the statement may remove rows of Table; forget which keys
+	// are known to exist.
+	Invalidate bool
+	// Reload: DDL on Table; reload its column list.
+	Reload bool
+	// Shadow: Table's rule is in shadow mode; SQL is the original statement
+	// and the rest of the plan says what would have been done.
+	Shadow bool
+}
+
+// Increment describes a slotted upsert. The upsert keeps the original
+// statement's placeholders in their original order.
+type Increment struct {
+	// KeyLiteral is the key value as SQL when it was a literal.
+	KeyLiteral string
+	// KeyParam is the key's placeholder index, or -1.
+	KeyParam int
+	// CheckSQL tells whether the base row exists (one row or none); it has
+	// the key's placeholder when KeyParam >= 0.
+	CheckSQL string
+	// Zero: every delta is a literal 0, so the UPDATE would change no row.
+	Zero bool
+}
+
+// Guard finds the records a write may touch, so their slots can be folded
+// into the base rows first.
+type Guard struct {
+	// KeysSQL selects the keys, locking the base rows (FOR UPDATE).
+	KeysSQL string
+	// KeysParams are the original placeholder indexes KeysSQL uses, in order.
+	KeysParams []int
+}
+
+// FoldSQL returns the statements that fold the slots of the given keys
+// (decimal integers) into their base rows and delete them. Run them in one
+// transaction after the keys were locked.
+func (t *Table) FoldSQL(keys []string) []string {
+	in := strings.Join(keys, ", ")
+	var set strings.Builder
+	for i, c := range t.Counters {
+		if i > 0 {
+			set.WriteString(", ")
+		}
+		col := quoteIdent(c.Name)
+		fmt.Fprintf(&set, "%s = %s + COALESCE((SELECT SUM(`_sp`.`count`) FROM %s AS `_sp` WHERE `_sp`.`record_type` = %d AND `_sp`.`record_id` = `_t`.%s), 0)",
+			col, col, t.QualifiedSlots(), c.RecordType, quoteIdent(t.Key))
+	}
+	return []string{
+		fmt.Sprintf("UPDATE %s AS `_t` SET %s WHERE `_t`.%s IN (%s)", t.Qualified(), set.String(), quoteIdent(t.Key), in),
+		fmt.Sprintf("DELETE FROM %s WHERE `record_type` IN (%s) AND `record_id` IN (%s)", t.QualifiedSlots(), t.recordTypes(), in),
+	}
+}
+
+// ClearSQL deletes every slot of the table (after TRUNCATE).
+func (t *Table) ClearSQL() string {
+	return fmt.Sprintf("DELETE FROM %s WHERE `record_type` IN (%s)", t.QualifiedSlots(), t.recordTypes())
+}
+
+// Session is the client session state a rewrite depends on.
+type Session struct {
+	// DB is the current default database.
+	DB string
+	// ANSIQuotes and NoBackslashEscapes mirror the session's sql_mode.
+	ANSIQuotes, NoBackslashEscapes bool
+}
+
+// Options tune generated SQL for the backend.
+type Options struct {
+	// RowAlias makes upserts use MySQL 8.0.20+'s row alias instead of the
+	// VALUES() function, which those versions deprecate (warning 1287).
+	RowAlias bool
+	// Slot picks a slot in [0, n); nil means uniformly at random.
+	Slot func(n int) int
+}
+
+// Rewriter rewrites statements against one Catalog. Safe for concurrent use.
+type Rewriter struct {
+	cat     *Catalog
+	opts    Options
+	parsers sync.Pool
+}
+
+// New returns a Rewriter for cat.
+func New(cat *Catalog, opts Options) *Rewriter {
+	if opts.Slot == nil {
+		opts.Slot = rand.IntN
+	}
+	return &Rewriter{cat: cat, opts: opts, parsers: sync.Pool{New: func() any {
+		p := parser.New()
+		p.EnableWindowFunc(true)
+		return p
+	}}}
+}
+
+// Catalog returns the rewriter's catalog.
+func (r *Rewriter) Catalog() *Catalog { return r.cat }
+
+// Rewrite plans every statement in sql (one, or several for a
+// multi-statement query). It returns nil, nil without parsing when sql names
+// no ruled table, and nil and the parser's error when sql does not parse;
+// both mean "send it unchanged".
+func (r *Rewriter) Rewrite(sql string, sess Session) ([]Plan, error) {
+	if !r.cat.Mentions(sql) {
+		return nil, nil
+	}
+	p := r.parsers.Get().(*parser.Parser)
+	var mode mysql.SQLMode
+	if sess.ANSIQuotes {
+		mode |= mysql.ModeANSIQuotes
+	}
+	if sess.NoBackslashEscapes {
+		mode |= mysql.ModeNoBackslashEscapes
+	}
+	p.SetSQLMode(mode)
+	stmts, _, err := p.Parse(sql, "", "")
+	r.parsers.Put(p)
+	if err != nil {
+		return nil, err
+	}
+	plans := make([]Plan, 0, len(stmts))
+	pos := 0
+	for _, st := range stmts {
+		// Statement texts tile the input; expression offsets are absolute.
+		text := st.Text()
+		start := strings.Index(sql[pos:], text)
+		if start < 0 {
+			return nil, fmt.Errorf("rewrite: cannot locate statement text")
+		}
+		start += pos
+		end := start + len(text)
+		pos = end
+		plan := r.plan(st, sql, start, end, sess)
+		if plan.Kind == KindOriginal {
+			plan.SQL = text
+		}
+		plans = append(plans, plan)
+	}
+	return plans, nil
+}
+
+// Changed reports whether any plan differs from sending the text as is.
+func Changed(plans []Plan) bool {
+	for _, p := range plans {
+		if p.Kind != KindOriginal || p.After != "" || p.Invalidate || p.Reload {
+			return true
+		}
+	}
+	return false
+}
+
+// plan decides one statement. sql[start:end] is its text.
+func (r *Rewriter) plan(st ast.StmtNode, sql string, start, end int, sess Session) Plan {
+	w := &reads{r: r, sql: sql, sess: sess, tables: map[*Table]bool{}}
+	var p Plan
+	switch s := st.(type) {
+	case *ast.UpdateStmt:
+		p = r.update(s, w, start, end)
+	case *ast.DeleteStmt:
+		p = r.delete(s, w, start, end)
+	case *ast.InsertStmt:
+		p = r.insert(s, w, start, end)
+	case *ast.TruncateTableStmt:
+		if t := r.cat.lookup(schemaOr(s.Table.Schema.O, sess.DB), s.Table.Name.O); t != nil {
+			p = Plan{Kind: KindOriginal, Table: t, After: t.ClearSQL(), Invalidate: true, Reason: "TRUNCATE: slots cleared after it"}
+		}
+		return r.shadow(p)
+	case *ast.AlterTableStmt:
+		if t := r.cat.lookup(schemaOr(s.Table.Schema.O, sess.DB), s.Table.Name.O); t != nil {
+			return Plan{Kind: KindOriginal, Table: t, Reload: true, Reason: "DDL on a ruled table: columns reloaded after it"}
+		}
+		return Plan{Kind: KindOriginal}
+	case *ast.SelectStmt, *ast.SetOprStmt:
+		w.visit(st)
+		p = w.readPlan(start, end)
+	case *ast.ExplainStmt, *ast.ShowStmt:
+		return Plan{Kind: KindOriginal, Reason: "EXPLAIN/SHOW pass through"}
+	default:
+		// Other statements (CREATE TABLE … SELECT, SET @x = (SELECT …), DO …)
+		// still get their counter reads rewritten.
+		w.visit(st)
+		p = w.readPlan(start, end)
+	}
+	return r.shadow(p)
+}
+
+// shadow turns a plan for a shadow-mode table into a pass-through that still
+// says what would have been done.
+func (r *Rewriter) shadow(p Plan) Plan {
+	if p.Table != nil && p.Table.Shadow && p.Kind != KindOriginal {
+		p.Shadow = true
+	}
+	return p
+}
+
+// readPlan is the plan for a statement whose only change is its reads.
+func (w *reads) readPlan(start, end int) Plan {
+	if w.failed != "" {
+		return Plan{Kind: KindOriginal, Reason: "unsupported: " + w.failed}
+	}
+	if len(w.edits) == 0 {
+		return Plan{Kind: KindOriginal}
+	}
+	p := Plan{Kind: KindRead, SQL: apply(w.sql, start, end, w.edits)}
+	for t := range w.tables {
+		if t.Shadow {
+			p.Table = t
+		}
+	}
+	return p
+}
+
+func schemaOr(schema, db string) string {
+	if schema != "" {
+		return schema
+	}
+	return db
+}
+
+// Explain renders plans for people: the SQL that would be sent, or
+// "pass-through: <reason>". It is what `slotproxy explain` prints.
+func Explain(plans []Plan, err error) string {
+	switch {
+	case err != nil:
+		return "pass-through: does not parse: " + err.Error()
+	case plans == nil:
+		return "pass-through: names no ruled table"
+	}
+	var b strings.Builder
+	for i, p := range plans {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		if len(plans) > 1 {
+			fmt.Fprintf(&b, "-- statement %d\n", i+1)
+		}
+		if p.Shadow {
+			fmt.Fprintf(&b, "pass-through: shadow mode; would run as %s:\n", p.Kind)
+		}
+		switch p.Kind {
+		case KindOriginal:
+			if !p.Shadow {
+				reason := p.Reason
+				if reason == "" {
+					reason = "reads and writes no counter"
+				}
+				fmt.Fprintf(&b, "pass-through: %s\n", reason)
+			}
+			if p.After != "" {
+				fmt.Fprintf(&b, "then: %s\n", p.After)
+			}
+		case KindRead:
+			fmt.Fprintf(&b, "%s\n", p.SQL)
+		case KindIncrement:
+			fmt.Fprintf(&b, "%s\n", p.SQL)
+			fmt.Fprintf(&b, "existence check (when the key is not cached): %s\n", p.Increment.CheckSQL)
+		case KindGuarded:
+			fmt.Fprintf(&b, "guard: %s\n", p.Guard.KeysSQL)
+			fmt.Fprintf(&b, "fold: %s\n", strings.Join(p.Table.FoldSQL([]string{"<keys>"}), ";\n      "))
+			fmt.Fprintf(&b, "then: %s\n", p.SQL)
+		}
+	}
+	return strings.TrimRight(b.String(), "\n")
+}

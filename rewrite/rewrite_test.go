@@ -1,0 +1,125 @@
+package rewrite
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
+
+// testCatalog: app.repos is ruled (downloads signed, stars unsigned);
+// app.users is a plain table that also has a `downloads` column.
+func testCatalog() *Catalog {
+	return NewCatalog([]*Table{{
+		Schema: "app", Name: "repos", Key: "id",
+		Columns:    []string{"id", "name", "owner_id", "downloads", "stars"},
+		Counters:   []Counter{{Name: "downloads", RecordType: 1}, {Name: "stars", RecordType: 2, Unsigned: true}},
+		SlotsTable: "slotted_counters", Slots: 100,
+	}, {
+		Schema: "app", Name: "pages", Key: "page_id",
+		Columns:    []string{"page_id", "views"},
+		Counters:   []Counter{{Name: "views", RecordType: 3}},
+		SlotsTable: "slotted_counters", Slots: 16, Shadow: true,
+	}}, map[string][]string{"app.users": {"id", "name", "downloads"}})
+}
+
+func testRewriter(rowAlias bool) *Rewriter {
+	return New(testCatalog(), Options{RowAlias: rowAlias, Slot: func(int) int { return 42 }})
+}
+
+// TestGolden rewrites every case in testdata/*.sql and compares the
+// explanation with testdata/*.golden. Cases are separated by lines starting
+// with "-- case:"; a case may set "-- session: ansi_quotes",
+// "no_backslash_escapes", "db=NAME" or "row_alias".
+func TestGolden(t *testing.T) {
+	files, _ := filepath.Glob("testdata/*.sql")
+	if len(files) == 0 {
+		t.Fatal("no golden inputs")
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out strings.Builder
+			for _, c := range splitCases(string(data)) {
+				sess := Session{DB: "app"}
+				rowAlias := false
+				for _, opt := range c.opts {
+					switch {
+					case opt == "ansi_quotes":
+						sess.ANSIQuotes = true
+					case opt == "no_backslash_escapes":
+						sess.NoBackslashEscapes = true
+					case opt == "row_alias":
+						rowAlias = true
+					case strings.HasPrefix(opt, "db="):
+						sess.DB = strings.TrimPrefix(opt, "db=")
+					}
+				}
+				plans, err := testRewriter(rowAlias).Rewrite(c.sql, sess)
+				out.WriteString("-- case: " + c.name + "\n" + c.sql + "\n=>\n" + Explain(plans, err) + "\n\n")
+			}
+			golden := strings.TrimSuffix(f, ".sql") + ".golden"
+			if *update {
+				if err := os.WriteFile(golden, []byte(out.String()), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test ./rewrite -update)", err)
+			}
+			if got := out.String(); got != string(want) {
+				t.Errorf("%s differs from %s; run go test ./rewrite -update and review the diff.\n%s", f, golden, firstDiff(got, string(want)))
+			}
+		})
+	}
+}
+
+type goldenCase struct {
+	name string
+	opts []string
+	sql  string
+}
+
+func splitCases(data string) []goldenCase {
+	var out []goldenCase
+	for _, block := range strings.Split(data, "-- case:")[1:] {
+		name, body, _ := strings.Cut(block, "\n")
+		c := goldenCase{name: strings.TrimSpace(name)}
+		var sql []string
+		for _, line := range strings.Split(body, "\n") {
+			if rest, ok := strings.CutPrefix(line, "-- session:"); ok {
+				c.opts = append(c.opts, strings.Fields(rest)...)
+				continue
+			}
+			sql = append(sql, line)
+		}
+		c.sql = strings.TrimSpace(strings.Join(sql, "\n"))
+		out = append(out, c)
+	}
+	return out
+}
+
+func firstDiff(got, want string) string {
+	g, w := strings.Split(got, "\n"), strings.Split(want, "\n")
+	for i := 0; i < len(g) || i < len(w); i++ {
+		var gl, wl string
+		if i < len(g) {
+			gl = g[i]
+		}
+		if i < len(w) {
+			wl = w[i]
+		}
+		if gl != wl {
+			return "line " + itoa(i+1) + ":\n got:  " + gl + "\n want: " + wl
+		}
+	}
+	return ""
+}

@@ -1,0 +1,30 @@
+-- case: absolute assignment
+UPDATE repos SET downloads = 0 WHERE id = 5
+-- case: absolute assignment with placeholders
+UPDATE repos SET downloads = ?, name = ? WHERE id = ?
+-- case: assignment from another column
+UPDATE repos SET stars = owner_id WHERE name = 'x' ORDER BY id LIMIT 10
+-- case: assignment reading itself non-additively
+UPDATE repos r SET r.downloads = r.downloads * 2 WHERE r.downloads > ?
+-- case: delete
+DELETE FROM repos WHERE id = ?
+-- case: delete by counter value
+DELETE FROM repos WHERE downloads < 10 LIMIT 5
+-- case: delete everything
+DELETE FROM repos
+-- case: replace
+REPLACE INTO repos (id, name, downloads, stars) VALUES (1, 'a', 0, 0), (?, ?, ?, ?)
+-- case: upsert with absolute assignment
+INSERT INTO repos (id, downloads) VALUES (3, 10) ON DUPLICATE KEY UPDATE downloads = VALUES(downloads)
+-- case: upsert with increment is fine on the base column
+INSERT INTO repos (id, downloads) VALUES (3, 1) ON DUPLICATE KEY UPDATE downloads = downloads + 1
+-- case: plain insert
+INSERT INTO repos (id, name) VALUES (1, 'x')
+-- case: truncate
+TRUNCATE TABLE repos
+-- case: alter
+ALTER TABLE repos ADD COLUMN extra INT
+-- case: multi-table update of a counter
+UPDATE repos r JOIN users u ON u.id = r.owner_id SET r.downloads = 0
+-- case: multi-table delete
+DELETE r FROM repos r JOIN users u ON u.id = r.owner_id WHERE u.name = 'gone'

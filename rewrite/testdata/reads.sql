@@ -1,0 +1,49 @@
+-- case: point select
+SELECT downloads FROM repos WHERE id = ?
+-- case: qualified column keeps its name
+SELECT r.downloads, r.name FROM app.repos r WHERE r.id = 1
+-- case: expression gets the original text as its name
+SELECT downloads+1, stars * 2 AS s FROM repos
+-- case: star expands from the column list
+SELECT * FROM repos WHERE id = 1
+-- case: t.* and another table's star
+SELECT r.*, u.* FROM repos r JOIN users u ON u.id = r.owner_id
+-- case: where, order by, group by, having
+SELECT owner_id, SUM(downloads) FROM repos WHERE stars > 10 GROUP BY owner_id HAVING SUM(downloads) > 5 ORDER BY MAX(downloads) DESC
+-- case: order by a select alias is left alone
+SELECT name AS downloads FROM repos ORDER BY downloads
+-- case: join condition and the other table's same-named column
+SELECT u.downloads, r.downloads FROM users u JOIN repos r ON r.downloads > u.downloads
+-- case: subquery and correlated reference
+SELECT name FROM repos r WHERE downloads > (SELECT AVG(downloads) FROM repos) AND EXISTS (SELECT 1 FROM users u WHERE u.id = r.owner_id AND r.stars > 0)
+-- case: derived table
+SELECT x.d FROM (SELECT downloads AS d FROM repos) AS x
+-- case: insert select
+INSERT INTO users (id, name, downloads) SELECT id, name, downloads FROM repos
+-- case: update of another table reading a counter
+UPDATE users u SET u.downloads = (SELECT downloads FROM repos WHERE id = u.id)
+-- case: for update
+SELECT downloads FROM repos WHERE id = 1 FOR UPDATE
+-- case: lock in share mode keeps its text
+SELECT /*+ MAX_EXECUTION_TIME(100) */ downloads FROM repos WHERE id = 1 LOCK IN SHARE MODE
+-- case: string literals and comments are untouched
+SELECT 'downloads\'s', downloads /* downloads */ FROM repos WHERE name = "a\\b"
+-- case: ANSI_QUOTES
+-- session: ansi_quotes
+SELECT "downloads" FROM "repos" WHERE "id" = 1
+-- case: no counter read
+SELECT name FROM repos WHERE id = 1
+-- case: other table only
+SELECT downloads FROM users
+-- case: union
+SELECT downloads FROM repos WHERE id = 1 UNION ALL SELECT downloads FROM users WHERE id = 1
+-- case: count star needs no expansion
+SELECT COUNT(*) FROM repos
+-- case: explain passes through
+EXPLAIN SELECT downloads FROM repos
+-- case: does not parse
+SELECT downloads FROM repos WHERE
+-- case: names no ruled table
+SELECT 1
+-- case: shadow rule read
+SELECT views FROM pages WHERE page_id = 1

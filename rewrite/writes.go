@@ -1,0 +1,533 @@
+package rewrite
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/pingcap/tidb/pkg/parser/ast"
+	"github.com/pingcap/tidb/pkg/parser/format"
+	"github.com/pingcap/tidb/pkg/parser/opcode"
+	driver "github.com/pingcap/tidb/pkg/parser/test_driver"
+)
+
+// This file plans writes to ruled tables: slotted increments, and guarded
+// writes that need exact base values.
+
+// singleTable returns the ruled table an UPDATE or DELETE writes when it
+// names exactly one table, with its scope entry.
+func (w *reads) singleTable(refs *ast.TableRefsClause) (*Table, *scope) {
+	sc := w.scopeOf(refs)
+	if len(sc.refs) != 1 || sc.refs[0].table == nil {
+		return nil, sc
+	}
+	return sc.refs[0].table, sc
+}
+
+// selfIncrement reports whether a is `c = c ± delta` or `c = delta + c` on
+// counter c, where delta reads no counter; it returns the delta, whether it
+// is subtracted, and the RHS reference of c.
+func (w *reads) selfIncrement(a *ast.Assignment, ref *tableRef) (delta ast.ExprNode, minus bool, self *ast.ColumnNameExpr) {
+	b, ok := a.Expr.(*ast.BinaryOperationExpr)
+	if !ok || (b.Op != opcode.Plus && b.Op != opcode.Minus) {
+		return nil, false, nil
+	}
+	isSelf := func(e ast.ExprNode) *ast.ColumnNameExpr {
+		c, ok := e.(*ast.ColumnNameExpr)
+		if !ok || !strings.EqualFold(c.Name.Name.O, a.Column.Name.O) {
+			return nil
+		}
+		if c.Name.Table.O != "" && c.Name.Table.L != ref.match {
+			return nil
+		}
+		return c
+	}
+	if c := isSelf(b.L); c != nil {
+		delta, minus, self = b.R, b.Op == opcode.Minus, c
+	} else if c := isSelf(b.R); c != nil && b.Op == opcode.Plus {
+		delta, self = b.L, c
+	} else {
+		return nil, false, nil
+	}
+	if w.readsCounter(delta) {
+		return nil, false, nil
+	}
+	return delta, minus, self
+}
+
+// readsCounter reports whether e reads any counter column.
+func (w *reads) readsCounter(e ast.ExprNode) bool {
+	probe := &reads{r: w.r, sql: w.sql, sess: w.sess, scopes: w.scopes, tables: map[*Table]bool{}}
+	probe.visit(e)
+	return probe.found > 0
+}
+
+func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
+	t, sc := w.singleTable(s.TableRefs)
+	if t == nil {
+		if len(w.tables) > 0 {
+			for _, a := range s.List {
+				for _, ref := range sc.refs {
+					if ref.table != nil && ref.table.counter(a.Column.Name.O) != nil &&
+						(a.Column.Table.O == "" || a.Column.Table.L == ref.match) {
+						return Plan{Kind: KindOriginal, Reason: "unsupported: multi-table UPDATE assigning a counter"}
+					}
+				}
+			}
+		}
+		w.push(sc)
+		for _, a := range s.List {
+			w.visit(a.Expr)
+		}
+		w.visitJoinConditions(s.TableRefs.TableRefs)
+		w.visit(s.Where)
+		if s.Order != nil {
+			w.visit(s.Order)
+		}
+		w.pop()
+		return w.readPlan(start, end)
+	}
+	ref := &sc.refs[0]
+	w.push(sc)
+	defer w.pop()
+
+	// Classify assignments.
+	type inc struct {
+		ctr   *Counter
+		delta ast.ExprNode
+		minus bool
+	}
+	var incs []inc
+	absolute, other := false, false
+	w.skip = map[*ast.ColumnNameExpr]bool{}
+	for _, a := range s.List {
+		if a.Column.Table.O != "" && a.Column.Table.L != ref.match {
+			continue
+		}
+		ctr := t.counter(a.Column.Name.O)
+		if ctr == nil {
+			other = true
+			continue
+		}
+		delta, minus, self := w.selfIncrement(a, ref)
+		if delta == nil {
+			absolute = true
+			continue
+		}
+		w.skip[self] = true
+		incs = append(incs, inc{ctr, delta, minus})
+	}
+
+	// The hot path: increments only, by primary key.
+	if !absolute && !other && len(incs) > 0 && !s.IgnoreErr && s.Order == nil && limitOK(s.Limit) {
+		if key := keyEquality(s.Where, t, ref); key != nil && !w.readsCounter(s.Where) {
+			ok := true
+			for _, in := range incs {
+				ok = ok && isIntLiteralOrParam(in.delta)
+			}
+			if ok {
+				p := Plan{Kind: KindIncrement, Table: t}
+				var deltas []string
+				zero := true
+				for _, in := range incs {
+					d := r.restore(in.delta, w.sess)
+					zero = zero && isZero(in.delta)
+					if in.minus {
+						d = "-(" + d + ")"
+					}
+					deltas = append(deltas, d)
+				}
+				keyText := r.restore(key, w.sess)
+				ctrs := make([]*Counter, len(incs))
+				for i := range incs {
+					ctrs[i] = incs[i].ctr
+				}
+				p.SQL = r.upsert(t, ctrs, deltas, keyText)
+				p.Increment = &Increment{
+					KeyParam: paramIndex(key),
+					CheckSQL: fmt.Sprintf("SELECT 1 FROM %s WHERE %s = %s LIMIT 1", t.Qualified(), quoteIdent(t.Key), keyText),
+					Zero:     zero,
+				}
+				if p.Increment.KeyParam < 0 {
+					p.Increment.KeyLiteral = keyText
+				}
+				return p
+			}
+		}
+	}
+
+	// Base path: rewrite reads (not the self-references of increments).
+	for _, a := range s.List {
+		w.visit(a.Expr)
+	}
+	w.visit(s.Where)
+	if s.Order != nil {
+		w.visit(s.Order)
+	}
+	if !absolute {
+		p := w.readPlan(start, end)
+		if p.Kind == KindOriginal && p.Reason == "" && len(incs) > 0 {
+			p.Reason = "increment not by primary key equality: applied to the base column"
+		}
+		return p
+	}
+	if w.failed != "" {
+		return Plan{Kind: KindOriginal, Reason: "unsupported: " + w.failed}
+	}
+	return Plan{
+		Kind:  KindGuarded,
+		Table: t,
+		SQL:   apply(w.sql, start, end, w.edits),
+		Guard: r.guardWhere(t, ref, s.TableRefs, s.Where, w),
+	}
+}
+
+func (r *Rewriter) delete(s *ast.DeleteStmt, w *reads, start, end int) Plan {
+	if s.IsMultiTable {
+		sc := w.scopeOf(s.TableRefs)
+		for _, ref := range sc.refs {
+			if ref.table != nil {
+				return Plan{Kind: KindOriginal, Table: ref.table, Invalidate: true,
+					Reason: "unsupported: multi-table DELETE on a ruled table (orphaned slots are removed by roll-up)"}
+			}
+		}
+		w.push(sc)
+		w.visitJoinConditions(s.TableRefs.TableRefs)
+		w.visit(s.Where)
+		w.pop()
+		return w.readPlan(start, end)
+	}
+	t, sc := w.singleTable(s.TableRefs)
+	if t == nil {
+		w.push(sc)
+		w.visit(s.Where)
+		if s.Order != nil {
+			w.visit(s.Order)
+		}
+		w.pop()
+		return w.readPlan(start, end)
+	}
+	w.push(sc)
+	defer w.pop()
+	w.visit(s.Where)
+	if s.Order != nil {
+		w.visit(s.Order)
+	}
+	if w.failed != "" {
+		return Plan{Kind: KindOriginal, Reason: "unsupported: " + w.failed}
+	}
+	return Plan{
+		Kind:       KindGuarded,
+		Table:      t,
+		SQL:        apply(w.sql, start, end, w.edits),
+		Guard:      r.guardWhere(t, &sc.refs[0], s.TableRefs, s.Where, w),
+		Invalidate: true,
+	}
+}
+
+// guardWhere selects the keys of the rows a single-table UPDATE or DELETE
+// may touch: same table, same WHERE (with counter reads rewritten), no
+// ORDER BY or LIMIT (a superset is harmless: folding keeps totals).
+func (r *Rewriter) guardWhere(t *Table, ref *tableRef, refs *ast.TableRefsClause, where ast.ExprNode, w *reads) *Guard {
+	from := quoteIdent(t.Schema) + "." + quoteIdent(t.Name)
+	if ref.qual != t.Qualified() {
+		from += " AS " + ref.qual
+	}
+	q := fmt.Sprintf("SELECT %s.%s FROM %s", ref.qual, quoteIdent(t.Key), from)
+	g := &Guard{}
+	if where != nil {
+		ws := where.OriginTextPosition()
+		we := exprEnd(w.sql, where, ws)
+		if we < 0 {
+			w.failed = "cannot locate the WHERE clause"
+			return g
+		}
+		var edits []edit
+		for _, e := range w.edits {
+			if e.start >= ws && e.end <= we {
+				edits = append(edits, e)
+			}
+		}
+		q += " WHERE " + apply(w.sql, ws, we, edits)
+		g.KeysParams = paramsIn(where)
+	}
+	g.KeysSQL = q + " FOR UPDATE"
+	return g
+}
+
+func (r *Rewriter) insert(s *ast.InsertStmt, w *reads, start, end int) Plan {
+	var t *Table
+	var ref *tableRef
+	sc := w.scopeOf(s.Table)
+	if len(sc.refs) == 1 {
+		t, ref = sc.refs[0].table, &sc.refs[0]
+	}
+	// Reads in VALUES subqueries and INSERT … SELECT.
+	for _, row := range s.Lists {
+		for _, e := range row {
+			w.visit(e)
+		}
+	}
+	if s.Select != nil {
+		w.visit(s.Select)
+	}
+	if t == nil {
+		return w.readPlan(start, end)
+	}
+	needsFold := s.IsReplace
+	w.push(sc)
+	w.skip = map[*ast.ColumnNameExpr]bool{}
+	for _, a := range s.OnDuplicate {
+		if t.counter(a.Column.Name.O) == nil {
+			if w.readsCounter(a.Expr) {
+				needsFold = true
+			}
+			continue
+		}
+		if delta, _, self := w.selfIncrement(a, ref); delta != nil {
+			w.skip[self] = true
+			continue
+		}
+		needsFold = true
+	}
+	for _, a := range s.OnDuplicate {
+		w.visit(a.Expr)
+	}
+	w.pop()
+	if !needsFold {
+		p := w.readPlan(start, end)
+		return p
+	}
+	if w.failed != "" {
+		return Plan{Kind: KindOriginal, Reason: "unsupported: " + w.failed}
+	}
+	// The rows that may be replaced or updated are those whose key is in
+	// the VALUES list.
+	keyCol := -1
+	if len(s.Columns) == 0 && !s.Setlist {
+		for i, c := range t.Columns {
+			if strings.EqualFold(c, t.Key) {
+				keyCol = i
+			}
+		}
+	}
+	for i, c := range s.Columns {
+		if strings.EqualFold(c.Name.O, t.Key) {
+			keyCol = i
+		}
+	}
+	if s.Select != nil || keyCol < 0 || len(s.Lists) == 0 {
+		return Plan{Kind: KindOriginal, Table: t, Invalidate: s.IsReplace,
+			Reason: "unsupported: REPLACE or ON DUPLICATE KEY UPDATE without the key in a VALUES list"}
+	}
+	g := &Guard{}
+	var keys []string
+	for _, row := range s.Lists {
+		if keyCol >= len(row) {
+			return Plan{Kind: KindOriginal, Table: t, Reason: "unsupported: VALUES row without the key"}
+		}
+		e := row[keyCol]
+		if !isIntLiteralOrParam(e) {
+			return Plan{Kind: KindOriginal, Table: t, Reason: "unsupported: key value is not a literal or placeholder"}
+		}
+		keys = append(keys, r.restore(e, w.sess))
+		if i := paramIndex(e); i >= 0 {
+			g.KeysParams = append(g.KeysParams, i)
+		}
+	}
+	g.KeysSQL = fmt.Sprintf("SELECT %s FROM %s WHERE %s IN (%s) FOR UPDATE",
+		quoteIdent(t.Key), t.Qualified(), quoteIdent(t.Key), strings.Join(keys, ", "))
+	return Plan{Kind: KindGuarded, Table: t, SQL: apply(w.sql, start, end, w.edits), Guard: g, Invalidate: s.IsReplace}
+}
+
+// upsert builds the slotted write for increments of ctrs by deltas on one
+// record. Placeholders keep their original order: deltas, then the key.
+func (r *Rewriter) upsert(t *Table, ctrs []*Counter, deltas []string, key string) string {
+	slot := r.opts.Slot(t.Slots)
+	if len(ctrs) == 1 {
+		q := fmt.Sprintf("INSERT INTO %s (`record_type`, `slot`, `count`, `record_id`) VALUES (%d, %d, %s, %s)",
+			t.QualifiedSlots(), ctrs[0].RecordType, slot, deltas[0], key)
+		if r.opts.RowAlias {
+			return q + " AS `_new` ON DUPLICATE KEY UPDATE `count` = `count` + `_new`.`count`"
+		}
+		return q + " ON DUPLICATE KEY UPDATE `count` = `count` + VALUES(`count`)"
+	}
+	var rows strings.Builder
+	for i, c := range ctrs {
+		if i == 0 {
+			fmt.Fprintf(&rows, "SELECT %d AS `rt`, %s AS `n`", c.RecordType, deltas[i])
+		} else {
+			fmt.Fprintf(&rows, " UNION ALL SELECT %d, %s", c.RecordType, deltas[i])
+		}
+	}
+	q := fmt.Sprintf("INSERT INTO %s (`record_type`, `slot`, `count`, `record_id`) SELECT `_u`.`rt`, %d, `_u`.`n`, `_k`.`k` FROM (%s) AS `_u`, (SELECT %s AS `k`) AS `_k`",
+		t.QualifiedSlots(), slot, rows.String(), key)
+	if r.opts.RowAlias {
+		return q + " ON DUPLICATE KEY UPDATE `count` = `count` + `_u`.`n`"
+	}
+	return q + " ON DUPLICATE KEY UPDATE `count` = `count` + VALUES(`count`)"
+}
+
+// keyEquality returns the value side of `key = v` (either order) when where
+// is exactly that, with v an integer literal or a placeholder.
+func keyEquality(where ast.ExprNode, t *Table, ref *tableRef) ast.ExprNode {
+	for {
+		p, ok := where.(*ast.ParenthesesExpr)
+		if !ok {
+			break
+		}
+		where = p.Expr
+	}
+	b, ok := where.(*ast.BinaryOperationExpr)
+	if !ok || b.Op != opcode.EQ {
+		return nil
+	}
+	isKey := func(e ast.ExprNode) bool {
+		c, ok := e.(*ast.ColumnNameExpr)
+		return ok && strings.EqualFold(c.Name.Name.O, t.Key) && (c.Name.Table.O == "" || c.Name.Table.L == ref.match)
+	}
+	switch {
+	case isKey(b.L) && isIntLiteralOrParam(b.R):
+		return b.R
+	case isKey(b.R) && isIntLiteralOrParam(b.L):
+		return b.L
+	}
+	return nil
+}
+
+func limitOK(l *ast.Limit) bool {
+	if l == nil {
+		return true
+	}
+	if l.Offset != nil {
+		return false
+	}
+	v, ok := l.Count.(*driver.ValueExpr)
+	return ok && v.GetInt64() >= 1
+}
+
+// isIntLiteralOrParam accepts a placeholder, an integer literal, or a
+// negated integer literal.
+func isIntLiteralOrParam(e ast.ExprNode) bool {
+	switch x := e.(type) {
+	case *driver.ParamMarkerExpr:
+		return true
+	case *driver.ValueExpr:
+		k := x.Kind()
+		return k == driver.KindInt64 || k == driver.KindUint64
+	case *ast.UnaryOperationExpr:
+		if x.Op == opcode.Minus {
+			v, ok := x.V.(*driver.ValueExpr)
+			return ok && (v.Kind() == driver.KindInt64 || v.Kind() == driver.KindUint64)
+		}
+	}
+	return false
+}
+
+func isZero(e ast.ExprNode) bool {
+	v, ok := e.(*driver.ValueExpr)
+	return ok && (v.Kind() == driver.KindInt64 || v.Kind() == driver.KindUint64) && v.GetInt64() == 0
+}
+
+func paramIndex(e ast.ExprNode) int {
+	if p, ok := e.(*driver.ParamMarkerExpr); ok {
+		return p.Order
+	}
+	return -1
+}
+
+// paramsIn lists the placeholder indexes inside e in text order.
+func paramsIn(e ast.ExprNode) []int {
+	var c paramCollector
+	e.Accept(&c)
+	return c.idx
+}
+
+type paramCollector struct{ idx []int }
+
+func (c *paramCollector) Enter(n ast.Node) (ast.Node, bool) {
+	if p, ok := n.(*driver.ParamMarkerExpr); ok {
+		c.idx = append(c.idx, p.Order)
+	}
+	return n, false
+}
+func (c *paramCollector) Leave(n ast.Node) (ast.Node, bool) { return n, true }
+
+// restore prints a literal or placeholder with the parser's own quoting,
+// honouring the session's NO_BACKSLASH_ESCAPES.
+func (r *Rewriter) restore(e ast.ExprNode, sess Session) string {
+	flags := format.DefaultRestoreFlags | format.RestoreStringWithoutDefaultCharset
+	if !sess.NoBackslashEscapes {
+		flags |= format.RestoreStringEscapeBackslash
+	}
+	var b strings.Builder
+	if err := e.Restore(format.NewRestoreCtx(flags, &b)); err != nil {
+		return "NULL"
+	}
+	return b.String()
+}
+
+// exprEnd finds where the expression starting at start ends: the end of the
+// statement's WHERE clause text, i.e. before ORDER BY, LIMIT, FOR, or the
+// statement's end. It scans tokens outside quotes and parentheses.
+func exprEnd(sql string, e ast.ExprNode, start int) int {
+	_ = e
+	depth := 0
+	i := start
+	for i < len(sql) {
+		c := sql[i]
+		switch {
+		case c == '\'' || c == '"' || c == '`':
+			j := i + 1
+			for j < len(sql) {
+				if sql[j] == '\\' && c != '`' {
+					j += 2
+					continue
+				}
+				if sql[j] == c {
+					if j+1 < len(sql) && sql[j+1] == c {
+						j += 2
+						continue
+					}
+					break
+				}
+				j++
+			}
+			i = j + 1
+			continue
+		case c == '(':
+			depth++
+		case c == ')':
+			if depth == 0 {
+				return trimEnd(sql, start, i)
+			}
+			depth--
+		case c == ';':
+			if depth == 0 {
+				return trimEnd(sql, start, i)
+			}
+		case depth == 0 && (c == 'O' || c == 'o' || c == 'L' || c == 'l' || c == 'F' || c == 'f') && (i == 0 || !isIdentByte(sql[i-1])):
+			for _, kw := range []string{"ORDER", "LIMIT", "FOR", "LOCK", "RETURNING"} {
+				if len(sql)-i > len(kw) && strings.EqualFold(sql[i:i+len(kw)], kw) && !isIdentByte(sql[i+len(kw)]) {
+					return trimEnd(sql, start, i)
+				}
+			}
+		}
+		if j := skipSpace(sql, i); j > i {
+			i = j
+			continue
+		}
+		i++
+	}
+	return trimEnd(sql, start, len(sql))
+}
+
+func trimEnd(sql string, start, end int) int {
+	for end > start && (sql[end-1] == ' ' || sql[end-1] == '\n' || sql[end-1] == '\t' || sql[end-1] == '\r') {
+		end--
+	}
+	return end
+}
+
+func isIdentByte(c byte) bool {
+	return c == '_' || c == '$' || c >= 0x80 || ('0' <= c && c <= '9') || ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z')
+}
