@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/slotproxy/slotproxy/rewrite"
 )
 
 // Config is everything a Server needs. The zero value of each optional field
@@ -36,6 +38,13 @@ type Config struct {
 	MaxUnauthenticated int
 	// Logger receives structured logs. Nil means slog.Default().
 	Logger *slog.Logger
+	// Rewriter rewrites statements that touch ruled tables. Nil relays
+	// every statement unchanged. SetRewriter replaces it while serving.
+	Rewriter *rewrite.Rewriter
+	// OnDDL, when set, is called in a goroutine of its own after a DDL
+	// statement on a ruled table succeeded, so the owner can reload the
+	// catalog and call SetRewriter.
+	OnDDL func()
 }
 
 // Server is a running proxy. Its methods are safe for concurrent use.
@@ -47,6 +56,7 @@ type Server struct {
 	cancel context.CancelFunc
 
 	commandHook func(cmd byte) // tests only: fault injection, set before Serve
+	rewriter    atomic.Pointer[rewrite.Rewriter]
 
 	nextID          atomic.Uint64
 	unauthenticated atomic.Int64
@@ -80,7 +90,7 @@ func NewServer(cfg Config) (*Server, error) {
 		cfg.Logger = slog.Default()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{
+	srv := &Server{
 		cfg:       cfg,
 		log:       cfg.Logger,
 		ctx:       ctx,
@@ -88,8 +98,15 @@ func NewServer(cfg Config) (*Server, error) {
 		listeners: make(map[net.Listener]struct{}),
 		sessions:  make(map[*session]struct{}),
 		allGone:   make(chan struct{}),
-	}, nil
+	}
+	srv.rewriter.Store(cfg.Rewriter)
+	return srv, nil
 }
+
+// SetRewriter replaces the rewriter for statements prepared or sent from
+// now on; statements already prepared keep the plan they were prepared
+// with. Nil turns rewriting off.
+func (s *Server) SetRewriter(r *rewrite.Rewriter) { s.rewriter.Store(r) }
 
 // ErrServerClosed is returned by Serve after Shutdown or Close.
 var ErrServerClosed = errors.New("proxy: server closed")
