@@ -348,6 +348,7 @@ func (a *authRelay) run() error {
 		}
 		switch pkt[0] {
 		case 0x00:
+			s.noteStatus(okStatus(pkt))
 			return nil
 		case 0xff:
 			return errAuthFailed

@@ -3,6 +3,7 @@ package proxy
 import (
 	"encoding/binary"
 	"fmt"
+	"io"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 )
@@ -77,9 +78,12 @@ func okStatus(p []byte) uint16 {
 }
 
 func (s *session) relayOne() error {
-	h, _, err := s.nextPacket()
+	h, p, err := s.nextPacket()
 	if err != nil {
 		return err
+	}
+	if p[0] == 0x00 && h.length >= 7 {
+		s.noteStatus(okStatus(p))
 	}
 	return s.forward(h)
 }
@@ -87,7 +91,7 @@ func (s *session) relayOne() error {
 // relayResults relays the response to COM_QUERY or COM_STMT_EXECUTE: OK,
 // ERR, a LOCAL INFILE request, or result sets, repeated while the server
 // flags more results.
-func (s *session) relayResults() error {
+func (s *session) relayResults(patch *incPatch) error {
 	for {
 		h, p, err := s.nextPacket()
 		if err != nil {
@@ -96,13 +100,25 @@ func (s *session) relayResults() error {
 		switch {
 		case p[0] == 0x00:
 			status := okStatus(p)
-			if err := s.forward(h); err != nil {
+			if patch != nil && h.length < maxPacketPayload {
+				raw := make([]byte, h.length)
+				if _, err := io.ReadFull(s.back.br, raw); err != nil {
+					return noEOF(err)
+				}
+				if _, err := s.client.writePacket(patch.apply(s, raw), h.seq); err != nil {
+					return err
+				}
+			} else if err := s.forward(h); err != nil {
 				return err
 			}
 			if status&mysql.SERVER_MORE_RESULTS_EXISTS == 0 {
+				s.noteStatus(status)
 				return nil
 			}
 		case p[0] == 0xff:
+			if len(p) >= 3 {
+				s.noteErr(binary.LittleEndian.Uint16(p[1:]))
+			}
 			return s.forward(h)
 		case p[0] == 0xfb: // LOCAL INFILE: the client sends the file, then the server answers
 			s.clientOwes.Store(owesInfile)
@@ -151,6 +167,9 @@ func (s *session) relayResultSet(columns uint64) (more bool, err error) {
 		}
 	}
 	status, err := s.relayRows()
+	if err == nil && status&mysql.SERVER_MORE_RESULTS_EXISTS == 0 {
+		s.noteStatus(status)
+	}
 	return status&mysql.SERVER_MORE_RESULTS_EXISTS != 0, err
 }
 

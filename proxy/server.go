@@ -57,6 +57,8 @@ type Server struct {
 
 	commandHook func(cmd byte) // tests only: fault injection, set before Serve
 	rewriter    atomic.Pointer[rewrite.Rewriter]
+	exists      *existsCache
+	stats       Stats
 
 	nextID          atomic.Uint64
 	unauthenticated atomic.Int64
@@ -98,6 +100,7 @@ func NewServer(cfg Config) (*Server, error) {
 		listeners: make(map[net.Listener]struct{}),
 		sessions:  make(map[*session]struct{}),
 		allGone:   make(chan struct{}),
+		exists:    newExistsCache(1 << 20),
 	}
 	srv.rewriter.Store(cfg.Rewriter)
 	return srv, nil
@@ -107,6 +110,35 @@ func NewServer(cfg Config) (*Server, error) {
 // now on; statements already prepared keep the plan they were prepared
 // with. Nil turns rewriting off.
 func (s *Server) SetRewriter(r *rewrite.Rewriter) { s.rewriter.Store(r) }
+
+// Stats are the server's counters since start. Safe for concurrent use.
+type Stats struct {
+	rewrittenReads  atomic.Uint64
+	rewrittenWrites atomic.Uint64
+	guardedWrites   atomic.Uint64
+	parseFailures   atomic.Uint64
+	shadowed        atomic.Uint64
+	existsHits      atomic.Uint64
+}
+
+// StatsSnapshot is a copy of the counters.
+type StatsSnapshot struct {
+	RewrittenReads, RewrittenWrites, GuardedWrites, ParseFailures, Shadowed, ExistsHits uint64
+	ExistsCacheSize                                                                     int
+}
+
+// Stats returns the current counters.
+func (s *Server) Stats() StatsSnapshot {
+	return StatsSnapshot{
+		RewrittenReads:  s.stats.rewrittenReads.Load(),
+		RewrittenWrites: s.stats.rewrittenWrites.Load(),
+		GuardedWrites:   s.stats.guardedWrites.Load(),
+		ParseFailures:   s.stats.parseFailures.Load(),
+		Shadowed:        s.stats.shadowed.Load(),
+		ExistsHits:      s.stats.existsHits.Load(),
+		ExistsCacheSize: s.exists.size(),
+	}
+}
 
 // ErrServerClosed is returned by Serve after Shutdown or Close.
 var ErrServerClosed = errors.New("proxy: server closed")

@@ -53,9 +53,9 @@ type session struct {
 	connMu    sync.Mutex
 	rawClient net.Conn
 	rawBack   net.Conn
-	client     *packetConn
-	back       *packetConn
-	started    time.Time
+	client    *packetConn
+	back      *packetConn
+	started   time.Time
 
 	// Set by the handshake, read-only afterwards.
 	caps          uint32
@@ -74,6 +74,16 @@ type session struct {
 	authed     atomic.Bool
 	closeOnce  sync.Once
 	commands   atomic.Uint64
+
+	// Set by the response pump from every completed response, read by the
+	// command pump.
+	lastStatus atomic.Uint32 // server status flags
+	rolledBack atomic.Bool   // a deadlock or lock wait timeout rolled the transaction back
+
+	// Owned by the command pump.
+	held bool         // the command pump holds the backend (see acquire)
+	rw   rewriteState // rewriting state
+	cmd  []byte       // reusable buffer for intercepted commands
 }
 
 // respKind says how a command's response is delimited.
@@ -91,7 +101,8 @@ const (
 
 // expect is one entry of the queue of responses the backend owes.
 type expect struct {
-	kind respKind
+	kind  respKind
+	patch *incPatch // rewrite the final OK of a slotted increment
 }
 
 func newSession(srv *Server, id uint64, c net.Conn) *session {
@@ -244,6 +255,39 @@ func (s *session) commandPump() error {
 		if s.srv.commandHook != nil {
 			s.srv.commandHook(cmd)
 		}
+		if rw := s.srv.rewriter.Load(); rw != nil && h.length < maxPacketPayload && intercepted(cmd) {
+			buf := s.cmd[:0]
+			if cap(buf) < h.length {
+				buf = make([]byte, h.length)
+			}
+			buf = buf[:h.length]
+			if _, err := io.ReadFull(c.br, buf); err != nil {
+				return noEOF(err)
+			}
+			if cap(buf) <= 64<<10 {
+				s.cmd = buf
+			}
+			if err := s.handleCommand(rw, buf); err != nil {
+				var be *backendError
+				if !errors.As(err, &be) {
+					return err
+				}
+				// An internal statement failed: the client sees its error.
+				if werr := s.client.sendError(1, proxyError(codeUnknown, "%s", be.Error())); werr != nil {
+					return werr
+				}
+			}
+			switch cmd {
+			case mysql.COM_CHANGE_USER:
+				s.resetRewriteState()
+				if err := s.changeUser(); err != nil {
+					return err
+				}
+			case mysql.COM_RESET_CONNECTION:
+				s.resetRewriteState()
+			}
+			continue
+		}
 		kind, hasResponse := responseKind(cmd)
 		if hasResponse {
 			s.pending.Add(1)
@@ -297,6 +341,18 @@ func responseKind(cmd byte) (kind respKind, hasResponse bool) {
 	// Unknown or obsolete commands: the server answers with ERR (or OK),
 	// which the result-set reader handles as a one-packet response.
 	return respResults, true
+}
+
+// intercepted reports whether a command goes through the rewriting layer
+// when a rewriter is configured.
+func intercepted(cmd byte) bool {
+	switch cmd {
+	case mysql.COM_QUERY, mysql.COM_STMT_PREPARE, mysql.COM_STMT_EXECUTE, mysql.COM_STMT_CLOSE,
+		mysql.COM_STMT_SEND_LONG_DATA, mysql.COM_STMT_RESET, mysql.COM_INIT_DB,
+		mysql.COM_CHANGE_USER, mysql.COM_RESET_CONNECTION:
+		return true
+	}
+	return false
 }
 
 // comStmtBulkExecute is MariaDB's COM_STMT_BULK_EXECUTE.
@@ -359,7 +415,7 @@ func (s *session) responsePump() error {
 		case respOne:
 			err = s.relayOne()
 		case respResults:
-			err = s.relayResults()
+			err = s.relayResults(e.patch)
 		case respPrepare:
 			err = s.relayPrepare()
 		case respRows:

@@ -72,6 +72,10 @@ func (t *Table) recordTypes() string {
 // in the same schemas (to resolve unqualified column names). It is
 // immutable; build a new one to change it.
 type Catalog struct {
+	// FoldCase: the server compares table names case-insensitively
+	// (lower_case_table_names = 1 or 2). Set it before first use.
+	FoldCase bool
+
 	tables map[string]*Table   // "schema.table", lower case
 	others map[string][]string // columns of unruled tables, lower case keys
 	names  []string            // distinct lower-case ruled table names, for the pre-filter
@@ -110,8 +114,18 @@ func (c *Catalog) Tables() []*Table {
 	return out
 }
 
+// lookup finds a ruled table. Names compare exactly, as the server does
+// with lower_case_table_names=0 (Linux); with FoldCase set (the server
+// folds names) they compare case-insensitively.
 func (c *Catalog) lookup(schema, name string) *Table {
-	return c.tables[strings.ToLower(schema)+"."+strings.ToLower(name)]
+	if c.FoldCase {
+		return c.tables[strings.ToLower(schema)+"."+strings.ToLower(name)]
+	}
+	t := c.tables[strings.ToLower(schema)+"."+strings.ToLower(name)]
+	if t == nil || t.Schema != schema || t.Name != name {
+		return nil
+	}
+	return t
 }
 
 // Mentions reports whether sql contains the name of a ruled table anywhere

@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/pingcap/tidb/pkg/parser/ast"
+	driver "github.com/pingcap/tidb/pkg/parser/test_driver"
 )
 
 // This file finds every read of a counter column in a statement and turns
@@ -36,6 +37,7 @@ type reads struct {
 	found   int                          // counter reads rewritten
 	tables  map[*Table]bool              // ruled tables seen anywhere
 	failed  string                       // why the statement cannot be rewritten safely
+	params  map[*driver.ParamMarkerExpr]int
 }
 
 func (w *reads) push(s *scope) { w.scopes = append(w.scopes, s) }

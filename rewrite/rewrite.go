@@ -37,6 +37,8 @@ type Plan struct {
 	Kind Kind
 	// SQL is the statement to send: rewritten, or the original text.
 	SQL string
+	// Original is the statement's own text.
+	Original string
 	// Reason explains a KindOriginal plan for a statement that names a
 	// ruled table (empty when there is nothing to explain).
 	Reason string
@@ -70,6 +72,9 @@ type Increment struct {
 	CheckSQL string
 	// Zero: every delta is a literal 0, so the UPDATE would change no row.
 	Zero bool
+	// DeltaParams are the placeholder indexes of the deltas (-1 for a
+	// literal), so a prepared execution can tell a zero increment.
+	DeltaParams []int
 }
 
 // Guard finds the records a write may touch, so their slots can be folded
@@ -180,6 +185,7 @@ func (r *Rewriter) Rewrite(sql string, sess Session) ([]Plan, error) {
 		end := start + len(text)
 		pos = end
 		plan := r.plan(st, sql, start, end, sess)
+		plan.Original = text
 		if plan.Kind == KindOriginal {
 			plan.SQL = text
 		}
@@ -200,7 +206,7 @@ func Changed(plans []Plan) bool {
 
 // plan decides one statement. sql[start:end] is its text.
 func (r *Rewriter) plan(st ast.StmtNode, sql string, start, end int, sess Session) Plan {
-	w := &reads{r: r, sql: sql, sess: sess, tables: map[*Table]bool{}}
+	w := &reads{r: r, sql: sql, sess: sess, tables: map[*Table]bool{}, params: numberParams(st)}
 	var p Plan
 	switch s := st.(type) {
 	case *ast.UpdateStmt:

@@ -2,6 +2,7 @@ package rewrite
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 
 	"github.com/pingcap/tidb/pkg/parser/ast"
@@ -138,14 +139,17 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 				}
 				keyText := r.restore(key, w.sess)
 				ctrs := make([]*Counter, len(incs))
+				deltaParams := make([]int, len(incs))
 				for i := range incs {
 					ctrs[i] = incs[i].ctr
+					deltaParams[i] = w.paramIndex(incs[i].delta)
 				}
 				p.SQL = r.upsert(t, ctrs, deltas, keyText)
 				p.Increment = &Increment{
-					KeyParam: paramIndex(key),
-					CheckSQL: fmt.Sprintf("SELECT 1 FROM %s WHERE %s = %s LIMIT 1", t.Qualified(), quoteIdent(t.Key), keyText),
-					Zero:     zero,
+					KeyParam:    w.paramIndex(key),
+					CheckSQL:    fmt.Sprintf("SELECT 1 FROM %s WHERE %s = %s LIMIT 1", t.Qualified(), quoteIdent(t.Key), keyText),
+					Zero:        zero,
+					DeltaParams: deltaParams,
 				}
 				if p.Increment.KeyParam < 0 {
 					p.Increment.KeyLiteral = keyText
@@ -248,7 +252,7 @@ func (r *Rewriter) guardWhere(t *Table, ref *tableRef, refs *ast.TableRefsClause
 			}
 		}
 		q += " WHERE " + apply(w.sql, ws, we, edits)
-		g.KeysParams = paramsIn(where)
+		g.KeysParams = w.paramsIn(where)
 	}
 	g.KeysSQL = q + " FOR UPDATE"
 	return g
@@ -330,7 +334,7 @@ func (r *Rewriter) insert(s *ast.InsertStmt, w *reads, start, end int) Plan {
 			return Plan{Kind: KindOriginal, Table: t, Reason: "unsupported: key value is not a literal or placeholder"}
 		}
 		keys = append(keys, r.restore(e, w.sess))
-		if i := paramIndex(e); i >= 0 {
+		if i := w.paramIndex(e); i >= 0 {
 			g.KeysParams = append(g.KeysParams, i)
 		}
 	}
@@ -428,25 +432,48 @@ func isZero(e ast.ExprNode) bool {
 	return ok && (v.Kind() == driver.KindInt64 || v.Kind() == driver.KindUint64) && v.GetInt64() == 0
 }
 
-func paramIndex(e ast.ExprNode) int {
-	if p, ok := e.(*driver.ParamMarkerExpr); ok {
-		return p.Order
+// paramIndex is the position of a placeholder among the statement's
+// placeholders (in text order), or -1 for anything else.
+func (w *reads) paramIndex(e ast.ExprNode) int {
+	p, ok := e.(*driver.ParamMarkerExpr)
+	if !ok {
+		return -1
+	}
+	if i, ok := w.params[p]; ok {
+		return i
 	}
 	return -1
 }
 
-// paramsIn lists the placeholder indexes inside e in text order.
-func paramsIn(e ast.ExprNode) []int {
+// paramsIn lists the indexes of the placeholders inside e in text order.
+func (w *reads) paramsIn(e ast.ExprNode) []int {
 	var c paramCollector
 	e.Accept(&c)
-	return c.idx
+	out := make([]int, 0, len(c.found))
+	for _, p := range c.found {
+		out = append(out, w.params[p])
+	}
+	return out
 }
 
-type paramCollector struct{ idx []int }
+// numberParams indexes a statement's placeholders by their text position
+// (the parser leaves their Order at zero).
+func numberParams(st ast.Node) map[*driver.ParamMarkerExpr]int {
+	var c paramCollector
+	st.Accept(&c)
+	sort.SliceStable(c.found, func(i, j int) bool { return c.found[i].Offset < c.found[j].Offset })
+	m := make(map[*driver.ParamMarkerExpr]int, len(c.found))
+	for i, p := range c.found {
+		m[p] = i
+	}
+	return m
+}
+
+type paramCollector struct{ found []*driver.ParamMarkerExpr }
 
 func (c *paramCollector) Enter(n ast.Node) (ast.Node, bool) {
 	if p, ok := n.(*driver.ParamMarkerExpr); ok {
-		c.idx = append(c.idx, p.Order)
+		c.found = append(c.found, p)
 	}
 	return n, false
 }

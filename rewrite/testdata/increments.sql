@@ -9,7 +9,9 @@ UPDATE repos SET downloads = downloads - ? WHERE id = ?
 -- case: key on the left, parenthesised, LIMIT 1
 update `app`.`repos` set `downloads`=`downloads`+1 where (7 = id) limit 1
 -- case: comments, odd case and spacing, alias
-UPDATE /* hot */ App.Repos AS r SET r.DOWNLOADS = r.downloads  +  2 WHERE r.id = 99 -- trailing
+UPDATE /* hot */ app.repos AS r SET r.DOWNLOADS = r.downloads  +  2 WHERE r.ID = 99 -- trailing
+-- case: table names are case-sensitive, like the server's on Linux
+UPDATE App.Repos SET downloads = downloads + 1 WHERE id = 1
 -- case: two counters in one SET
 UPDATE repos SET downloads = downloads + ?, stars = stars + ? WHERE id = ?
 -- case: two counters, MySQL 8 row alias

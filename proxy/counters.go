@@ -1,0 +1,765 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"log/slog"
+	"strings"
+	"unsafe"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/slotproxy/slotproxy/rewrite"
+)
+
+// This file connects the rewriter to a session: it intercepts the commands
+// that carry SQL (COM_QUERY, COM_STMT_PREPARE) and executions of rewritten
+// prepared statements, and runs each plan so the client sees exactly the
+// response the original statement would have produced.
+
+// foldBatch bounds how many keys one fold statement names.
+const foldBatch = 500
+
+// rewriteState is the command pump's rewriting state for one session.
+type rewriteState struct {
+	infoKnown   bool // db and sql_mode below are current
+	db          string
+	ansiQuotes  bool
+	noBackslash bool
+	stmts       map[uint32]*stmtInfo // rewritten prepared statements by backend id
+	internal    map[string]uint32    // statements the proxy prepared for itself
+	txnKnown    []knownKey           // keys found inside the open transaction
+	sawRollback bool
+}
+
+type knownKey struct{ table, key string }
+
+// stmtInfo is a prepared statement whose executions need the proxy.
+type stmtInfo struct {
+	plan     rewrite.Plan
+	params   int
+	types    []byte // parameter types last bound
+	longData []bool // parameters sent as long data since the last execute
+}
+
+// incPatch turns an upsert's OK into the OK the UPDATE would have sent.
+type incPatch struct {
+	matched, changed uint64
+}
+
+func (p *incPatch) apply(s *session, raw []byte) []byte {
+	ok, err := parseOK(raw)
+	if err != nil {
+		return raw
+	}
+	ok.affected = p.changed
+	if s.caps&mysql.CLIENT_FOUND_ROWS != 0 {
+		ok.affected = p.matched
+	}
+	ok.insertID = 0
+	info := updateInfo(p.matched, p.changed, ok.warnings)
+	return ok.build(s.caps, &info)
+}
+
+// noteStatus records the server status flags of a completed response.
+func (s *session) noteStatus(st uint16) { s.lastStatus.Store(uint32(st)) }
+
+func (s *session) inTransaction() bool {
+	return uint16(s.lastStatus.Load())&mysql.SERVER_STATUS_IN_TRANS != 0
+}
+
+func (s *session) autocommit() bool {
+	return uint16(s.lastStatus.Load())&mysql.SERVER_STATUS_AUTOCOMMIT != 0
+}
+
+// resetRewriteState forgets per-connection state after COM_CHANGE_USER or
+// COM_RESET_CONNECTION (the server dropped statements and variables).
+func (s *session) resetRewriteState() {
+	s.rw = rewriteState{}
+}
+
+// settleTransaction promotes keys found inside a transaction to the shared
+// cache once it committed, and drops them when it rolled back.
+func (s *session) settleTransaction() {
+	if len(s.rw.txnKnown) == 0 || s.inTransaction() {
+		return
+	}
+	if !s.rw.sawRollback && !s.rolledBack.Load() {
+		for _, k := range s.rw.txnKnown {
+			s.srv.exists.add(k.table, k.key)
+		}
+	}
+	s.rw.txnKnown = s.rw.txnKnown[:0]
+	s.rw.sawRollback = false
+	s.rolledBack.Store(false)
+}
+
+// handleCommand runs one client command when a rewriter is configured.
+// payload is the whole command (one packet). It always consumes the
+// command: by forwarding it as is, or by executing its rewrite.
+func (s *session) handleCommand(rw *rewrite.Rewriter, payload []byte) error {
+	s.settleTransaction()
+	var err error
+	switch payload[0] {
+	case mysql.COM_QUERY:
+		err = s.handleQuery(rw, payload)
+	case mysql.COM_STMT_PREPARE:
+		err = s.handlePrepare(rw, payload)
+	case mysql.COM_STMT_EXECUTE:
+		err = s.handleExecute(payload)
+	default:
+		err = s.handleOther(payload)
+	}
+	if rerr := s.release(); err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// forwardCommand sends payload on the normal path: the response pump
+// relays the response. When the backend is held, the response is relayed
+// here instead.
+func (s *session) forwardCommand(payload []byte, e expect) error {
+	if s.held {
+		if err := s.writeCommand(payload); err != nil {
+			return err
+		}
+		if payload[0] == mysql.COM_STMT_PREPARE {
+			_, _, _, err := s.prepareResponseHeld()
+			return err
+		}
+		seq := byte(1)
+		_, err := s.relayHeld(&seq, false)
+		return err
+	}
+	s.pending.Add(1)
+	s.expects <- e
+	_, err := s.back.writePacket(payload, 0)
+	return err
+}
+
+func (s *session) handleOther(payload []byte) error {
+	switch payload[0] {
+	case mysql.COM_STMT_CLOSE:
+		if len(payload) >= 5 {
+			delete(s.rw.stmts, binary.LittleEndian.Uint32(payload[1:]))
+		}
+		_, err := s.back.writePacket(payload, 0)
+		return err
+	case mysql.COM_STMT_SEND_LONG_DATA:
+		if len(payload) >= 7 {
+			if st := s.rw.stmts[binary.LittleEndian.Uint32(payload[1:])]; st != nil {
+				if i := int(binary.LittleEndian.Uint16(payload[5:])); i < st.params {
+					if st.longData == nil {
+						st.longData = make([]bool, st.params)
+					}
+					st.longData[i] = true
+				}
+			}
+		}
+		_, err := s.back.writePacket(payload, 0)
+		return err
+	case mysql.COM_STMT_RESET:
+		if len(payload) >= 5 {
+			if st := s.rw.stmts[binary.LittleEndian.Uint32(payload[1:])]; st != nil {
+				st.longData = nil
+			}
+		}
+	case mysql.COM_INIT_DB:
+		s.rw.infoKnown = false
+	}
+	kind, _ := responseKind(payload[0])
+	return s.forwardCommand(payload, expect{kind: kind})
+}
+
+// sessionMayChange reports whether a query can change the default database
+// or sql_mode, which the rewriter depends on.
+func sessionMayChange(sql []byte) bool {
+	t := bytes.TrimLeft(sql, " \t\r\n(")
+	if len(t) >= 4 && strings.EqualFold(string(t[:3]), "use") && (t[3] == ' ' || t[3] == '\t' || t[3] == '`' || t[3] == '\n') {
+		return true
+	}
+	return containsFold(sql, "sql_mode") || containsFold(sql, "ansi")
+}
+
+func isRollback(sql []byte) bool {
+	t := bytes.TrimLeft(sql, " \t\r\n")
+	return len(t) >= 8 && strings.EqualFold(string(t[:8]), "rollback")
+}
+
+// containsFold is a case-insensitive substring test for an ASCII lower-case
+// needle.
+func containsFold(s []byte, lower string) bool {
+	for i := 0; i+len(lower) <= len(s); i++ {
+		match := true
+		for j := 0; j < len(lower); j++ {
+			c := s[i+j]
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			if c != lower[j] {
+				match = false
+				break
+			}
+		}
+		if match {
+			return true
+		}
+	}
+	return false
+}
+
+// ensureSessionInfo learns the session's default database and sql_mode
+// (lazily: once, and again after a statement that may change them).
+func (s *session) ensureSessionInfo() error {
+	if s.rw.infoKnown {
+		return nil
+	}
+	r, err := s.query("SELECT DATABASE(), @@SESSION.sql_mode")
+	if err != nil {
+		return err
+	}
+	if r.failed() || len(r.rows) != 1 {
+		return errors.New("cannot read the session's database and sql_mode")
+	}
+	vals, err := textValues(r.rows[0])
+	if err != nil || len(vals) != 2 {
+		return errors.New("cannot read the session's database and sql_mode")
+	}
+	mode := strings.ToUpper(string(vals[1]))
+	s.rw.db = string(vals[0])
+	s.rw.ansiQuotes = strings.Contains(mode, "ANSI_QUOTES")
+	s.rw.noBackslash = strings.Contains(mode, "NO_BACKSLASH_ESCAPES")
+	s.rw.infoKnown = true
+	return nil
+}
+
+func (s *session) rewriteSession() rewrite.Session {
+	return rewrite.Session{DB: s.rw.db, ANSIQuotes: s.rw.ansiQuotes, NoBackslashEscapes: s.rw.noBackslash}
+}
+
+// plan rewrites sql when it names a ruled table. It returns nil plans for
+// statements to send unchanged.
+func (s *session) plan(rw *rewrite.Rewriter, sql []byte) ([]rewrite.Plan, error) {
+	if len(sql) == 0 || !rw.Catalog().Mentions(unsafe.String(&sql[0], len(sql))) {
+		return nil, nil
+	}
+	if err := s.ensureSessionInfo(); err != nil {
+		return nil, err
+	}
+	plans, err := rw.Rewrite(string(sql), s.rewriteSession())
+	if err != nil {
+		s.srv.stats.parseFailures.Add(1)
+		s.log.Debug("statement does not parse; passing it through", "err", err)
+		return nil, nil
+	}
+	if !rewrite.Changed(plans) {
+		return nil, nil
+	}
+	return plans, nil
+}
+
+func (s *session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
+	sql := payload[1:]
+	if isRollback(sql) {
+		s.rw.sawRollback = true
+	}
+	changesSession := sessionMayChange(sql)
+	defer func() {
+		if changesSession {
+			s.rw.infoKnown = false
+		}
+	}()
+	plans, err := s.plan(rw, sql)
+	if err != nil {
+		return err
+	}
+	if plans == nil {
+		return s.forwardCommand(payload, expect{kind: respResults})
+	}
+	if s.log.Enabled(context.Background(), slog.LevelDebug) {
+		s.log.Debug("rewrite", "sql", string(sql), "plans", len(plans), "kind", plans[0].Kind.String())
+	}
+	// Reads only: one rewritten query, relayed as usual.
+	simple := true
+	var text strings.Builder
+	for _, p := range plans {
+		switch {
+		case p.Shadow:
+			s.srv.stats.shadowed.Add(1)
+			text.WriteString(p.Original)
+		case p.Kind == rewrite.KindOriginal && p.After == "" && !p.Invalidate && !p.Reload:
+			text.WriteString(p.SQL)
+		case p.Kind == rewrite.KindRead:
+			s.srv.stats.rewrittenReads.Add(1)
+			text.WriteString(p.SQL)
+		default:
+			simple = false
+		}
+	}
+	if simple {
+		return s.forwardCommand(queryPacket(text.String()), expect{kind: respResults})
+	}
+	// A lone increment whose key is known to exist: one statement, relayed
+	// by the response pump with the OK patched.
+	if len(plans) == 1 && plans[0].Kind == rewrite.KindIncrement && !s.held {
+		p := plans[0]
+		if s.keyKnown(p.Table, p.Increment.KeyLiteral) {
+			s.srv.stats.rewrittenWrites.Add(1)
+			return s.forwardCommand(queryPacket(p.SQL), expect{kind: respResults, patch: &incPatch{matched: 1, changed: boolInt(!p.Increment.Zero)}})
+		}
+	}
+	seq := byte(1)
+	for i, p := range plans {
+		more := i < len(plans)-1
+		failed, err := s.execPlan(p, nil, &seq, more)
+		if err != nil {
+			return err
+		}
+		if failed {
+			break // like the server: an error ends a multi-statement query
+		}
+	}
+	return nil
+}
+
+func boolInt(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func (s *session) tableKey(t *rewrite.Table) string { return t.Schema + "." + t.Name }
+
+func (s *session) keyKnown(t *rewrite.Table, key string) bool {
+	if key == "" {
+		return false
+	}
+	tk := s.tableKey(t)
+	if s.srv.exists.has(tk, key) {
+		s.srv.stats.existsHits.Add(1)
+		return true
+	}
+	for _, k := range s.rw.txnKnown {
+		if k.table == tk && k.key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// rememberKey records that the base row of key exists: in the shared cache
+// when that is committed knowledge, else until the transaction ends.
+func (s *session) rememberKey(t *rewrite.Table, key string, inTxn bool) {
+	if key == "" {
+		return
+	}
+	if inTxn {
+		s.rw.txnKnown = append(s.rw.txnKnown, knownKey{s.tableKey(t), key})
+		return
+	}
+	s.srv.exists.add(s.tableKey(t), key)
+}
+
+// execPlan runs one plan while holding the backend and writes the client's
+// response, numbering packets from *seq. exec, when set, is the client's
+// COM_STMT_EXECUTE for a prepared plan (with its decoded parameters in ep).
+// It reports whether the client got an ERR.
+func (s *session) execPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) (bool, error) {
+	if p.Shadow {
+		s.srv.stats.shadowed.Add(1)
+	}
+	switch {
+	case p.Kind == rewrite.KindIncrement && !p.Shadow:
+		return s.execIncrement(p, ex, seq, more)
+	case p.Kind == rewrite.KindGuarded && !p.Shadow:
+		return s.execGuarded(p, ex, seq, more)
+	}
+	sql := p.SQL
+	if p.Shadow {
+		sql = p.Original
+	} else if p.Kind == rewrite.KindRead {
+		s.srv.stats.rewrittenReads.Add(1)
+	}
+	if err := s.backendCmd(queryPacket(sql)); err != nil {
+		return false, err
+	}
+	failed, err := s.relayHeld(seq, more)
+	if err != nil || failed {
+		return failed, err
+	}
+	return false, s.afterSuccess(p)
+}
+
+// afterSuccess does a plan's follow-up once its statement succeeded.
+func (s *session) afterSuccess(p rewrite.Plan) error {
+	if p.Table != nil && p.Invalidate {
+		s.srv.exists.forget(s.tableKey(p.Table))
+	}
+	if p.After != "" {
+		r, err := s.query(p.After)
+		if err != nil {
+			return err
+		}
+		if r.failed() {
+			s.log.Warn("slot clean-up after the statement failed", "table", p.Table.Qualified(), "err", (&backendError{r.errPkt}).Error())
+		}
+	}
+	if p.Reload && s.srv.cfg.OnDDL != nil {
+		go s.srv.cfg.OnDDL()
+	}
+	return nil
+}
+
+// execution is a client's COM_STMT_EXECUTE of a rewritten statement.
+type execution struct {
+	payload []byte
+	params  execParams
+}
+
+// writeOK sends a synthesized OK packet to the client.
+func (s *session) writeOK(ok okPacket, info *string, seq *byte, more bool) error {
+	if more {
+		ok.status |= mysql.SERVER_MORE_RESULTS_EXISTS
+	}
+	_, err := s.client.writePacket(ok.build(s.caps, info), *seq)
+	*seq++
+	return err
+}
+
+func (s *session) writeErr(pkt []byte, seq *byte) error {
+	_, err := s.client.writePacket(pkt, *seq)
+	*seq++
+	return err
+}
+
+func (s *session) execIncrement(p rewrite.Plan, ex *execution, seq *byte, more bool) (bool, error) {
+	inc := p.Increment
+	key := inc.KeyLiteral
+	changed := !inc.Zero
+	if ex != nil {
+		if inc.KeyParam >= 0 {
+			key, _ = ex.params.intParam(inc.KeyParam)
+		}
+		changed = false
+		for _, i := range inc.DeltaParams {
+			if i < 0 {
+				changed = changed || !inc.Zero
+				continue
+			}
+			v, ok := ex.params.intParam(i)
+			changed = changed || !ok || v != "0"
+		}
+	}
+	if !s.keyKnown(p.Table, key) {
+		var r *response
+		var err error
+		if ex != nil && inc.KeyParam >= 0 {
+			r, err = s.executeInternal(inc.CheckSQL, ex.params, []int{inc.KeyParam})
+		} else {
+			r, err = s.query(inc.CheckSQL)
+		}
+		if err != nil {
+			var be *backendError
+			if errors.As(err, &be) {
+				return true, s.writeErr(be.pkt, seq)
+			}
+			return false, err
+		}
+		if r.failed() {
+			return true, s.writeErr(r.errPkt, seq)
+		}
+		s.log.Debug("existence check", "key", key, "rows", len(r.rows), "cols", len(r.cols))
+		if len(r.rows) == 0 {
+			// No base row: the UPDATE would have matched nothing, and no
+			// slot may be created for a key without a row.
+			info := updateInfo(0, 0, 0)
+			return false, s.writeOK(okPacket{status: r.status}, &info, seq, more)
+		}
+		s.rememberKey(p.Table, key, r.status&mysql.SERVER_STATUS_IN_TRANS != 0)
+	}
+	s.srv.stats.rewrittenWrites.Add(1)
+	var err error
+	if ex != nil {
+		err = s.backendCmd(ex.payload)
+	} else {
+		err = s.backendCmd(queryPacket(p.SQL))
+	}
+	if err != nil {
+		return false, err
+	}
+	r, err := s.readResponse()
+	if err != nil {
+		return false, err
+	}
+	if r.failed() {
+		s.noteErr(r.errCode())
+		return true, s.writeErr(r.errPkt, seq)
+	}
+	s.noteStatus(r.status)
+	patch := incPatch{matched: 1, changed: boolInt(changed)}
+	ok := *r.ok
+	raw := patch.apply(s, ok.build(s.caps, nil))
+	patched, _ := parseOK(raw)
+	info := updateInfo(patch.matched, patch.changed, patched.warnings)
+	return false, s.writeOK(patched, &info, seq, more)
+}
+
+// noteErr records errors that roll the transaction back.
+func (s *session) noteErr(code uint16) {
+	if code == 1213 || code == 1205 {
+		s.rolledBack.Store(true)
+	}
+}
+
+// executeInternal runs sql, prepared for the proxy's own use, with the given
+// parameters of the client's execution.
+func (s *session) executeInternal(sql string, ep execParams, idx []int) (*response, error) {
+	id, err := s.internalStmt(sql)
+	if err != nil {
+		return nil, err
+	}
+	pkt, err := ep.executePacket(id, idx)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.backendCmd(pkt); err != nil {
+		return nil, err
+	}
+	return s.readResponse()
+}
+
+// execGuarded folds the slots of every record the write may touch into the
+// base rows, then runs the write, all in one transaction (the client's, or
+// one the proxy opens and commits around an autocommit statement).
+func (s *session) execGuarded(p rewrite.Plan, ex *execution, seq *byte, more bool) (bool, error) {
+	s.srv.stats.guardedWrites.Add(1)
+	wrapped := !s.inTransaction()
+	fail := func(pkt []byte) (bool, error) {
+		if wrapped {
+			if _, err := s.query("ROLLBACK"); err != nil {
+				return false, err
+			}
+		}
+		return true, s.writeErr(pkt, seq)
+	}
+	if wrapped {
+		r, err := s.query("BEGIN")
+		if err != nil {
+			return false, err
+		}
+		if r.failed() {
+			return true, s.writeErr(r.errPkt, seq)
+		}
+	}
+	var keysResp *response
+	var err error
+	binaryRows := false
+	if ex != nil && len(p.Guard.KeysParams) > 0 {
+		keysResp, err = s.executeInternal(p.Guard.KeysSQL, ex.params, p.Guard.KeysParams)
+		binaryRows = true
+	} else {
+		keysResp, err = s.query(p.Guard.KeysSQL)
+	}
+	if err != nil {
+		var be *backendError
+		if errors.As(err, &be) {
+			return fail(be.pkt)
+		}
+		return false, err
+	}
+	if keysResp.failed() {
+		s.noteErr(keysResp.errCode())
+		return fail(keysResp.errPkt)
+	}
+	keys := make([]string, 0, len(keysResp.rows))
+	for _, row := range keysResp.rows {
+		var k string
+		var ok bool
+		if binaryRows {
+			k, ok = binaryInt(keysResp.cols[0], row)
+		} else if vals, err := textValues(row); err == nil && len(vals) == 1 && vals[0] != nil {
+			k, ok = string(vals[0]), isInteger(vals[0])
+		}
+		if !ok {
+			return false, errors.New("guard: key is not an integer")
+		}
+		keys = append(keys, k)
+	}
+	for len(keys) > 0 {
+		batch := keys[:min(foldBatch, len(keys))]
+		keys = keys[len(batch):]
+		for _, q := range p.Table.FoldSQL(batch) {
+			r, err := s.query(q)
+			if err != nil {
+				return false, err
+			}
+			if r.failed() {
+				s.noteErr(r.errCode())
+				return fail(r.errPkt)
+			}
+		}
+	}
+	if ex != nil {
+		err = s.backendCmd(ex.payload)
+	} else {
+		err = s.backendCmd(queryPacket(p.SQL))
+	}
+	if err != nil {
+		return false, err
+	}
+	main, err := s.readResponse()
+	if err != nil {
+		return false, err
+	}
+	if main.failed() {
+		s.noteErr(main.errCode())
+		return fail(main.errPkt)
+	}
+	if main.ok == nil {
+		return false, errors.New("guarded statement returned rows")
+	}
+	ok := *main.ok
+	if wrapped {
+		r, err := s.query("COMMIT")
+		if err != nil {
+			return false, err
+		}
+		if r.failed() {
+			return true, s.writeErr(r.errPkt, seq)
+		}
+		ok.status = r.status
+	}
+	s.noteStatus(ok.status)
+	if err := s.writeOK(ok, nil, seq, more); err != nil {
+		return false, err
+	}
+	return false, s.afterSuccess(p)
+}
+
+func isInteger(b []byte) bool {
+	if len(b) > 0 && b[0] == '-' {
+		b = b[1:]
+	}
+	if len(b) == 0 {
+		return false
+	}
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *session) handlePrepare(rw *rewrite.Rewriter, payload []byte) error {
+	plans, err := s.plan(rw, payload[1:])
+	if err != nil {
+		return err
+	}
+	if len(plans) != 1 {
+		return s.forwardCommand(payload, expect{kind: respPrepare})
+	}
+	p := plans[0]
+	switch {
+	case p.Shadow:
+		s.srv.stats.shadowed.Add(1)
+		return s.forwardCommand(payload, expect{kind: respPrepare})
+	case p.Kind == rewrite.KindRead:
+		return s.forwardCommand(append([]byte{mysql.COM_STMT_PREPARE}, p.SQL...), expect{kind: respPrepare})
+	case p.Kind == rewrite.KindOriginal && p.After == "" && !p.Invalidate && !p.Reload:
+		return s.forwardCommand(payload, expect{kind: respPrepare})
+	}
+	id, params, errPkt, err := s.prepareHeld([]byte(p.SQL), true)
+	if err != nil || errPkt != nil {
+		return err
+	}
+	if s.rw.stmts == nil {
+		s.rw.stmts = map[uint32]*stmtInfo{}
+	}
+	s.rw.stmts[id] = &stmtInfo{plan: p, params: params}
+	return nil
+}
+
+// prepareResponseHeld relays a prepare response while holding the backend.
+func (s *session) prepareResponseHeld() (uint32, int, []byte, error) {
+	// prepareHeld sends the command itself; here it was sent already.
+	seq := byte(1)
+	p, err := s.readPkt()
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	if _, err := s.client.writePacket(p, seq); err != nil {
+		return 0, 0, nil, err
+	}
+	seq++
+	if p[0] == 0xff {
+		return 0, 0, p, nil
+	}
+	if p[0] != 0x00 || len(p) < 9 {
+		return 0, 0, nil, errMalformed
+	}
+	id := binary.LittleEndian.Uint32(p[1:])
+	columns := int(binary.LittleEndian.Uint16(p[5:]))
+	params := int(binary.LittleEndian.Uint16(p[7:]))
+	for _, n := range [2]int{params, columns} {
+		if n == 0 {
+			continue
+		}
+		if !s.deprecateEOF() {
+			n++
+		}
+		for range n {
+			d, err := s.readPkt()
+			if err != nil {
+				return 0, 0, nil, err
+			}
+			if _, err := s.client.writePacket(d, seq); err != nil {
+				return 0, 0, nil, err
+			}
+			seq++
+		}
+	}
+	return id, params, nil, nil
+}
+
+func (s *session) handleExecute(payload []byte) error {
+	if len(payload) < 5 || len(s.rw.stmts) == 0 {
+		return s.forwardCommand(payload, expect{kind: respResults})
+	}
+	st := s.rw.stmts[binary.LittleEndian.Uint32(payload[1:])]
+	if st == nil {
+		return s.forwardCommand(payload, expect{kind: respResults})
+	}
+	ep, err := parseExecute(payload, st.params, st.types, st.longData)
+	st.longData = nil
+	if err != nil {
+		return err
+	}
+	if len(ep.types) == 2*st.params && (len(st.types) == 0 || &ep.types[0] != &st.types[0]) {
+		st.types = bytes.Clone(ep.types)
+	}
+	ex := &execution{payload: payload, params: ep}
+	p := st.plan
+	if p.Kind == rewrite.KindIncrement && !s.held {
+		key := p.Increment.KeyLiteral
+		if p.Increment.KeyParam >= 0 {
+			key, _ = ep.intParam(p.Increment.KeyParam)
+		}
+		if s.keyKnown(p.Table, key) {
+			changed := false
+			for _, i := range p.Increment.DeltaParams {
+				v, ok := ep.intParam(i)
+				changed = changed || (i < 0 && !p.Increment.Zero) || (i >= 0 && (!ok || v != "0"))
+			}
+			s.srv.stats.rewrittenWrites.Add(1)
+			return s.forwardCommand(payload, expect{kind: respResults, patch: &incPatch{matched: 1, changed: boolInt(changed)}})
+		}
+	}
+	seq := byte(1)
+	_, err = s.execPlan(p, ex, &seq, false)
+	return err
+}

@@ -1,0 +1,267 @@
+package proxy_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/go-mysql-org/go-mysql/client"
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/slotproxy/slotproxy/internal/testdb"
+	"github.com/slotproxy/slotproxy/proxy"
+	"github.com/slotproxy/slotproxy/rewrite"
+)
+
+// The differential harness runs the same statements, on the same data,
+// against a plain table directly and against a ruled table through the
+// proxy, and compares everything a client can observe: result values,
+// column names, affected rows, insert ids, warning counts, transaction
+// status and errors.
+
+const (
+	plainSchema = "diff_plain"
+	ruledSchema = "diff_ruled"
+)
+
+var diffDDL = []string{
+	"CREATE TABLE repos (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR(50) NOT NULL DEFAULT '', owner_id INT NOT NULL DEFAULT 0, downloads INT NOT NULL DEFAULT 0, stars INT UNSIGNED NOT NULL DEFAULT 0)",
+	"CREATE TABLE users (id INT NOT NULL PRIMARY KEY, name VARCHAR(50) NOT NULL, downloads INT NOT NULL DEFAULT 0)",
+	"INSERT INTO repos VALUES (1, 'alpha', 1, 10, 1), (2, 'beta', 1, 20, 2), (3, 'gamma', 2, 0, 0), (4, 'delta', 3, 5, 7)",
+	"INSERT INTO users VALUES (1, 'ann', 100), (2, 'bob', 200), (3, 'cid', 300)",
+}
+
+// diffCatalog describes diff_ruled.repos for the rewriter.
+func diffCatalog() *rewrite.Catalog {
+	return rewrite.NewCatalog([]*rewrite.Table{{
+		Schema: ruledSchema, Name: "repos", Key: "id",
+		Columns:    []string{"id", "name", "owner_id", "downloads", "stars"},
+		Counters:   []rewrite.Counter{{Name: "downloads", RecordType: 1}, {Name: "stars", RecordType: 2}},
+		SlotsTable: "slotted_counters", Slots: 8,
+	}}, map[string][]string{ruledSchema + ".users": {"id", "name", "downloads"}})
+}
+
+func setupDiffSchemas(t *testing.T) {
+	t.Helper()
+	db := testdb.Shared()
+	for _, schema := range []string{plainSchema, ruledSchema} {
+		stmts := []string{"DROP DATABASE IF EXISTS " + schema, "CREATE DATABASE " + schema, "USE " + schema}
+		stmts = append(stmts, diffDDL...)
+		if err := db.Exec(stmts...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Exec("CREATE TABLE " + ruledSchema + `.slotted_counters (
+		record_type SMALLINT UNSIGNED NOT NULL, record_id BIGINT NOT NULL, slot SMALLINT UNSIGNED NOT NULL,
+		count BIGINT NOT NULL, PRIMARY KEY (record_type, record_id, slot)) ENGINE=InnoDB`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// step is one statement; args non-nil means a prepared statement.
+type step struct {
+	sql   string
+	args  []any
+	multi bool // several statements in one COM_QUERY
+}
+
+func text(sql string) step             { return step{sql: sql} }
+func prep(sql string, args ...any) step { return step{sql: sql, args: append([]any{}, args...)} }
+func multi(sql string) step            { return step{sql: sql, multi: true} }
+
+// diffCorpus covers every write and read shape of the rewriting issue.
+var diffCorpus = []step{
+	// Increments: text and prepared, every spelling.
+	text("UPDATE repos SET downloads = downloads + 1 WHERE id = 1"),
+	text("update REPOS set DOWNLOADS=downloads+5 where ID=2 LIMIT 1"),
+	text("UPDATE /* c */ `repos` SET `downloads` = 3 + `downloads` WHERE (1 = id)"),
+	text("UPDATE repos AS r SET r.downloads = r.downloads - 2 WHERE r.id = 1"),
+	prep("UPDATE repos SET downloads = downloads + ? WHERE id = ?", 7, 1),
+	prep("UPDATE repos SET downloads = downloads + ? WHERE id = ?", 1, 2),
+	prep("UPDATE repos SET downloads = downloads - ? WHERE id = ?", 3, 2),
+	prep("UPDATE repos SET downloads = downloads + ?, stars = stars + ? WHERE id = ?", 2, 3, 3),
+	text("UPDATE repos SET downloads = downloads + 1, stars = stars + 1 WHERE id = 4"),
+	text("UPDATE repos SET downloads = downloads + 0 WHERE id = 4"),
+	prep("UPDATE repos SET downloads = downloads + ? WHERE id = ?", 0, 4),
+	// No base row: 0 affected rows, and no slot is created.
+	text("UPDATE repos SET downloads = downloads + 1 WHERE id = 999"),
+	prep("UPDATE repos SET downloads = downloads + ? WHERE id = ?", 1, 998),
+	text("SELECT COUNT(*) FROM repos WHERE id >= 998"),
+	// Reads in every position.
+	text("SELECT downloads FROM repos WHERE id = 1"),
+	prep("SELECT downloads, stars FROM repos WHERE id = ?", 2),
+	text("SELECT * FROM repos ORDER BY id"),
+	prep("SELECT * FROM repos WHERE id = ?", 3),
+	text("SELECT r.* FROM repos r WHERE r.downloads > 10 ORDER BY r.id"),
+	text("SELECT id, downloads + stars AS total, downloads * 2 FROM repos ORDER BY total DESC, id"),
+	text("SELECT owner_id, SUM(downloads), MAX(stars), COUNT(*) FROM repos GROUP BY owner_id HAVING SUM(downloads) > 0 ORDER BY owner_id"),
+	text("SELECT downloads, COUNT(*) FROM repos GROUP BY downloads ORDER BY downloads"),
+	text("SELECT u.name, r.downloads FROM users u JOIN repos r ON r.owner_id = u.id AND r.downloads >= 5 ORDER BY u.name, r.id"),
+	text("SELECT u.downloads, r.downloads FROM users u JOIN repos r ON r.id = u.id ORDER BY u.id"),
+	text("SELECT name FROM repos WHERE downloads > (SELECT AVG(downloads) FROM repos) ORDER BY name"),
+	text("SELECT name, (SELECT MAX(downloads) FROM repos r2 WHERE r2.owner_id = r.owner_id) AS best FROM repos r ORDER BY id"),
+	text("SELECT x.d FROM (SELECT downloads AS d FROM repos) AS x ORDER BY x.d"),
+	text("SELECT downloads FROM repos WHERE id = 1 FOR UPDATE"),
+	text("SELECT name AS downloads FROM repos ORDER BY downloads"),
+	text("SELECT SUM(downloads) FROM repos"),
+	prep("SELECT id FROM repos WHERE downloads BETWEEN ? AND ? ORDER BY id", 1, 30),
+	text("SELECT downloads FROM repos WHERE id = 1 UNION ALL SELECT downloads FROM users WHERE id = 1"),
+	// Writes reading counters.
+	text("UPDATE users u SET u.downloads = (SELECT r.downloads FROM repos r WHERE r.id = u.id)"),
+	text("SELECT * FROM users ORDER BY id"),
+	text("INSERT INTO users (id, name, downloads) SELECT id + 10, name, downloads FROM repos WHERE id <= 2"),
+	text("SELECT * FROM users ORDER BY id"),
+	// Transactions: own uncommitted increments are visible; rollback discards.
+	text("BEGIN"),
+	text("UPDATE repos SET downloads = downloads + 100 WHERE id = 1"),
+	prep("UPDATE repos SET downloads = downloads + ? WHERE id = ?", 50, 1),
+	text("SELECT downloads FROM repos WHERE id = 1"),
+	text("ROLLBACK"),
+	text("SELECT downloads FROM repos WHERE id = 1"),
+	text("START TRANSACTION"),
+	text("INSERT INTO repos (id, name) VALUES (5, 'epsilon')"),
+	text("UPDATE repos SET downloads = downloads + 4 WHERE id = 5"),
+	text("SELECT downloads FROM repos WHERE id = 5"),
+	text("COMMIT"),
+	text("UPDATE repos SET downloads = downloads + 4 WHERE id = 5"),
+	text("SELECT id, downloads FROM repos ORDER BY id"),
+	// Absolute writes, other WHEREs, deletes, replace, upserts.
+	text("UPDATE repos SET downloads = downloads + 1 WHERE name = 'alpha'"),
+	text("UPDATE repos SET downloads = downloads + 1 WHERE id IN (1, 2)"),
+	text("UPDATE repos SET downloads = downloads + 1, name = 'alpha2' WHERE id = 1"),
+	text("UPDATE repos SET downloads = 0 WHERE id = 2"),
+	prep("UPDATE repos SET downloads = ? WHERE id = ?", 40, 3),
+	text("UPDATE repos SET stars = owner_id WHERE id = 4"),
+	text("UPDATE repos SET downloads = downloads * 2 WHERE downloads > 5"),
+	text("SELECT id, downloads, stars FROM repos ORDER BY id"),
+	text("UPDATE repos SET downloads = downloads + 1 WHERE id = 2"),
+	text("UPDATE repos SET downloads = 7 WHERE downloads = 1"),
+	text("SELECT id, downloads FROM repos ORDER BY id"),
+	text("DELETE FROM repos WHERE id = 5"),
+	text("INSERT INTO repos (id, name) VALUES (5, 'again')"),
+	text("UPDATE repos SET downloads = downloads + 1 WHERE id = 5"),
+	text("SELECT id, downloads FROM repos WHERE id = 5"),
+	prep("DELETE FROM repos WHERE id = ?", 5),
+	text("UPDATE repos SET downloads = downloads + 1 WHERE id = 5"),
+	text("UPDATE repos SET downloads = downloads + 2 WHERE id = 4"),
+	text("REPLACE INTO repos (id, name, owner_id, downloads, stars) VALUES (4, 'delta2', 3, 1, 1)"),
+	text("SELECT * FROM repos WHERE id = 4"),
+	text("UPDATE repos SET downloads = downloads + 3 WHERE id = 4"),
+	text("INSERT INTO repos (id, name, downloads) VALUES (4, 'x', 9) ON DUPLICATE KEY UPDATE downloads = VALUES(downloads)"),
+	text("SELECT * FROM repos WHERE id = 4"),
+	text("UPDATE repos SET downloads = downloads + 3 WHERE id = 4"),
+	text("INSERT INTO repos (id, name, downloads) VALUES (4, 'x', 9) ON DUPLICATE KEY UPDATE downloads = downloads + 1"),
+	text("SELECT * FROM repos WHERE id = 4"),
+	// Errors are the server's.
+	text("UPDATE repos SET downloads = downloads + 1 WHERE id = 'x'"),
+	text("UPDATE repos SET nope = nope + 1 WHERE id = 1"),
+	text("SELECT nope FROM repos"),
+	prep("UPDATE repos SET downloads = downloads + ? WHERE id = ?", nil, 1),
+	text("INSERT INTO repos (id) VALUES (1)"),
+	text("SELECT id, downloads FROM repos ORDER BY id"),
+	// Multi-statement queries mixing rewrites.
+	multi("UPDATE repos SET downloads = downloads + 1 WHERE id = 1; SELECT downloads FROM repos WHERE id = 1; UPDATE repos SET downloads = downloads + 1 WHERE id = 404"),
+	multi("SELECT downloads FROM repos WHERE id = 2; SELECT name FROM users WHERE id = 1"),
+	multi("UPDATE repos SET downloads = 1 WHERE id = 3; SELECT nope; SELECT 1"),
+	text("SELECT id, downloads, stars FROM repos ORDER BY id"),
+	text("TRUNCATE TABLE repos"),
+	text("INSERT INTO repos (id, name) VALUES (1, 'fresh')"),
+	text("UPDATE repos SET downloads = downloads + 1 WHERE id = 1"),
+	text("SELECT * FROM repos"),
+}
+
+func TestDifferential(t *testing.T) {
+	setupDiffSchemas(t)
+	p := startProxy(t, func(c *proxy.Config) {
+		c.Rewriter = rewrite.New(diffCatalog(), rewrite.Options{})
+	})
+	connect := func(addr, db string) *client.Conn {
+		c, err := client.Connect(addr, testdb.NativeUser, testdb.NativePassword, db, func(c *client.Conn) error {
+			return c.SetCapability(gomysql.CLIENT_MULTI_STATEMENTS)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	direct := connect(testdb.Shared().Addr, plainSchema)
+	proxied := connect(p.addr, ruledSchema)
+	for i, st := range diffCorpus {
+		want := runStep(direct, st)
+		got := runStep(proxied, st)
+		if got != want {
+			t.Errorf("step %d %q %v:\n proxy:  %s\n direct: %s", i, st.sql, st.args, got, want)
+		}
+	}
+	stats := p.srv.Stats()
+	t.Logf("proxy stats: %+v", stats)
+	if stats.RewrittenWrites == 0 || stats.RewrittenReads == 0 || stats.GuardedWrites == 0 {
+		t.Fatalf("the corpus did not exercise every rewrite path: %+v", stats)
+	}
+	// No slot rows for keys without a base row.
+	r, err := direct.Execute("SELECT COUNT(*) FROM " + ruledSchema + ".slotted_counters s WHERE NOT EXISTS (SELECT 1 FROM " + ruledSchema + ".repos r WHERE r.id = s.record_id)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphans, _ := r.GetString(0, 0)
+	if orphans != "0" {
+		t.Fatalf("%s slot rows without a base row", orphans)
+	}
+}
+
+// runStep executes a step and renders everything observable about it.
+func runStep(c *client.Conn, st step) string {
+	if st.multi {
+		var out []string
+		_, err := c.ExecuteMultiple(st.sql, func(r *gomysql.Result, err error) {
+			out = append(out, render(r, err))
+		})
+		if err != nil {
+			out = append(out, render(nil, err))
+		}
+		return strings.Join(out, " | ")
+	}
+	r, err := c.Execute(st.sql, st.args...)
+	return render(r, err)
+}
+
+func render(r *gomysql.Result, err error) string {
+	if err != nil {
+		if me, ok := err.(*gomysql.MyError); ok {
+			return fmt.Sprintf("ERR %d %s", me.Code, me.State)
+		}
+		return "error: " + err.Error()
+	}
+	if r == nil {
+		return "nil"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "affected=%d insert_id=%d warnings=%d trans=%v",
+		r.AffectedRows, r.InsertId, r.Warnings, r.Status&gomysql.SERVER_STATUS_IN_TRANS != 0)
+	if r.Resultset != nil && len(r.Fields) > 0 {
+		b.WriteString(" cols=[")
+		for i, f := range r.Fields {
+			if i > 0 {
+				b.WriteString(",")
+			}
+			b.Write(f.Name)
+		}
+		b.WriteString("] rows=")
+		for _, row := range r.Values {
+			b.WriteString("(")
+			for i, v := range row {
+				if i > 0 {
+					b.WriteString(",")
+				}
+				if v.Value() == nil {
+					b.WriteString("NULL")
+				} else {
+					fmt.Fprintf(&b, "%v", v.Value())
+				}
+			}
+			b.WriteString(")")
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,189 @@
+package proxy
+
+import (
+	"encoding/binary"
+	"fmt"
+	"strconv"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+)
+
+// execParams is the decoded parameter block of a COM_STMT_EXECUTE packet.
+// Values point into the packet; they are valid as long as it is.
+type execParams struct {
+	n      int
+	null   []bool
+	types  []byte // two bytes per parameter: type, flags (0x80 unsigned)
+	values [][]byte
+	long   []bool // value was sent with COM_STMT_SEND_LONG_DATA (absent here)
+}
+
+// parseExecute decodes the parameters of a COM_STMT_EXECUTE payload
+// (command byte included) for a statement with n parameters. prevTypes are
+// the types bound by the previous execute, used when the client omits them
+// (new-params-bound flag 0). longData marks parameters sent as long data.
+func parseExecute(p []byte, n int, prevTypes []byte, longData []bool) (execParams, error) {
+	ep := execParams{n: n}
+	bad := func(what string) error { return fmt.Errorf("%w: COM_STMT_EXECUTE: %s", errMalformed, what) }
+	if len(p) < 10 {
+		return ep, bad("too short")
+	}
+	if n == 0 {
+		return ep, nil
+	}
+	pos := 10
+	nb := (n + 7) / 8
+	if len(p) < pos+nb+1 {
+		return ep, bad("truncated NULL bitmap")
+	}
+	bitmap := p[pos : pos+nb]
+	pos += nb
+	bound := p[pos]
+	pos++
+	if bound == 1 {
+		if len(p) < pos+2*n {
+			return ep, bad("truncated parameter types")
+		}
+		ep.types = p[pos : pos+2*n]
+		pos += 2 * n
+	} else {
+		if len(prevTypes) != 2*n {
+			return ep, bad("parameter types omitted before any were bound")
+		}
+		ep.types = prevTypes
+	}
+	ep.null = make([]bool, n)
+	ep.values = make([][]byte, n)
+	ep.long = make([]bool, n)
+	for i := range n {
+		if bitmap[i/8]&(1<<(i%8)) != 0 {
+			ep.null[i] = true
+			continue
+		}
+		if i < len(longData) && longData[i] {
+			ep.long[i] = true
+			continue
+		}
+		size, err := paramSize(ep.types[2*i], p[pos:])
+		if err != nil {
+			return ep, bad(err.Error())
+		}
+		ep.values[i] = p[pos : pos+size]
+		pos += size
+	}
+	return ep, nil
+}
+
+// paramSize is the encoded size of one binary-protocol value of type t at
+// the start of b.
+func paramSize(t byte, b []byte) (int, error) {
+	var size int
+	switch t {
+	case mysql.MYSQL_TYPE_NULL:
+		size = 0
+	case mysql.MYSQL_TYPE_TINY:
+		size = 1
+	case mysql.MYSQL_TYPE_SHORT, mysql.MYSQL_TYPE_YEAR:
+		size = 2
+	case mysql.MYSQL_TYPE_LONG, mysql.MYSQL_TYPE_INT24, mysql.MYSQL_TYPE_FLOAT:
+		size = 4
+	case mysql.MYSQL_TYPE_LONGLONG, mysql.MYSQL_TYPE_DOUBLE:
+		size = 8
+	case mysql.MYSQL_TYPE_DATE, mysql.MYSQL_TYPE_DATETIME, mysql.MYSQL_TYPE_TIMESTAMP, mysql.MYSQL_TYPE_TIME:
+		if len(b) < 1 {
+			return 0, fmt.Errorf("truncated temporal value")
+		}
+		size = 1 + int(b[0])
+	default:
+		l, n, ok := lenEnc(b)
+		if !ok || uint64(len(b)-n) < l {
+			return 0, fmt.Errorf("truncated value of type %d", t)
+		}
+		size = n + int(l)
+	}
+	if len(b) < size {
+		return 0, fmt.Errorf("truncated value of type %d", t)
+	}
+	return size, nil
+}
+
+// intParam returns parameter i as a decimal integer string, or false when
+// it is NULL, long data, or not an integer.
+func (ep execParams) intParam(i int) (string, bool) {
+	if i < 0 || i >= ep.n || ep.null[i] || ep.long[i] {
+		return "", false
+	}
+	v := ep.values[i]
+	unsigned := ep.types[2*i+1]&0x80 != 0
+	switch ep.types[2*i] {
+	case mysql.MYSQL_TYPE_TINY:
+		if unsigned {
+			return strconv.FormatUint(uint64(v[0]), 10), true
+		}
+		return strconv.FormatInt(int64(int8(v[0])), 10), true
+	case mysql.MYSQL_TYPE_SHORT, mysql.MYSQL_TYPE_YEAR:
+		u := binary.LittleEndian.Uint16(v)
+		if unsigned {
+			return strconv.FormatUint(uint64(u), 10), true
+		}
+		return strconv.FormatInt(int64(int16(u)), 10), true
+	case mysql.MYSQL_TYPE_LONG, mysql.MYSQL_TYPE_INT24:
+		u := binary.LittleEndian.Uint32(v)
+		if unsigned {
+			return strconv.FormatUint(uint64(u), 10), true
+		}
+		return strconv.FormatInt(int64(int32(u)), 10), true
+	case mysql.MYSQL_TYPE_LONGLONG:
+		u := binary.LittleEndian.Uint64(v)
+		if unsigned {
+			return strconv.FormatUint(u, 10), true
+		}
+		return strconv.FormatInt(int64(u), 10), true
+	case mysql.MYSQL_TYPE_VARCHAR, mysql.MYSQL_TYPE_VAR_STRING, mysql.MYSQL_TYPE_STRING,
+		mysql.MYSQL_TYPE_NEWDECIMAL, mysql.MYSQL_TYPE_DECIMAL, mysql.MYSQL_TYPE_BLOB:
+		l, n, _ := lenEnc(v)
+		s := string(v[n : n+int(l)])
+		if _, err := strconv.ParseInt(s, 10, 64); err == nil {
+			return s, true
+		}
+		if _, err := strconv.ParseUint(s, 10, 64); err == nil {
+			return s, true
+		}
+	}
+	return "", false
+}
+
+// executePacket builds a COM_STMT_EXECUTE payload for stmtID carrying the
+// given parameters of ep, in that order.
+func (ep execParams) executePacket(stmtID uint32, idx []int) ([]byte, error) {
+	b := []byte{mysql.COM_STMT_EXECUTE}
+	b = binary.LittleEndian.AppendUint32(b, stmtID)
+	b = append(b, 0)                           // no cursor
+	b = binary.LittleEndian.AppendUint32(b, 1) // iteration count
+	if len(idx) == 0 {
+		return b, nil
+	}
+	bitmap := make([]byte, (len(idx)+7)/8)
+	for j, i := range idx {
+		if i < 0 || i >= ep.n {
+			return nil, fmt.Errorf("parameter %d out of range", i)
+		}
+		if ep.long[i] {
+			return nil, fmt.Errorf("parameter %d was sent as long data", i)
+		}
+		if ep.null[i] {
+			bitmap[j/8] |= 1 << (j % 8)
+		}
+	}
+	b = append(b, bitmap...)
+	b = append(b, 1)
+	for _, i := range idx {
+		b = append(b, ep.types[2*i], ep.types[2*i+1])
+	}
+	for _, i := range idx {
+		if !ep.null[i] {
+			b = append(b, ep.values[i]...)
+		}
+	}
+	return b, nil
+}
