@@ -65,9 +65,9 @@ type step struct {
 	multi bool // several statements in one COM_QUERY
 }
 
-func text(sql string) step             { return step{sql: sql} }
+func text(sql string) step              { return step{sql: sql} }
 func prep(sql string, args ...any) step { return step{sql: sql, args: append([]any{}, args...)} }
-func multi(sql string) step            { return step{sql: sql, multi: true} }
+func multi(sql string) step             { return step{sql: sql, multi: true} }
 
 // diffCorpus covers every write and read shape of the rewriting issue.
 var diffCorpus = []step{
@@ -171,42 +171,64 @@ var diffCorpus = []step{
 }
 
 func TestDifferential(t *testing.T) {
-	setupDiffSchemas(t)
-	p := startProxy(t, func(c *proxy.Config) {
-		c.Rewriter = rewrite.New(diffCatalog(), rewrite.Options{})
-	})
-	connect := func(addr, db string) *client.Conn {
-		c, err := client.Connect(addr, testdb.NativeUser, testdb.NativePassword, db, func(c *client.Conn) error {
-			return c.SetCapability(gomysql.CLIENT_MULTI_STATEMENTS)
+	variants := []struct {
+		name    string
+		caps    uint32
+		session string
+	}{
+		{name: "default"},
+		{name: "CLIENT_FOUND_ROWS", caps: gomysql.CLIENT_FOUND_ROWS},
+		{name: "ANSI_QUOTES and NO_BACKSLASH_ESCAPES", session: "SET SESSION sql_mode = CONCAT(@@sql_mode, ',ANSI_QUOTES,NO_BACKSLASH_ESCAPES')"},
+	}
+	for _, v := range variants {
+		t.Run(v.name, func(t *testing.T) {
+			setupDiffSchemas(t)
+			p := startProxy(t, func(c *proxy.Config) {
+				c.Rewriter = rewrite.New(diffCatalog(), rewrite.Options{})
+			})
+			connect := func(addr, db string) *client.Conn {
+				c, err := client.Connect(addr, testdb.NativeUser, testdb.NativePassword, db, func(c *client.Conn) error {
+					if v.caps != 0 {
+						if err := c.SetCapability(v.caps); err != nil {
+							return err
+						}
+					}
+					return c.SetCapability(gomysql.CLIENT_MULTI_STATEMENTS)
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = c.Close() })
+				if v.session != "" {
+					if _, err := c.Execute(v.session); err != nil {
+						t.Fatal(err)
+					}
+				}
+				return c
+			}
+			direct := connect(testdb.Shared().Addr, plainSchema)
+			proxied := connect(p.addr, ruledSchema)
+			for i, st := range diffCorpus {
+				want := runStep(direct, st)
+				got := runStep(proxied, st)
+				if got != want {
+					t.Errorf("step %d %q %v:\n proxy:  %s\n direct: %s", i, st.sql, st.args, got, want)
+				}
+			}
+			stats := p.srv.Stats()
+			t.Logf("%d statements; proxy stats: %+v", len(diffCorpus), stats)
+			if stats.RewrittenWrites == 0 || stats.RewrittenReads == 0 || stats.GuardedWrites == 0 {
+				t.Fatalf("the corpus did not exercise every rewrite path: %+v", stats)
+			}
+			// No slot rows for keys without a base row.
+			r, err := direct.Execute("SELECT COUNT(*) FROM " + ruledSchema + ".slotted_counters s WHERE NOT EXISTS (SELECT 1 FROM " + ruledSchema + ".repos r WHERE r.id = s.record_id)")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if orphans, _ := r.GetString(0, 0); orphans != "0" {
+				t.Fatalf("%s slot rows without a base row", orphans)
+			}
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		return c
-	}
-	direct := connect(testdb.Shared().Addr, plainSchema)
-	proxied := connect(p.addr, ruledSchema)
-	for i, st := range diffCorpus {
-		want := runStep(direct, st)
-		got := runStep(proxied, st)
-		if got != want {
-			t.Errorf("step %d %q %v:\n proxy:  %s\n direct: %s", i, st.sql, st.args, got, want)
-		}
-	}
-	stats := p.srv.Stats()
-	t.Logf("proxy stats: %+v", stats)
-	if stats.RewrittenWrites == 0 || stats.RewrittenReads == 0 || stats.GuardedWrites == 0 {
-		t.Fatalf("the corpus did not exercise every rewrite path: %+v", stats)
-	}
-	// No slot rows for keys without a base row.
-	r, err := direct.Execute("SELECT COUNT(*) FROM " + ruledSchema + ".slotted_counters s WHERE NOT EXISTS (SELECT 1 FROM " + ruledSchema + ".repos r WHERE r.id = s.record_id)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	orphans, _ := r.GetString(0, 0)
-	if orphans != "0" {
-		t.Fatalf("%s slot rows without a base row", orphans)
 	}
 }
 

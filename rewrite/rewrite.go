@@ -158,7 +158,10 @@ func (r *Rewriter) Rewrite(sql string, sess Session) ([]Plan, error) {
 	if !r.cat.Mentions(sql) {
 		return nil, nil
 	}
+	// The AST shares memory with the parser: keep the parser until the
+	// plans are built.
 	p := r.parsers.Get().(*parser.Parser)
+	defer r.parsers.Put(p)
 	var mode mysql.SQLMode
 	if sess.ANSIQuotes {
 		mode |= mysql.ModeANSIQuotes
@@ -168,7 +171,6 @@ func (r *Rewriter) Rewrite(sql string, sess Session) ([]Plan, error) {
 	}
 	p.SetSQLMode(mode)
 	stmts, _, err := p.Parse(sql, "", "")
-	r.parsers.Put(p)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,41 @@
+# slotproxy image: a static binary on distroless (CA certificates included,
+# runs as user nonroot).
+#
+#   docker build --pull -t slotproxy .
+#   docker run --rm -p 127.0.0.1:3307:3307 slotproxy serve --listen :3307 --backend db.internal:3306
+#
+# The default command reads /etc/slotproxy/config.yaml. The one shipped
+# below sets only listen; pass --backend after "serve", or mount your own
+# file over it. Docker cannot run on our CI machines: keep this file correct
+# by reading it against cmd/slotproxy.
+
+# go.mod needs Go >= 1.26.8, and the golang images set GOTOOLCHAIN=local:
+# build with --pull if a cached golang:1.26 is older.
+FROM golang:1.26 AS build
+WORKDIR /src
+# Modules first, so that a source change does not download them again.
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+# "slotproxy version" prints VERSION; when empty, "dev" (.git is not in the
+# build context, see .dockerignore).
+ARG VERSION=
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" \
+        -o /out/slotproxy ./cmd/slotproxy
+# The image's configuration: every interface of the container (127.0.0.1
+# would be the container's own loopback), defaults for everything else, and
+# no backend, so that forgetting --backend fails at startup with
+# "backend: not set".
+RUN printf '%s\n' \
+        '# Default configuration of the slotproxy image. Mount your own file here' \
+        '# (see config.yaml in the source repository for every key) or pass' \
+        '# --backend HOST:PORT after "serve".' \
+        'listen: ":3307"' \
+        > /out/config.yaml
+
+FROM gcr.io/distroless/static-debian12:nonroot
+COPY --from=build /out/slotproxy /slotproxy
+COPY --from=build /out/config.yaml /etc/slotproxy/config.yaml
+EXPOSE 3307
+ENTRYPOINT ["/slotproxy"]
+CMD ["serve", "--config", "/etc/slotproxy/config.yaml"]
