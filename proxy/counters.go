@@ -6,7 +6,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"log/slog"
+	"math/rand/v2"
 	"strings"
+	"time"
 	"unsafe"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -304,7 +306,8 @@ func (s *session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 	}
 	// A lone increment whose key is known to exist: one statement, relayed
 	// by the response pump with the OK patched.
-	if len(plans) == 1 && plans[0].Kind == rewrite.KindIncrement && !s.held {
+	// (Autocommit increments take the path below, which can retry them.)
+	if len(plans) == 1 && plans[0].Kind == rewrite.KindIncrement && !s.held && !s.autocommitted() {
 		p := plans[0]
 		if s.keyKnown(p.Table, p.Increment.KeyLiteral) {
 			s.srv.stats.rewrittenWrites.Add(1)
@@ -482,20 +485,27 @@ func (s *session) execIncrement(p rewrite.Plan, ex *execution, seq *byte, more b
 		s.rememberKey(p.Table, key, r.status&mysql.SERVER_STATUS_IN_TRANS != 0)
 	}
 	s.srv.stats.rewrittenWrites.Add(1)
-	var err error
-	if ex != nil {
-		err = s.backendCmd(ex.payload)
-	} else {
-		err = s.backendCmd(queryPacket(p.SQL))
-	}
-	if err != nil {
-		return false, err
-	}
-	r, err := s.readResponse()
-	if err != nil {
-		return false, err
-	}
-	if r.failed() {
+	retryable := s.autocommitted()
+	var r *response
+	for attempt := 1; ; attempt++ {
+		var err error
+		if ex != nil {
+			err = s.backendCmd(ex.payload)
+		} else {
+			err = s.backendCmd(queryPacket(p.SQL))
+		}
+		if err != nil {
+			return false, err
+		}
+		if r, err = s.readResponse(); err != nil {
+			return false, err
+		}
+		if !r.failed() {
+			break
+		}
+		if retryable && s.retry(r.errCode(), attempt) {
+			continue
+		}
 		s.noteErr(r.errCode())
 		return true, s.writeErr(r.errPkt, seq)
 	}
@@ -506,6 +516,24 @@ func (s *session) execIncrement(p rewrite.Plan, ex *execution, seq *byte, more b
 	patched, _ := parseOK(raw)
 	info := updateInfo(patch.matched, patch.changed, patched.warnings)
 	return false, s.writeOK(patched, &info, seq, more)
+}
+
+// autocommitted reports whether the next statement runs in a transaction of
+// its own (autocommit on, no transaction open): only then may the proxy
+// retry it after a deadlock or lock wait timeout, as nobody else's work is
+// rolled back with it.
+func (s *session) autocommitted() bool { return s.autocommit() && !s.inTransaction() }
+
+// retry decides whether to run a failed autocommit statement again, and
+// waits a jittered backoff first.
+func (s *session) retry(code uint16, attempt int) bool {
+	if (code != 1213 && code != 1205) || attempt > s.srv.cfg.MaxRetries {
+		return false
+	}
+	s.srv.stats.retries.Add(1)
+	backoff := time.Duration(attempt) * time.Millisecond
+	time.Sleep(backoff + rand.N(backoff))
+	return true
 }
 
 // noteErr records errors that roll the transaction back.
@@ -537,22 +565,48 @@ func (s *session) executeInternal(sql string, ep execParams, idx []int) (*respon
 // one the proxy opens and commits around an autocommit statement).
 func (s *session) execGuarded(p rewrite.Plan, ex *execution, seq *byte, more bool) (bool, error) {
 	s.srv.stats.guardedWrites.Add(1)
-	wrapped := !s.inTransaction()
-	fail := func(pkt []byte) (bool, error) {
-		if wrapped {
-			if _, err := s.query("ROLLBACK"); err != nil {
+	// An autocommit statement gets a transaction of its own around the
+	// fold and the statement; inside the client's transaction (or with
+	// autocommit off) everything runs in the client's transaction.
+	wrapped := s.autocommitted()
+	for attempt := 1; ; attempt++ {
+		ok, errPkt, err := s.guardedOnce(p, ex, wrapped)
+		if err != nil {
+			return false, err
+		}
+		if errPkt == nil {
+			if err := s.writeOK(*ok, nil, seq, more); err != nil {
 				return false, err
 			}
+			return false, s.afterSuccess(p)
 		}
-		return true, s.writeErr(pkt, seq)
+		code := binary.LittleEndian.Uint16(errPkt[1:])
+		if wrapped && s.retry(code, attempt) {
+			continue
+		}
+		s.noteErr(code)
+		return true, s.writeErr(errPkt, seq)
+	}
+}
+
+// guardedOnce runs one attempt of a guarded write: the client's OK, or the
+// ERR to report (the proxy's own transaction already rolled back).
+func (s *session) guardedOnce(p rewrite.Plan, ex *execution, wrapped bool) (*okPacket, []byte, error) {
+	fail := func(pkt []byte) (*okPacket, []byte, error) {
+		if wrapped {
+			if _, err := s.query("ROLLBACK"); err != nil {
+				return nil, nil, err
+			}
+		}
+		return nil, pkt, nil
 	}
 	if wrapped {
 		r, err := s.query("BEGIN")
 		if err != nil {
-			return false, err
+			return nil, nil, err
 		}
 		if r.failed() {
-			return true, s.writeErr(r.errPkt, seq)
+			return nil, r.errPkt, nil
 		}
 	}
 	var keysResp *response
@@ -569,10 +623,9 @@ func (s *session) execGuarded(p rewrite.Plan, ex *execution, seq *byte, more boo
 		if errors.As(err, &be) {
 			return fail(be.pkt)
 		}
-		return false, err
+		return nil, nil, err
 	}
 	if keysResp.failed() {
-		s.noteErr(keysResp.errCode())
 		return fail(keysResp.errPkt)
 	}
 	keys := make([]string, 0, len(keysResp.rows))
@@ -585,7 +638,7 @@ func (s *session) execGuarded(p rewrite.Plan, ex *execution, seq *byte, more boo
 			k, ok = string(vals[0]), isInteger(vals[0])
 		}
 		if !ok {
-			return false, errors.New("guard: key is not an integer")
+			return nil, nil, errors.New("guard: key is not an integer")
 		}
 		keys = append(keys, k)
 	}
@@ -595,10 +648,9 @@ func (s *session) execGuarded(p rewrite.Plan, ex *execution, seq *byte, more boo
 		for _, q := range p.Table.FoldSQL(batch) {
 			r, err := s.query(q)
 			if err != nil {
-				return false, err
+				return nil, nil, err
 			}
 			if r.failed() {
-				s.noteErr(r.errCode())
 				return fail(r.errPkt)
 			}
 		}
@@ -609,35 +661,31 @@ func (s *session) execGuarded(p rewrite.Plan, ex *execution, seq *byte, more boo
 		err = s.backendCmd(queryPacket(p.SQL))
 	}
 	if err != nil {
-		return false, err
+		return nil, nil, err
 	}
 	main, err := s.readResponse()
 	if err != nil {
-		return false, err
+		return nil, nil, err
 	}
 	if main.failed() {
-		s.noteErr(main.errCode())
 		return fail(main.errPkt)
 	}
 	if main.ok == nil {
-		return false, errors.New("guarded statement returned rows")
+		return nil, nil, errors.New("guarded statement returned rows")
 	}
 	ok := *main.ok
 	if wrapped {
 		r, err := s.query("COMMIT")
 		if err != nil {
-			return false, err
+			return nil, nil, err
 		}
 		if r.failed() {
-			return true, s.writeErr(r.errPkt, seq)
+			return nil, r.errPkt, nil
 		}
 		ok.status = r.status
 	}
 	s.noteStatus(ok.status)
-	if err := s.writeOK(ok, nil, seq, more); err != nil {
-		return false, err
-	}
-	return false, s.afterSuccess(p)
+	return &ok, nil, nil
 }
 
 func isInteger(b []byte) bool {
@@ -744,7 +792,7 @@ func (s *session) handleExecute(payload []byte) error {
 	}
 	ex := &execution{payload: payload, params: ep}
 	p := st.plan
-	if p.Kind == rewrite.KindIncrement && !s.held {
+	if p.Kind == rewrite.KindIncrement && !s.held && !s.autocommitted() {
 		key := p.Increment.KeyLiteral
 		if p.Increment.KeyParam >= 0 {
 			key, _ = ep.intParam(p.Increment.KeyParam)

@@ -1,15 +1,19 @@
 package proxy_test
 
 import (
+	"context"
 	"database/sql"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/slotproxy/slotproxy/internal/testdb"
 	"github.com/slotproxy/slotproxy/proxy"
@@ -194,4 +198,58 @@ func TestConcurrentIncrementsExact(t *testing.T) {
 		t.Fatal("no slot rows: increments were not slotted")
 	}
 	t.Logf("%d increments committed over %d slot rows; stats %+v", committed.Load(), slots, p.srv.Stats())
+}
+
+// TestRetryAutocommitIncrement: a rewritten autocommit increment that hits
+// a lock wait timeout is retried by the proxy and succeeds once the lock is
+// gone; inside the client's transaction the error reaches the client.
+func TestRetryAutocommitIncrement(t *testing.T) {
+	p := startRuledProxy(t)
+	ctx := ctxT(t)
+	proxied := openDSN(t, p.dsn(testdb.NativeUser, testdb.NativePassword, ruledSchema, ""))
+	conn, err := proxied.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	mustExec(t, conn, "SET SESSION innodb_lock_wait_timeout = 1")
+	mustExec(t, conn, "UPDATE repos SET downloads = downloads + 1 WHERE id = 1") // learn that the row exists
+
+	// Another session locks every slot of record 1 (and the gaps around them).
+	locker, err := directDB(t, "").Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locker.Close()
+	mustExec(t, locker, "BEGIN")
+	mustExec(t, locker, "SELECT * FROM "+ruledSchema+".slotted_counters WHERE record_type = 1 AND record_id = 1 FOR UPDATE")
+
+	// Inside a transaction: the timeout reaches the client unchanged.
+	mustExec(t, conn, "BEGIN")
+	_, err = conn.ExecContext(ctx, "UPDATE repos SET downloads = downloads + 1 WHERE id = 1")
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) || me.Number != 1205 {
+		t.Fatalf("increment inside a transaction behind a lock: %v, want 1205", err)
+	}
+	mustExec(t, conn, "ROLLBACK")
+
+	// In autocommit: the proxy retries; the lock goes away during the retries.
+	go func() {
+		time.Sleep(1500 * time.Millisecond)
+		_, _ = locker.ExecContext(context.Background(), "ROLLBACK")
+	}()
+	before := p.srv.Stats().Retries
+	res, err := conn.ExecContext(ctx, "UPDATE repos SET downloads = downloads + 1 WHERE id = 1")
+	if err != nil {
+		t.Fatalf("autocommit increment was not retried: %v", err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		t.Fatalf("affected rows %d", n)
+	}
+	if p.srv.Stats().Retries == before {
+		t.Fatal("no retry counted")
+	}
+	if got := queryString(t, conn, "SELECT downloads FROM repos WHERE id = 1"); got != "12" {
+		t.Fatalf("downloads = %s, want 12 (10 + 2 increments)", got)
+	}
 }

@@ -38,6 +38,10 @@ type Config struct {
 	MaxUnauthenticated int
 	// Logger receives structured logs. Nil means slog.Default().
 	Logger *slog.Logger
+	// MaxRetries bounds how often a rewritten autocommit statement is
+	// retried after a deadlock (1213) or lock wait timeout (1205). Zero
+	// means 3; negative disables retries.
+	MaxRetries int
 	// Rewriter rewrites statements that touch ruled tables. Nil relays
 	// every statement unchanged. SetRewriter replaces it while serving.
 	Rewriter *rewrite.Rewriter
@@ -91,6 +95,9 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.MaxRetries == 0 {
+		cfg.MaxRetries = 3
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	srv := &Server{
 		cfg:       cfg,
@@ -119,12 +126,13 @@ type Stats struct {
 	parseFailures   atomic.Uint64
 	shadowed        atomic.Uint64
 	existsHits      atomic.Uint64
+	retries         atomic.Uint64
 }
 
 // StatsSnapshot is a copy of the counters.
 type StatsSnapshot struct {
-	RewrittenReads, RewrittenWrites, GuardedWrites, ParseFailures, Shadowed, ExistsHits uint64
-	ExistsCacheSize                                                                     int
+	RewrittenReads, RewrittenWrites, GuardedWrites, ParseFailures, Shadowed, ExistsHits, Retries uint64
+	ExistsCacheSize                                                                              int
 }
 
 // Stats returns the current counters.
@@ -136,6 +144,7 @@ func (s *Server) Stats() StatsSnapshot {
 		ParseFailures:   s.stats.parseFailures.Load(),
 		Shadowed:        s.stats.shadowed.Load(),
 		ExistsHits:      s.stats.existsHits.Load(),
+		Retries:         s.stats.retries.Load(),
 		ExistsCacheSize: s.exists.size(),
 	}
 }
