@@ -1,0 +1,276 @@
+// Package rollup folds slot rows back into their base rows ("roll-up" or
+// compaction), so slot tables stay small and the base column converges to
+// the true value for tools that bypass the proxy.
+//
+// Each fold is one short transaction for one record and counter: lock the
+// record's slot rows (SKIP LOCKED, so several proxies can roll up the same
+// tables at once and increments in flight are not waited for), add their sum
+// to the base column, delete them, commit. Base row + slots is the truth
+// before and after, and the change commits atomically, so readers never see
+// a total go down or double. Slot rows whose base row no longer exists are
+// deleted.
+package rollup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/slotproxy/slotproxy/rewrite"
+)
+
+// Options tune a roll-up pass.
+type Options struct {
+	// Batch bounds how many records one pass folds per slot table. Zero
+	// means 1000.
+	Batch int
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Stats describe what a pass did.
+type Stats struct {
+	Folds       int           // records folded into their base rows
+	SlotRows    int           // slot rows deleted
+	Orphans     int           // records whose base row was gone
+	Skipped     int           // records whose slots were locked by someone else
+	MaxLockHold time.Duration // longest time a base row stayed locked by a fold
+	Pending     int           // records with slots seen at the start of the pass
+}
+
+func (s *Stats) add(o Stats) {
+	s.Folds += o.Folds
+	s.SlotRows += o.SlotRows
+	s.Orphans += o.Orphans
+	s.Skipped += o.Skipped
+	s.Pending += o.Pending
+	s.MaxLockHold = max(s.MaxLockHold, o.MaxLockHold)
+}
+
+// Conn is what a roll-up needs from a connection (go-mysql's client.Conn).
+type Conn interface {
+	Execute(command string, args ...any) (*mysql.Result, error)
+}
+
+var _ Conn = (*client.Conn)(nil)
+
+type target struct {
+	table   *rewrite.Table
+	counter rewrite.Counter
+}
+
+// Once runs one pass over every slot table of cat: up to Batch records per
+// slot table. conn must be in autocommit mode and not shared.
+func Once(ctx context.Context, conn Conn, cat *rewrite.Catalog, opts Options) (Stats, error) {
+	if opts.Batch <= 0 {
+		opts.Batch = 1000
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	// Group counters by slot table: record types are per schema.
+	bySlots := map[string]map[int]target{}
+	var order []string
+	for _, t := range cat.Tables() {
+		key := t.QualifiedSlots()
+		if bySlots[key] == nil {
+			bySlots[key] = map[int]target{}
+			order = append(order, key)
+		}
+		for _, c := range t.Counters {
+			bySlots[key][c.RecordType] = target{table: t, counter: c}
+		}
+	}
+	sort.Strings(order)
+	var total Stats
+	var errs []error
+	for _, slots := range order {
+		st, err := passOne(ctx, conn, slots, bySlots[slots], opts)
+		total.add(st)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("roll-up of %s: %w", slots, err))
+		}
+	}
+	return total, errors.Join(errs...)
+}
+
+// All repeats passes until no slot row is left that can be folded (for
+// turning a rule off), or ctx ends.
+func All(ctx context.Context, conn Conn, cat *rewrite.Catalog, opts Options) (Stats, error) {
+	var total Stats
+	for {
+		st, err := Once(ctx, conn, cat, opts)
+		total.add(st)
+		if err != nil {
+			return total, err
+		}
+		if st.Pending == 0 {
+			return total, nil
+		}
+		if st.Folds == 0 && st.Orphans == 0 {
+			// Everything left is locked by transactions in flight.
+			select {
+			case <-ctx.Done():
+				return total, ctx.Err()
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+}
+
+func passOne(ctx context.Context, conn Conn, slots string, targets map[int]target, opts Options) (Stats, error) {
+	var st Stats
+	r, err := conn.Execute(fmt.Sprintf("SELECT `record_type`, `record_id` FROM %s GROUP BY `record_type`, `record_id` LIMIT %d", slots, opts.Batch))
+	if err != nil {
+		return st, err
+	}
+	type rec struct {
+		rt int
+		id int64
+	}
+	var recs []rec
+	for i := range r.Values {
+		rt, err1 := r.GetInt(i, 0)
+		id, err2 := r.GetInt(i, 1)
+		if err1 != nil || err2 != nil {
+			return st, fmt.Errorf("bad slot row: %v %v", err1, err2)
+		}
+		recs = append(recs, rec{int(rt), id})
+	}
+	st.Pending = len(recs)
+	for _, rc := range recs {
+		if err := ctx.Err(); err != nil {
+			return st, err
+		}
+		tg, ok := targets[rc.rt]
+		if !ok {
+			continue // a record type with no rule now: left for an operator
+		}
+		one, err := fold(conn, slots, tg, rc.id)
+		var me *mysql.MyError
+		if errors.As(err, &me) && (me.Code == mysql.ER_LOCK_DEADLOCK || me.Code == mysql.ER_LOCK_WAIT_TIMEOUT) {
+			// Lost to increments in flight: nothing changed, fold it later.
+			one, err = Stats{Skipped: 1}, nil
+		}
+		st.add(one)
+		if err != nil {
+			return st, err
+		}
+	}
+	return st, nil
+}
+
+// fold folds one record's slots of one counter in one transaction.
+func fold(conn Conn, slots string, tg target, id int64) (st Stats, err error) {
+	if _, err := conn.Execute("BEGIN"); err != nil {
+		return st, err
+	}
+	defer func() {
+		if err != nil {
+			_, _ = conn.Execute("ROLLBACK")
+		}
+	}()
+	r, err := conn.Execute(fmt.Sprintf("SELECT `slot`, `count` FROM %s WHERE `record_type` = %d AND `record_id` = %d FOR UPDATE SKIP LOCKED",
+		slots, tg.counter.RecordType, id))
+	if err != nil {
+		return st, err
+	}
+	if len(r.Values) == 0 {
+		st.Skipped = 1
+		_, err = conn.Execute("COMMIT")
+		return st, err
+	}
+	var sum int64
+	ids := make([]string, 0, len(r.Values))
+	for i := range r.Values {
+		slot, err1 := r.GetInt(i, 0)
+		n, err2 := r.GetInt(i, 1)
+		if err1 != nil || err2 != nil {
+			return st, fmt.Errorf("bad slot row: %v %v", err1, err2)
+		}
+		sum += n
+		ids = append(ids, strconv.FormatInt(slot, 10))
+	}
+	lockStart := time.Now()
+	up, err := conn.Execute(fmt.Sprintf("UPDATE %s SET %s = %s + %d WHERE %s = %d",
+		tg.table.Qualified(), quote(tg.counter.Name), quote(tg.counter.Name), sum, quote(tg.table.Key), id))
+	if err != nil {
+		return st, err
+	}
+	if up.AffectedRows == 0 {
+		// No base row (deleted, or an increment raced a DELETE), or the sum
+		// was zero. Either way the slots can go.
+		exists, err := conn.Execute(fmt.Sprintf("SELECT 1 FROM %s WHERE %s = %d", tg.table.Qualified(), quote(tg.table.Key), id))
+		if err != nil {
+			return st, err
+		}
+		if len(exists.Values) == 0 {
+			st.Orphans = 1
+		}
+	}
+	if _, err := conn.Execute(fmt.Sprintf("DELETE FROM %s WHERE `record_type` = %d AND `record_id` = %d AND `slot` IN (%s)",
+		slots, tg.counter.RecordType, id, strings.Join(ids, ", "))); err != nil {
+		return st, err
+	}
+	if _, err := conn.Execute("COMMIT"); err != nil {
+		return st, err
+	}
+	st.MaxLockHold = time.Since(lockStart)
+	if st.Orphans == 0 {
+		st.Folds = 1
+	}
+	st.SlotRows = len(ids)
+	return st, nil
+}
+
+func quote(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
+
+// Loop runs a pass every interval until ctx ends. dial opens the admin
+// connection (again after an error); catalog returns the current catalog
+// (it may change with reloads); report, if set, receives each pass's
+// outcome.
+func Loop(ctx context.Context, dial func(context.Context) (*client.Conn, error), catalog func() *rewrite.Catalog,
+	interval time.Duration, opts Options, report func(Stats, error)) {
+	var conn *client.Conn
+	defer func() {
+		if conn != nil {
+			_ = conn.Close()
+		}
+	}()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if conn == nil {
+			c, err := dial(ctx)
+			if err != nil {
+				if report != nil {
+					report(Stats{}, err)
+				}
+				continue
+			}
+			conn = c
+		}
+		st, err := Once(ctx, conn, catalog(), opts)
+		if err != nil && ctx.Err() == nil {
+			// The connection may be broken: start afresh next time.
+			_ = conn.Close()
+			conn = nil
+		}
+		if report != nil {
+			report(st, err)
+		}
+	}
+}
