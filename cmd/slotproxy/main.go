@@ -3,6 +3,8 @@
 // Usage:
 //
 //	slotproxy serve --config FILE [--listen HOST:PORT] [--backend HOST:PORT]
+//	slotproxy migrate --config FILE [--backend HOST:PORT]
+//	slotproxy explain --config FILE [--backend HOST:PORT] [--db NAME] SQL
 //	slotproxy version
 //	slotproxy help [COMMAND]
 //
@@ -39,6 +41,8 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"serve", "run the proxy", runServe},
+		{"migrate", "create the slot tables and register record types", runMigrate},
+		{"explain", "show how a statement would be rewritten", runExplain},
 		{"version", "print the version", runVersion},
 		{"help", "show help for slotproxy or one of its commands", runHelp},
 	}
@@ -91,6 +95,12 @@ func dispatch(args []string, stdout, stderr io.Writer) error {
 func printError(w io.Writer, err error) {
 	msg := strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", " ")), " ")
 	fmt.Fprintf(w, "slotproxy: %s\n", msg)
+}
+
+// printWarning writes err to w as a single line prefixed with
+// "slotproxy: warning: ", for problems that do not fail a command.
+func printWarning(w io.Writer, err error) {
+	printError(w, fmt.Errorf("warning: %w", err))
 }
 
 // usageError marks a mistake in the command line (exit status 2).

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/slotproxy/slotproxy/internal/testdb"
 )
 
 // binary is the slotproxy executable under test, built by TestMain.
@@ -24,7 +26,8 @@ func TestMain(m *testing.M) {
 }
 
 // buildAndRun builds slotproxy into a temporary directory (with the race
-// detector when the tests have it), runs the tests and cleans up.
+// detector when the tests have it), runs the tests against a throwaway
+// MariaDB (see setupDB) and cleans up.
 func buildAndRun(m *testing.M) int {
 	dir, err := os.MkdirTemp("", "slotproxy-cmd-test-")
 	if err != nil {
@@ -41,17 +44,24 @@ func buildAndRun(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
 		return 1
 	}
-	return m.Run()
+	return testdb.Run(m, testdb.Options{}, setupDB)
 }
 
 // runCLI runs slotproxy with args to completion and returns its output and
 // exit status.
 func runCLI(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	return runCLIEnv(t, nil, args...)
+}
+
+// runCLIEnv is runCLI with env ("KEY=value") added to the environment.
+func runCLIEnv(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	var out, errOut bytes.Buffer
 	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
 	var exit *exec.ExitError
@@ -169,7 +179,9 @@ func TestHelpAndVersion(t *testing.T) {
 		args []string
 		want []string // substrings of stdout
 	}{
-		{[]string{"help"}, []string{"Usage: slotproxy COMMAND", "serve", "version", "help"}},
+		{[]string{"help"}, []string{"Usage: slotproxy COMMAND", "serve", "migrate", "explain", "version", "help"}},
+		{[]string{"help", "migrate"}, []string{"Usage: slotproxy migrate --config FILE [--backend HOST:PORT]", "-config FILE", "-backend HOST:PORT"}},
+		{[]string{"help", "explain"}, []string{"Usage: slotproxy explain --config FILE [--backend HOST:PORT] [--db NAME] SQL", "-db NAME"}},
 		{[]string{"--help"}, []string{"Usage: slotproxy COMMAND"}},
 		{[]string{"help", "serve"}, []string{"Usage: slotproxy serve --config FILE", "-listen HOST:PORT", "-backend HOST:PORT", "-config FILE"}},
 		{[]string{"serve", "-h"}, []string{"Usage: slotproxy serve"}},

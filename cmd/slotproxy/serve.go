@@ -13,8 +13,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/slotproxy/slotproxy/internal/catalog"
 	"github.com/slotproxy/slotproxy/internal/config"
 	"github.com/slotproxy/slotproxy/proxy"
+	"github.com/slotproxy/slotproxy/rewrite"
+	"github.com/slotproxy/slotproxy/rules"
 )
 
 // runServe implements "slotproxy serve": it runs the proxy until SIGTERM or
@@ -25,7 +28,11 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 			"for up to timeouts.shutdown (a second signal cuts that short).\n\n"+
 			"--listen and --backend override listen and backend.address from FILE;\n"+
 			"--config may be left out when both are given, and the defaults are used\n"+
-			"for everything else.")
+			"for everything else.\n\n"+
+			"With rules set in FILE, serve first connects as the admin account and checks\n"+
+			"the rules against the schema; it refuses to start if that fails (run\n"+
+			"\"slotproxy migrate\" first to create the slot tables). After DDL on a ruled\n"+
+			"table it reloads the schema.")
 	configPath := fs.String("config", "", "the configuration `FILE` (YAML)")
 	fs.String("listen", "", "accept clients on `HOST:PORT` (overrides listen)")
 	fs.String("backend", "", "relay to the MySQL server at `HOST:PORT` (overrides backend.address)")
@@ -44,9 +51,35 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	var set *rules.Set
+	if cfg.Rules != "" {
+		if set, err = rules.LoadDir(cfg.Rules); err != nil {
+			return err
+		}
+		rw, version, err := loadRewriter(context.Background(), cfg, set)
+		if err != nil {
+			return err
+		}
+		logger.Info("loaded rules", "dir", cfg.Rules, "tables", len(rw.Catalog().Tables()),
+			"backend_version", version, "row_alias", catalog.RowAlias(version))
+		pcfg.Rewriter = rw
+	}
+	// OnDDL runs only while serving, after reloader is set.
+	var reloader *catalog.Reloader
+	if set != nil {
+		pcfg.OnDDL = func() { reloader.Trigger() }
+	}
 	srv, err := proxy.NewServer(pcfg)
 	if err != nil {
 		return fmt.Errorf("configuring proxy: %w", err)
+	}
+	if set != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel() // stops reloads once serving is over
+		reloader = catalog.NewReloader(ctx, func(ctx context.Context) (*rewrite.Rewriter, error) {
+			rw, _, err := loadRewriter(ctx, cfg, set)
+			return rw, err
+		}, srv.SetRewriter, logger)
 	}
 	return serve(srv, cfg, logger)
 }

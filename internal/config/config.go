@@ -4,7 +4,9 @@
 // the key at fault, so a command can print it on one line. The package does
 // no networking: it turns the file into plain values, *tls.Config values
 // (BackendTLSConfig, ClientTLSConfig) and a *slog.Logger (Logger); the
-// command wires those into the proxy.
+// command wires those into the proxy. Besides the files the configuration
+// names, Load reads one thing from outside the file: the environment
+// variable AdminPasswordEnv, when admin.password is empty.
 package config
 
 import (
@@ -14,8 +16,11 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Config is slotproxy's configuration. Default returns the defaults and Load
@@ -37,7 +42,39 @@ type Config struct {
 	Limits Limits
 	// Log selects what is logged and how.
 	Log Log
+	// Rules is the directory of rule files (every *.yaml and *.yml in it;
+	// see package rules). Empty means no rules: every statement is relayed
+	// unchanged and no admin account is needed. Load checks that it is a
+	// directory; the files themselves are rules.LoadDir's business.
+	Rules string
+	// SlotsTable is the name of the slot table in each schema that has
+	// rules; DefaultSlotsTable unless set. It may not be RecordTypesTable.
+	SlotsTable string
+	// Admin is the proxy's own account on the backend, used by migrate,
+	// for loading the schema of ruled tables and for roll-up. Required
+	// (Admin.User) when Rules is set.
+	Admin Admin
 }
+
+// Admin is the proxy's own backend account.
+type Admin struct {
+	// User is the account name; empty when not configured.
+	User string
+	// Password is its password. Load takes it from AdminPasswordEnv when
+	// the file leaves it empty, so it need not be written in the file.
+	Password string
+}
+
+// AdminPasswordEnv is the environment variable Load reads the admin
+// password from when admin.password is empty.
+const AdminPasswordEnv = "SLOTPROXY_ADMIN_PASSWORD"
+
+// DefaultSlotsTable is the default SlotsTable.
+const DefaultSlotsTable = "slotted_counters"
+
+// RecordTypesTable is the fixed name of the record-type registry that
+// migrate creates next to the slot table; SlotsTable cannot take it.
+const RecordTypesTable = "slotproxy_record_types"
 
 // Backend is the server side of the proxy.
 type Backend struct {
@@ -143,15 +180,16 @@ func Default() *Config {
 			Handshake: 10 * time.Second,
 			Shutdown:  30 * time.Second,
 		},
-		Limits: Limits{MaxUnauthenticated: 1000},
-		Log:    Log{Level: slog.LevelInfo, Format: LogText},
+		Limits:     Limits{MaxUnauthenticated: 1000},
+		Log:        Log{Level: slog.LevelInfo, Format: LogText},
+		SlotsTable: DefaultSlotsTable,
 	}
 }
 
 // Validate checks c the way Load checks a file (without line numbers) and
 // also requires Listen and Backend.Address, which a file may leave to
 // command-line flags. Call it after changing a loaded or default Config. It
-// reads the TLS files named in c.
+// reads the TLS files named in c and checks that Rules is a directory.
 func (c *Config) Validate() error {
 	if c.Listen == "" {
 		return &Error{Key: "listen", Err: errors.New("not set")}
@@ -199,6 +237,51 @@ func (c *Config) check(s *source) error {
 	}
 	if f := c.Log.Format; f != LogText && f != LogJSON {
 		return s.err("log.format", fmt.Errorf("unknown format %q (want %s, %s)", f, LogText, LogJSON))
+	}
+	if err := checkTableName(c.SlotsTable); err != nil {
+		return s.err("slots_table", err)
+	}
+	if strings.EqualFold(c.SlotsTable, RecordTypesTable) {
+		return s.err("slots_table", fmt.Errorf("%q is the name of the record-type registry; choose another", c.SlotsTable))
+	}
+	if c.Rules != "" {
+		fi, err := os.Stat(c.Rules)
+		switch {
+		case err != nil:
+			return s.err("rules", err)
+		case !fi.IsDir():
+			return s.err("rules", fmt.Errorf("%s is not a directory", c.Rules))
+		}
+		if c.Admin.User == "" {
+			// Reported on the rules line: that is what needs the account.
+			return s.errAt(s.lines["rules"], "admin.user", errors.New(
+				"not set; with rules the proxy needs its own account on the backend (admin: {user, password})"))
+		}
+	}
+	return nil
+}
+
+// checkTableName reports whether name is a table name MySQL accepts: 1 to
+// 64 characters of valid UTF-8 in the Basic Multilingual Plane, none of
+// them NUL, not ending in a space.
+func checkTableName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("empty table name")
+	case !utf8.ValidString(name):
+		return fmt.Errorf("%q is not valid UTF-8", name)
+	case strings.IndexByte(name, 0) >= 0:
+		return fmt.Errorf("%q contains a NUL character", name)
+	case strings.HasSuffix(name, " "):
+		return fmt.Errorf("%q ends with a space; MySQL does not allow that", name)
+	}
+	for _, r := range name {
+		if r > 0xFFFF {
+			return fmt.Errorf("%q contains %U, which MySQL does not allow in names", name, r)
+		}
+	}
+	if n := utf8.RuneCountInString(name); n > 64 {
+		return fmt.Errorf("%q is %d characters long; MySQL allows at most 64", name, n)
 	}
 	return nil
 }

@@ -54,11 +54,18 @@ limits:
 log:
   level: debug
   format: json
+rules: rules.d
+slots_table: my_slots
+admin:
+  user: slotproxy
+  password: "s3cret: yes"
 `
 
 func TestLoadFull(t *testing.T) {
+	t.Setenv(AdminPasswordEnv, "from the environment")
 	dir := t.TempDir()
 	tlsFiles(t, dir)
+	writeFile(t, dir, "rules.d/repos.yaml", []byte("table: app.repos\n"))
 	path := writeFile(t, dir, "slotproxy.yaml", []byte(fullConfig))
 
 	got, err := Load(path)
@@ -83,9 +90,12 @@ func TestLoadFull(t *testing.T) {
 			Key:        filepath.Join(certs, "key.pem"),
 			MinVersion: tls.VersionTLS13,
 		},
-		Timeouts: Timeouts{Connect: time.Second, Handshake: 90 * time.Second, Shutdown: 500 * time.Millisecond},
-		Limits:   Limits{MaxUnauthenticated: 7},
-		Log:      Log{Level: slog.LevelDebug, Format: LogJSON},
+		Timeouts:   Timeouts{Connect: time.Second, Handshake: 90 * time.Second, Shutdown: 500 * time.Millisecond},
+		Limits:     Limits{MaxUnauthenticated: 7},
+		Log:        Log{Level: slog.LevelDebug, Format: LogJSON},
+		Rules:      filepath.Join(dir, "rules.d"),
+		SlotsTable: "my_slots",
+		Admin:      Admin{User: "slotproxy", Password: "s3cret: yes"},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Load:\n got %+v\nwant %+v", got, want)
@@ -111,6 +121,7 @@ func TestLoadFull(t *testing.T) {
 }
 
 func TestLoadShortForms(t *testing.T) {
+	t.Setenv(AdminPasswordEnv, "")
 	for _, tc := range []struct {
 		name, yaml string
 		want       func(*Config)
@@ -143,6 +154,7 @@ func TestLoadShortForms(t *testing.T) {
 
 // TestLoadRepoConfig keeps the example at the repository root loadable.
 func TestLoadRepoConfig(t *testing.T) {
+	t.Setenv(AdminPasswordEnv, "")
 	c, err := Load("../../config.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -165,9 +177,55 @@ func TestLoadRepoConfig(t *testing.T) {
 	}
 }
 
+// TestLoadRulesConfig keeps testdata/config-rules.yaml loadable.
+func TestLoadRulesConfig(t *testing.T) {
+	t.Setenv(AdminPasswordEnv, "pw")
+	c, err := Load("../../testdata/config-rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Default()
+	want.Listen, want.Backend.Address = "127.0.0.1:3307", "127.0.0.1:3306"
+	want.Rules = filepath.Join("../../testdata", "rules")
+	want.Admin = Admin{User: "slotproxy", Password: "pw"}
+	if !reflect.DeepEqual(c, want) {
+		t.Errorf("testdata/config-rules.yaml:\n got %+v\nwant %+v", c, want)
+	}
+}
+
+// TestAdminPasswordEnv checks that the environment supplies an empty
+// admin.password and nothing else.
+func TestAdminPasswordEnv(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "rules/r.yaml", []byte("# empty\n"))
+	for _, tc := range []struct {
+		name, yaml, env, want string
+	}{
+		{"from the environment", "rules: rules\nadmin:\n  user: u\n", "envpw", "envpw"},
+		{"empty in the file", "rules: rules\nadmin:\n  user: u\n  password: \"\"\n", "envpw", "envpw"},
+		{"null in the file", "rules: rules\nadmin:\n  user: u\n  password:\n", "envpw", "envpw"},
+		{"the file wins", "rules: rules\nadmin:\n  user: u\n  password: filepw\n", "envpw", "filepw"},
+		{"neither", "rules: rules\nadmin:\n  user: u\n", "", ""},
+		{"without rules", "admin:\n  user: u\n", "envpw", "envpw"},
+		{"number", "admin:\n  password: 1234\n", "envpw", "1234"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(AdminPasswordEnv, tc.env)
+			c, err := Load(writeFile(t, dir, "c.yaml", []byte(tc.yaml)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Admin.Password != tc.want {
+				t.Errorf("admin password = %q, want %q", c.Admin.Password, tc.want)
+			}
+		})
+	}
+}
+
 func TestLoadErrors(t *testing.T) {
 	dir := t.TempDir()
 	tlsFiles(t, dir)
+	writeFile(t, dir, "rules/r.yaml", []byte("# a rule\n"))
 	for _, tc := range []struct {
 		name string
 		yaml string
@@ -179,7 +237,7 @@ func TestLoadErrors(t *testing.T) {
 		{"unknown nested key", "backend:\n  address: h:1\n  tls:\n    mod: verify-ca\n",
 			4, `backend.tls: unknown key "mod" (did you mean "mode"?)`},
 		{"unknown key without near match", "# top\nfrobnicate: 1\n",
-			2, `unknown key "frobnicate" (want one of: backend, limits, listen, log, timeouts, tls)`},
+			2, `unknown key "frobnicate" (want one of: admin, backend, limits, listen, log, rules, slots_table, timeouts, tls)`},
 		{"duplicate key", "listen: a:1\n\nlisten: b:2\n",
 			3, `duplicate key "listen" (first on line 1)`},
 		{"listen without port", "# first\nlisten: localhost\n",
@@ -246,6 +304,30 @@ func TestLoadErrors(t *testing.T) {
 			2, `invalid YAML: did not find expected ',' or ']'`},
 		{"two documents", "listen: a:1\n---\nlisten: b:2\n",
 			2, `more than one YAML document`},
+		{"slots_table empty", "listen: a:1\nslots_table: \"\"\n",
+			2, `slots_table: empty table name`},
+		{"slots_table too long", "slots_table: " + strings.Repeat("s", 65) + "\n",
+			1, `slots_table: "` + strings.Repeat("s", 65) + `" is 65 characters long; MySQL allows at most 64`},
+		{"slots_table trailing space", "slots_table: \"slots \"\n",
+			1, `slots_table: "slots " ends with a space; MySQL does not allow that`},
+		{"slots_table is the registry", "# x\nslots_table: SlotProxy_Record_Types\n",
+			2, `slots_table: "SlotProxy_Record_Types" is the name of the record-type registry; choose another`},
+		{"slots_table not a scalar", "slots_table: [a]\n",
+			1, `slots_table: want a single value, got a list`},
+		{"rules missing", "admin:\n  user: u\nrules: nope\n",
+			3, `rules: stat ` + filepath.Join(dir, "nope") + `: no such file or directory`},
+		{"rules is a file", "admin:\n  user: u\nrules: rules/r.yaml\n",
+			3, `rules: ` + filepath.Join(dir, "rules/r.yaml") + ` is not a directory`},
+		{"rules without admin", "listen: a:1\nrules: rules\n",
+			2, `admin.user: not set; with rules the proxy needs its own account on the backend (admin: {user, password})`},
+		{"rules with empty admin user", "rules: rules\nadmin:\n  user: \"\"\n",
+			1, `admin.user: not set; with rules the proxy needs its own account on the backend (admin: {user, password})`},
+		{"admin unknown key", "admin:\n  user: u\n  pasword: x\n",
+			3, `admin: unknown key "pasword" (did you mean "password"?)`},
+		{"admin not a mapping", "admin: root\n",
+			1, `admin: want a mapping of keys to values, got "root"`},
+		{"admin user not a scalar", "admin:\n  user: {a: b}\n",
+			2, `admin.user: want a single value, got a mapping`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := writeFile(t, dir, strings.ReplaceAll(tc.name, " ", "_")+".yaml", []byte(tc.yaml))
@@ -294,6 +376,24 @@ func TestValidate(t *testing.T) {
 	c.Backend.TLS.Mode = "on"
 	if err := c.Validate(); err == nil || !strings.HasPrefix(err.Error(), `backend.tls.mode: unknown mode "on"`) {
 		t.Errorf("Validate with a bad mode = %v", err)
+	}
+}
+
+func TestValidateRules(t *testing.T) {
+	c := Default()
+	c.Listen, c.Backend.Address = "127.0.0.1:3307", "127.0.0.1:3306"
+	c.Rules = t.TempDir()
+	want := "admin.user: not set; with rules the proxy needs its own account on the backend (admin: {user, password})"
+	if err := c.Validate(); err == nil || err.Error() != want {
+		t.Errorf("Validate with rules and no admin = %v, want %q", err, want)
+	}
+	c.Admin.User = "slotproxy"
+	if err := c.Validate(); err != nil {
+		t.Errorf("Validate with rules and an admin = %v", err)
+	}
+	c.SlotsTable = ""
+	if err := c.Validate(); err == nil || err.Error() != "slots_table: empty table name" {
+		t.Errorf("Validate with an empty slots_table = %v", err)
 	}
 }
 

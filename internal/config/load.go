@@ -25,7 +25,9 @@ import (
 // A key with an empty value ("key:" or "key: ~") keeps its default, and an
 // empty file yields Default. Listen and Backend.Address may be left out, for
 // flags to supply; Validate then requires them. Relative TLS file paths are
-// resolved against the directory of path. Durations use Go syntax ("5s").
+// resolved against the directory of path, as is the rules directory.
+// Durations use Go syntax ("5s"). An empty admin.password is taken from
+// the environment variable AdminPasswordEnv.
 func Load(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -42,6 +44,9 @@ func Load(path string) (*Config, error) {
 		if err := d.config(root, c); err != nil {
 			return nil, err
 		}
+	}
+	if c.Admin.Password == "" {
+		c.Admin.Password = os.Getenv(AdminPasswordEnv)
 	}
 	if err := c.check(s); err != nil {
 		return nil, err
@@ -114,6 +119,14 @@ func (d *decoder) config(n *yaml.Node, c *Config) error {
 			return d.mapping(v, key, fields{
 				"level":  d.level(&c.Log.Level),
 				"format": text(d, &c.Log.Format),
+			})
+		},
+		"rules":       d.path(&c.Rules),
+		"slots_table": text(d, &c.SlotsTable),
+		"admin": func(v *yaml.Node, key string) error {
+			return d.mapping(v, key, fields{
+				"user":     text(d, &c.Admin.User),
+				"password": text(d, &c.Admin.Password),
 			})
 		},
 	})

@@ -1,0 +1,417 @@
+// Package catalog connects slotproxy's rules to the live database: it
+// creates the slot tables and the record-type registry (Migrate), checks
+// the rules against the schema and builds the rewriter's catalog from it
+// (Load, NewRewriter), and rebuilds it after DDL (Reloader). It talks to the
+// backend as the proxy's own admin account (Connect), with go-mysql's
+// client.
+//
+// Each schema that has rules holds two tables of slotproxy's: the slot
+// table (config.Config.SlotsTable, default slotted_counters) and the
+// registry slotproxy_record_types, which numbers each ruled (table, counter
+// column) pair; the number is the slot rows' record_type. Numbers are
+// assigned on first sight, by Migrate or by Load, and never change.
+package catalog
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/go-mysql-org/go-mysql/client"
+
+	"github.com/slotproxy/slotproxy/rewrite"
+	"github.com/slotproxy/slotproxy/rules"
+)
+
+// integerTypes are the DATA_TYPE values of MySQL's integer columns.
+var integerTypes = map[string]bool{"tinyint": true, "smallint": true, "mediumint": true, "int": true, "bigint": true}
+
+// column is one column of a table, from information_schema.COLUMNS.
+type column struct {
+	name       string
+	dataType   string // DATA_TYPE, such as "bigint"
+	columnType string // COLUMN_TYPE, such as "bigint(20) unsigned"
+}
+
+func (c *column) integer() bool  { return integerTypes[strings.ToLower(c.dataType)] }
+func (c *column) unsigned() bool { return strings.Contains(strings.ToLower(c.columnType), "unsigned") }
+
+// table is one table of a schema as the server describes it.
+type table struct {
+	schema, name string
+	kind         string   // TABLE_TYPE: "BASE TABLE", "VIEW", ...
+	columns      []column // in ORDINAL_POSITION order
+	primary      []string // PRIMARY KEY columns in key order; nil if none
+}
+
+// column returns the column called name (ignoring case, as MySQL does), or
+// nil.
+func (t *table) column(name string) *column {
+	for i := range t.columns {
+		if strings.EqualFold(t.columns[i].name, name) {
+			return &t.columns[i]
+		}
+	}
+	return nil
+}
+
+// schema is what Load reads about one schema that has rules.
+type schema struct {
+	name   string
+	exists bool
+	tables []*table
+}
+
+// lookup returns the table called name: the one spelled exactly so, or
+// else the only one whose name matches ignoring case. ambiguous is set when
+// several match ignoring case and none exactly.
+func (s *schema) lookup(name string) (t *table, ambiguous bool) {
+	var folded []*table
+	for _, t := range s.tables {
+		if t.name == name {
+			return t, false
+		}
+		if strings.EqualFold(t.name, name) {
+			folded = append(folded, t)
+		}
+	}
+	if len(folded) == 1 {
+		return folded[0], false
+	}
+	return nil, len(folded) > 1
+}
+
+// Load checks set against the live schema and returns the rewriter's
+// catalog for it. For each schema with rules it checks that the slot table
+// slotsTable and the registry exist (Migrate creates them), and for each
+// rule that its table is a base table whose PRIMARY KEY is the rule's key
+// alone, of an integer type, and that every counter is an integer column.
+// It registers the record types of counters that have none yet (so a new
+// counter needs no migrate), and returns a catalog of the ruled tables with
+// every column in table order plus the columns of every other table and
+// view in those schemas.
+//
+// Every problem is reported, not just the first: as *rules.Error values
+// ("FILE:LINE: MESSAGE", at the rule's table, key or counter line), joined
+// with errors.Join and sorted by file and line. A missing slot table or
+// registry is reported at the first rule of its schema. Other failures
+// (the connection, a query) are returned on their own.
+func Load(ctx context.Context, conn *client.Conn, set *rules.Set, slotsTable string) (*rewrite.Catalog, error) {
+	groups := bySchema(set)
+	schemas, err := describe(ctx, conn, groups)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		problems []*rules.Error
+		tables   = make([][]*rewrite.Table, len(groups)) // per schema
+		others   = map[string][]string{}
+	)
+	for i, g := range groups {
+		s := schemas[i]
+		checkSchema(s, g.rules, slotsTable, &problems)
+		ruled := map[*table]bool{}
+		for _, r := range g.rules {
+			if t := checkRule(s, r, slotsTable, &problems); t != nil {
+				ruled[t] = true
+				tables[i] = append(tables[i], newTable(t, r, slotsTable))
+			}
+		}
+		for _, t := range s.tables {
+			if ruled[t] || strings.EqualFold(t.name, slotsTable) || strings.EqualFold(t.name, RecordTypesTable) {
+				continue
+			}
+			names := make([]string, len(t.columns))
+			for j, c := range t.columns {
+				names[j] = c.name
+			}
+			others[t.schema+"."+t.name] = names
+		}
+	}
+	if len(problems) > 0 {
+		slices.SortStableFunc(problems, func(a, b *rules.Error) int {
+			return cmp.Or(cmp.Compare(a.File, b.File), cmp.Compare(a.Line, b.Line))
+		})
+		errs := make([]error, len(problems))
+		for i, p := range problems {
+			errs[i] = p
+		}
+		return nil, errors.Join(errs...)
+	}
+	// Register record types only once everything checks out, so that a
+	// typo in a rule does not leave a registry entry behind.
+	var all []*rewrite.Table
+	for i, s := range schemas {
+		if err := assignTypes(ctx, conn, s.name, tables[i]); err != nil {
+			return nil, err
+		}
+		all = append(all, tables[i]...)
+	}
+	return rewrite.NewCatalog(all, others), nil
+}
+
+// newTable is the rewriter's view of the checked table t ruled by r.
+func newTable(t *table, r *rules.Rule, slotsTable string) *rewrite.Table {
+	rt := &rewrite.Table{
+		Schema:     t.schema,
+		Name:       t.name,
+		Key:        t.primary[0],
+		SlotsTable: slotsTable,
+		Slots:      r.Slots,
+		Shadow:     r.Mode == rules.ModeShadow,
+	}
+	for _, c := range t.columns {
+		rt.Columns = append(rt.Columns, c.name)
+	}
+	for _, rc := range r.Counters {
+		c := t.column(rc.Name)
+		rt.Counters = append(rt.Counters, rewrite.Counter{Name: c.name, Unsigned: c.unsigned()})
+	}
+	return rt
+}
+
+// assignTypes fills in the record types of the counters of tables, which
+// are in schema, registering those that have none.
+func assignTypes(ctx context.Context, conn *client.Conn, schema string, tables []*rewrite.Table) error {
+	var want []pair
+	for _, t := range tables {
+		for _, c := range t.Counters {
+			want = append(want, pair{strings.ToLower(t.Name), strings.ToLower(c.Name)})
+		}
+	}
+	types, err := register(ctx, conn, schema, want)
+	if err != nil {
+		return err
+	}
+	for _, t := range tables {
+		for i := range t.Counters {
+			c := &t.Counters[i]
+			c.RecordType = types[pair{strings.ToLower(t.Name), strings.ToLower(c.Name)}]
+		}
+	}
+	return nil
+}
+
+// checkSchema checks that s exists and holds a slot table and a registry
+// of the right shape, reporting problems at the first of its rules, rs.
+func checkSchema(s *schema, rs []*rules.Rule, slotsTable string, problems *[]*rules.Error) {
+	first := rs[0]
+	for _, r := range rs[1:] {
+		if cmp.Or(cmp.Compare(r.File, first.File), cmp.Compare(r.Line, first.Line)) < 0 {
+			first = r
+		}
+	}
+	report := func(format string, args ...any) {
+		*problems = append(*problems, &rules.Error{File: first.File, Line: first.Line, Msg: "table: " + fmt.Sprintf(format, args...)})
+	}
+	if !s.exists {
+		// Each rule reports its table missing; say why once.
+		report("schema %s does not exist (or the admin user has no privileges on it)", quoteName(s.name))
+		return
+	}
+	slots, _ := s.lookup(slotsTable)
+	registry, _ := s.lookup(RecordTypesTable)
+	switch {
+	case slots == nil && registry == nil:
+		report("schema %s has no slot table %s and no record-type registry %s; run slotproxy migrate to create them",
+			quoteName(s.name), slotsTable, RecordTypesTable)
+		return
+	case slots == nil:
+		report("schema %s has no slot table %s; run slotproxy migrate to create it", quoteName(s.name), slotsTable)
+	case registry == nil:
+		report("schema %s has no record-type registry %s; run slotproxy migrate to create it", quoteName(s.name), RecordTypesTable)
+		return
+	}
+	if slots != nil && !hasShape(slots, []string{"record_type", "record_id", "slot"}, "count") {
+		report("%s.%s is not a slot table (want integer columns record_type, record_id, slot and count, with PRIMARY KEY (record_type, record_id, slot)); "+
+			"drop it and run slotproxy migrate, or set slots_table to another name", quoteName(s.name), quoteName(slots.name))
+	}
+	if !hasShape(registry, []string{"record_type"}) || registry.column("table_name") == nil || registry.column("column_name") == nil {
+		report("%s.%s is not slotproxy's record-type registry (want columns record_type, table_name and column_name, with PRIMARY KEY (record_type))",
+			quoteName(s.name), quoteName(registry.name))
+	}
+}
+
+// hasShape reports whether t is a base table whose primary key is the
+// integer columns key, in order, and which has the integer columns more.
+func hasShape(t *table, key []string, more ...string) bool {
+	if t.kind != "BASE TABLE" || len(t.primary) != len(key) {
+		return false
+	}
+	for i, k := range key {
+		if !strings.EqualFold(t.primary[i], k) {
+			return false
+		}
+	}
+	for _, name := range append(key, more...) {
+		if c := t.column(name); c == nil || !c.integer() {
+			return false
+		}
+	}
+	return true
+}
+
+// checkRule checks r against s and returns its table, or nil after
+// reporting what is wrong.
+func checkRule(s *schema, r *rules.Rule, slotsTable string, problems *[]*rules.Error) *table {
+	ok := true
+	report := func(line int, format string, args ...any) {
+		*problems = append(*problems, &rules.Error{File: r.File, Line: line, Msg: fmt.Sprintf(format, args...)})
+		ok = false
+	}
+	name := r.Name()
+	if strings.EqualFold(r.Table, slotsTable) || strings.EqualFold(r.Table, RecordTypesTable) {
+		report(r.Line, "table: %s is slotproxy's own table; it cannot have rules", name)
+		return nil
+	}
+	t, ambiguous := s.lookup(r.Table)
+	switch {
+	case ambiguous:
+		report(r.Line, "table: %s matches several tables that differ only in case; write the name exactly", name)
+		return nil
+	case t == nil && s.exists:
+		report(r.Line, "table: %s does not exist (or the admin user has no privileges on it)", name)
+		return nil
+	case t == nil:
+		report(r.Line, "table: %s does not exist", name)
+		return nil
+	case t.kind != "BASE TABLE":
+		report(r.Line, "table: %s is a %s, not a base table", name, strings.ToLower(t.kind))
+		return nil
+	}
+
+	pk := t.primary
+	switch {
+	case len(pk) == 0:
+		report(r.KeyLine, "key: %s has no primary key; the key must be a single-column integer primary key", name)
+	case len(pk) > 1:
+		report(r.KeyLine, "key: %s has no single-column integer primary key (PRIMARY KEY is (%s))", name, strings.Join(pk, ", "))
+	case t.column(pk[0]) == nil: // dropped between the queries
+		report(r.KeyLine, "key: %s changed while being read; try again", name)
+	case !t.column(pk[0]).integer():
+		report(r.KeyLine, "key: %s has no single-column integer primary key (PRIMARY KEY is (%s), of type %s)",
+			name, pk[0], t.column(pk[0]).columnType)
+	case !strings.EqualFold(pk[0], r.Key):
+		report(r.KeyLine, "key: %s is not the primary key of %s (PRIMARY KEY is (%s))", r.Key, name, pk[0])
+	}
+	for _, rc := range r.Counters {
+		c := t.column(rc.Name)
+		switch {
+		case c == nil:
+			report(rc.Line, "counters: %s has no column %s", name, rc.Name)
+		case !c.integer():
+			report(rc.Line, "counters: %s.%s is %s, not an integer column", name, c.name, c.columnType)
+		}
+	}
+	if !ok {
+		return nil
+	}
+	return t
+}
+
+// quoteName writes a schema or table name as a rule file would: bare
+// unless it holds a '.', whitespace or a backquote.
+func quoteName(s string) string {
+	if s != "" && !strings.ContainsAny(s, ".` \t\n\r") {
+		return s
+	}
+	return quoteIdent(s)
+}
+
+// describe reads the tables, columns and primary keys of the schemas of
+// groups from information_schema, in groups order.
+//
+// A schema is the one spelled exactly as in the rules or, failing that,
+// the only one whose name matches ignoring case (for servers with
+// lower_case_table_names set). schema.name is then the server's spelling.
+func describe(ctx context.Context, conn *client.Conn, groups []schemaRules) ([]*schema, error) {
+	out := make([]*schema, len(groups))
+	if len(groups) == 0 {
+		return out, nil
+	}
+	names := make([]any, len(groups))
+	for i, g := range groups {
+		out[i] = &schema{name: g.schema}
+		names[i] = g.schema
+	}
+	in := "(?" + strings.Repeat(", ?", len(names)-1) + ")"
+
+	rows, err := exec(ctx, conn, "SELECT SCHEMA_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME IN "+in, names...)
+	if err != nil {
+		return nil, fmt.Errorf("reading the schema: %w", err)
+	}
+	real := make([]string, len(rows))
+	for i, row := range rows {
+		real[i] = row[0]
+	}
+	byReal := map[string]*schema{} // the server's schema name → what we read of it
+	for i, s := range out {
+		if slices.Contains(real, s.name) {
+			s.exists = true
+		} else if j := slices.IndexFunc(real, func(r string) bool { return strings.EqualFold(r, s.name) }); j >= 0 &&
+			!slices.ContainsFunc(real[j+1:], func(r string) bool { return strings.EqualFold(r, s.name) }) {
+			s.name, s.exists = real[j], true
+		}
+		if !s.exists {
+			continue
+		}
+		if prev := byReal[s.name]; prev != nil {
+			out[i] = prev // two spellings of one schema
+		} else {
+			byReal[s.name] = s
+		}
+	}
+	if len(byReal) == 0 {
+		return out, nil
+	}
+	names = names[:0]
+	for name := range byReal {
+		names = append(names, name)
+	}
+	in = "(?" + strings.Repeat(", ?", len(names)-1) + ")"
+
+	tables := map[[2]string]*table{}
+	rows, err = exec(ctx, conn, "SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA IN "+in+
+		" ORDER BY TABLE_SCHEMA, TABLE_NAME", names...)
+	if err != nil {
+		return nil, fmt.Errorf("reading the schema: %w", err)
+	}
+	for _, row := range rows {
+		s := byReal[row[0]]
+		if s == nil {
+			continue
+		}
+		t := &table{schema: row[0], name: row[1], kind: row[2]}
+		if t.kind == "SYSTEM VERSIONED" { // MariaDB's base table with history
+			t.kind = "BASE TABLE"
+		}
+		s.tables = append(s.tables, t)
+		tables[[2]string{row[0], row[1]}] = t
+	}
+
+	rows, err = exec(ctx, conn, "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA IN "+in+
+		" ORDER BY TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION", names...)
+	if err != nil {
+		return nil, fmt.Errorf("reading the schema: %w", err)
+	}
+	for _, row := range rows {
+		if t := tables[[2]string{row[0], row[1]}]; t != nil {
+			t.columns = append(t.columns, column{name: row[2], dataType: row[3], columnType: row[4]})
+		}
+	}
+
+	rows, err = exec(ctx, conn, "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA IN "+in+
+		" AND INDEX_NAME = 'PRIMARY' ORDER BY TABLE_SCHEMA, TABLE_NAME, SEQ_IN_INDEX", names...)
+	if err != nil {
+		return nil, fmt.Errorf("reading the schema: %w", err)
+	}
+	for _, row := range rows {
+		if t := tables[[2]string{row[0], row[1]}]; t != nil {
+			t.primary = append(t.primary, row[2])
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,741 @@
+package catalog_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/client"
+	"go.uber.org/goleak"
+
+	"github.com/slotproxy/slotproxy/internal/catalog"
+	"github.com/slotproxy/slotproxy/internal/config"
+	"github.com/slotproxy/slotproxy/internal/testcerts"
+	"github.com/slotproxy/slotproxy/internal/testdb"
+	"github.com/slotproxy/slotproxy/rewrite"
+	"github.com/slotproxy/slotproxy/rules"
+)
+
+// caFile and untrustedCAFile are PEM files of the CA that signed the
+// test MariaDB's TLS certificate and of an unrelated CA.
+var caFile, untrustedCAFile string
+
+func TestMain(m *testing.M) {
+	certs, err := testcerts.New()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL:", err)
+		os.Exit(1)
+	}
+	dir, err := os.MkdirTemp("", "slotproxy-catalog-certs-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL:", err)
+		os.Exit(1)
+	}
+	ca, cert, key, err := certs.WriteFiles(dir)
+	if err == nil {
+		caFile, untrustedCAFile = ca, filepath.Join(dir, "untrusted-ca.pem")
+		err = os.WriteFile(untrustedCAFile, certs.UntrustedCA.CertPEM, 0o600)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL:", err)
+		os.Exit(1)
+	}
+	code := testdb.Run(m, testdb.Options{ExtraArgs: []string{
+		"--ssl-ca=" + ca, "--ssl-cert=" + cert, "--ssl-key=" + key,
+	}}, testdb.Setup)
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// adminConfig is a configuration that reaches the shared MariaDB as root.
+func adminConfig() *config.Config {
+	db := testdb.Shared()
+	cfg := config.Default()
+	cfg.Listen = "127.0.0.1:1"
+	cfg.Backend.Address = db.Addr
+	cfg.Admin = config.Admin{User: db.RootUser, Password: db.RootPassword}
+	return cfg
+}
+
+// connect opens an admin connection, closed when the test ends.
+func connect(t *testing.T) *client.Conn {
+	t.Helper()
+	conn, err := catalog.Connect(t.Context(), adminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+var nonWord = regexp.MustCompile(`\W+`)
+
+// newSchema creates a fresh schema for the test, runs stmts in it and
+// returns its name.
+func newSchema(t *testing.T, stmts ...string) string {
+	t.Helper()
+	name := "cat_" + strings.ToLower(nonWord.ReplaceAllString(t.Name(), "_"))
+	if len(name) > 64 {
+		name = name[:64]
+	}
+	all := []string{"DROP DATABASE IF EXISTS `" + name + "`", "CREATE DATABASE `" + name + "`", "USE `" + name + "`"}
+	if err := testdb.Shared().Exec(append(all, stmts...)...); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { testdb.Shared().Exec("DROP DATABASE IF EXISTS `" + name + "`") })
+	return name
+}
+
+// ruleSet parses rule files, given as name → content with SCHEMA standing
+// for schema.
+func ruleSet(t *testing.T, schema string, files ...string) *rules.Set {
+	t.Helper()
+	var rs []*rules.Rule
+	for i := 0; i+1 < len(files); i += 2 {
+		r, err := rules.Parse(files[i], []byte(strings.ReplaceAll(files[i+1], "SCHEMA", schema)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs = append(rs, r)
+	}
+	set, err := rules.NewSet(rs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set
+}
+
+const reposTable = `CREATE TABLE repos (
+  id BIGINT NOT NULL PRIMARY KEY,
+  name VARCHAR(100) NOT NULL DEFAULT '',
+  Downloads BIGINT NOT NULL DEFAULT 0,
+  stars INT UNSIGNED NOT NULL DEFAULT 0
+)`
+
+const reposRule = "# repos\ntable: SCHEMA.repos\nkey: id\ncounters: [downloads, stars]\n"
+
+// migrate runs Migrate and returns what it printed.
+func migrate(t *testing.T, conn *client.Conn, set *rules.Set) string {
+	t.Helper()
+	var out bytes.Buffer
+	if err := catalog.Migrate(t.Context(), conn, set, config.DefaultSlotsTable, &out); err != nil {
+		t.Fatalf("Migrate: %v\noutput:\n%s", err, out.String())
+	}
+	return out.String()
+}
+
+func TestMigrateIdempotent(t *testing.T) {
+	s := newSchema(t, reposTable)
+	conn := connect(t)
+	set := ruleSet(t, s, "rules/repos.yaml", reposRule)
+
+	first := migrate(t, conn, set)
+	want := strings.Join(catalog.DDL(s, "slotted_counters"), ";\n\n") + ";\n\n" +
+		"-- record type 1: " + s + ".repos.downloads\n" +
+		"-- record type 2: " + s + ".repos.stars\n"
+	if first != want {
+		t.Errorf("first Migrate printed:\n%s\nwant:\n%s", first, want)
+	}
+	for _, ddl := range []string{
+		"CREATE TABLE IF NOT EXISTS `" + s + "`.`slotted_counters` (",
+		"CREATE TABLE IF NOT EXISTS `" + s + "`.`slotproxy_record_types` (",
+		"PRIMARY KEY (`record_type`, `record_id`, `slot`)",
+		"UNIQUE KEY `table_column` (`table_name`, `column_name`)",
+	} {
+		if !strings.Contains(first, ddl) {
+			t.Errorf("Migrate output lacks %q", ddl)
+		}
+	}
+	if second := migrate(t, conn, set); second != first {
+		t.Errorf("second Migrate printed:\n%s\nwant the same as the first:\n%s", second, first)
+	}
+	if _, err := catalog.Load(t.Context(), conn, set, "slotted_counters"); err != nil {
+		t.Errorf("Load after Migrate: %v", err)
+	}
+	// The slot table works as the rewriter expects.
+	if err := testdb.Shared().Exec("INSERT INTO `" + s + "`.slotted_counters (record_type, slot, count, record_id) VALUES (1, 42, 5, 7) " +
+		"ON DUPLICATE KEY UPDATE count = count + VALUES(count)"); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestMigrateCustomSlotsTable(t *testing.T) {
+	s := newSchema(t, reposTable)
+	conn := connect(t)
+	set := ruleSet(t, s, "rules/repos.yaml", reposRule)
+	var out bytes.Buffer
+	if err := catalog.Migrate(t.Context(), conn, set, "my slots", &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "CREATE TABLE IF NOT EXISTS `"+s+"`.`my slots` (") {
+		t.Errorf("Migrate output lacks the custom slot table:\n%s", out.String())
+	}
+	cat, err := catalog.Load(t.Context(), conn, set, "my slots")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cat.Tables()[0].SlotsTable; got != "my slots" {
+		t.Errorf("SlotsTable = %q", got)
+	}
+	// With the default name the slot table is missing.
+	if _, err := catalog.Load(t.Context(), conn, set, "slotted_counters"); err == nil || !strings.Contains(err.Error(), "run slotproxy migrate") {
+		t.Errorf("Load with another slot table name = %v, want a missing slot table", err)
+	}
+}
+
+func TestLoad(t *testing.T) {
+	s := newSchema(t, reposTable,
+		"CREATE TABLE Pages (page_id INT UNSIGNED NOT NULL, views MEDIUMINT NOT NULL, title TEXT, PRIMARY KEY (page_id))",
+		"CREATE TABLE users (id INT PRIMARY KEY, name VARCHAR(10), downloads INT)",
+		"CREATE TABLE tags (a INT, b INT, PRIMARY KEY (a, b))",
+		"CREATE VIEW popular AS SELECT id, downloads FROM users",
+	)
+	conn := connect(t)
+	set := ruleSet(t, s,
+		"rules/repos.yaml", reposRule,
+		"rules/pages.yaml", "table: SCHEMA.pages\nkey: PAGE_ID\ncounters: [Views]\nslots: 16\nmode: shadow\n")
+	migrate(t, conn, set)
+
+	cat, err := catalog.Load(t.Context(), conn, set, "slotted_counters")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := cat.Tables()
+	want := []*rewrite.Table{{
+		Schema: s, Name: "Pages", Key: "page_id",
+		Columns:    []string{"page_id", "views", "title"},
+		Counters:   []rewrite.Counter{{Name: "views", RecordType: 1}},
+		SlotsTable: "slotted_counters", Slots: 16, Shadow: true,
+	}, {
+		Schema: s, Name: "repos", Key: "id",
+		Columns:    []string{"id", "name", "Downloads", "stars"},
+		Counters:   []rewrite.Counter{{Name: "Downloads", RecordType: 2}, {Name: "stars", RecordType: 3, Unsigned: true}},
+		SlotsTable: "slotted_counters", Slots: 100,
+	}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Load tables:\n got %s\nwant %s", dump(got), dump(want))
+	}
+
+	rw := catalog.NewRewriter(cat, testdb.Shared().Version)
+	sess := rewrite.Session{DB: s}
+	for _, tc := range []struct{ sql, want string }{
+		{"UPDATE repos SET downloads = downloads + 1 WHERE id = 1",
+			"INSERT INTO `" + s + "`.`slotted_counters` (`record_type`, `slot`, `count`, `record_id`) VALUES (2, "},
+		// users is known to have a downloads column too, so the reference
+		// is ambiguous and left to the server.
+		{"SELECT downloads FROM repos, users", "pass-through: "},
+		// So is the view.
+		{"SELECT (SELECT downloads FROM popular LIMIT 1) FROM repos", "pass-through: "},
+		{"SELECT 1", "pass-through: "},
+	} {
+		if got := rewrite.Explain(rw.Rewrite(tc.sql, sess)); !strings.HasPrefix(got, tc.want) {
+			t.Errorf("explain %q:\n%s\nwant it to start with %q", tc.sql, got, tc.want)
+		}
+	}
+	if got := rewrite.Explain(rw.Rewrite("UPDATE repos SET downloads = downloads + 1 WHERE id = 1", sess)); !strings.Contains(got, "VALUES(`count`)") {
+		t.Errorf("on MariaDB the upsert should use VALUES(), got:\n%s", got)
+	}
+}
+
+func dump(ts []*rewrite.Table) string {
+	var b strings.Builder
+	for _, t := range ts {
+		fmt.Fprintf(&b, "\n  %+v", *t)
+	}
+	return b.String()
+}
+
+// recordTypes returns "table.column" → record type for the catalog's
+// counters.
+func recordTypes(cat *rewrite.Catalog) map[string]int {
+	out := map[string]int{}
+	for _, t := range cat.Tables() {
+		for _, c := range t.Counters {
+			out[t.Name+"."+c.Name] = c.RecordType
+		}
+	}
+	return out
+}
+
+func TestRecordTypesStable(t *testing.T) {
+	s := newSchema(t, reposTable, "CREATE TABLE pages (id INT PRIMARY KEY, views INT, likes INT)")
+	conn := connect(t)
+	// Registered by Migrate in rule order: pages before repos.
+	set := ruleSet(t, s, "rules/repos.yaml", "table: SCHEMA.repos\nkey: id\ncounters: [stars]\n",
+		"rules/pages.yaml", "table: SCHEMA.pages\nkey: id\ncounters: [views]\n")
+	migrate(t, conn, set)
+	cat, err := catalog.Load(t.Context(), conn, set, "slotted_counters")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"pages.views": 1, "repos.stars": 2}
+	if got := recordTypes(cat); !reflect.DeepEqual(got, want) {
+		t.Fatalf("record types after migrate = %v, want %v", got, want)
+	}
+
+	// A second Load, on a new connection (a restart), sees the same.
+	cat, err = catalog.Load(t.Context(), connect(t), set, "slotted_counters")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := recordTypes(cat); !reflect.DeepEqual(got, want) {
+		t.Errorf("record types on the second Load = %v, want %v", got, want)
+	}
+
+	// New counters, written in another case and order: Load registers the
+	// new ones without a migrate, in rule order ("REPOS" sorts before
+	// "pages"), and leaves the old ones alone.
+	set = ruleSet(t, s, "rules/repos.yaml", "table: SCHEMA.REPOS\nkey: ID\ncounters: [DOWNLOADS, Stars]\n",
+		"rules/pages.yaml", "table: SCHEMA.pages\nkey: id\ncounters: [likes, views]\n")
+	cat, err = catalog.Load(t.Context(), conn, set, "slotted_counters")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = map[string]int{"pages.views": 1, "repos.stars": 2, "repos.Downloads": 3, "pages.likes": 4}
+	if got := recordTypes(cat); !reflect.DeepEqual(got, want) {
+		t.Errorf("record types after adding counters = %v, want %v", got, want)
+	}
+	// Names are registered in lower case.
+	var out bytes.Buffer
+	if err := catalog.Migrate(t.Context(), conn, set, "slotted_counters", &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{"-- record type 3: " + s + ".REPOS.DOWNLOADS", "-- record type 2: " + s + ".REPOS.Stars", "-- record type 4: " + s + ".pages.likes"} {
+		if !strings.Contains(out.String(), line+"\n") {
+			t.Errorf("Migrate output lacks %q:\n%s", line, out.String())
+		}
+	}
+	res, err := conn.Execute("SELECT GROUP_CONCAT(record_type, ':', table_name, '.', column_name ORDER BY record_type) FROM `" + s + "`.slotproxy_record_types")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Close()
+	if got, _ := res.GetString(0, 0); got != "1:pages.views,2:repos.stars,3:repos.downloads,4:pages.likes" {
+		t.Errorf("registry holds %s", got)
+	}
+}
+
+// TestRecordTypesConcurrent loads from several connections at once, as
+// several proxies starting together do: they must agree.
+func TestRecordTypesConcurrent(t *testing.T) {
+	s := newSchema(t, reposTable)
+	conn := connect(t)
+	set := ruleSet(t, s, "rules/repos.yaml", reposRule)
+	// Create the tables only; Load registers.
+	for _, ddl := range catalog.DDL(s, "slotted_counters") {
+		if err := testdb.Shared().Exec(ddl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const n = 8
+	results := make([]map[string]int, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := catalog.Connect(context.Background(), adminConfig())
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer c.Close()
+			cat, err := catalog.Load(context.Background(), c, set, "slotted_counters")
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			results[i] = recordTypes(cat)
+		}()
+	}
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("Load %d: %v", i, errs[i])
+		}
+		if !reflect.DeepEqual(results[i], results[0]) {
+			t.Errorf("Load %d saw %v, Load 0 saw %v", i, results[i], results[0])
+		}
+	}
+	cat, err := catalog.Load(t.Context(), conn, set, "slotted_counters")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := recordTypes(cat); !reflect.DeepEqual(got, results[0]) {
+		t.Errorf("later Load = %v, want %v", got, results[0])
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	s := newSchema(t, reposTable,
+		"CREATE TABLE composite (a INT, b INT, c INT, PRIMARY KEY (a, b))",
+		"CREATE TABLE strpk (id VARCHAR(20) PRIMARY KEY, c INT)",
+		"CREATE TABLE nopk (id INT, c INT)",
+		"CREATE TABLE decpk (id DECIMAL(10,0) PRIMARY KEY, c INT)",
+		"CREATE VIEW v AS SELECT id, downloads FROM repos",
+	)
+	conn := connect(t)
+	set := ruleSet(t, s,
+		"rules/a_unknown.yaml", "# no such table\ntable: SCHEMA.nope\nkey: id\ncounters: [c]\n",
+		"rules/b_composite.yaml", "table: SCHEMA.composite\n\nkey: a\ncounters: [c]\n",
+		"rules/c_strpk.yaml", "table: SCHEMA.strpk\nkey: id\ncounters: [c]\n",
+		"rules/d_nopk.yaml", "table: SCHEMA.nopk\nkey: id\ncounters: [c]\n",
+		"rules/e_repos.yaml", "table: SCHEMA.repos\nkey: id\ncounters:\n  - downloads\n  - name\n  - missing\n",
+		"rules/f_decpk.yaml", "table: SCHEMA.decpk\nkey: id\ncounters: [c]\n",
+		"rules/g_view.yaml", "table: SCHEMA.v\nkey: id\ncounters: [downloads]\n",
+	)
+	migrate(t, conn, set)
+	_, err := catalog.Load(t.Context(), conn, set, "slotted_counters")
+	if err == nil {
+		t.Fatal("Load succeeded")
+	}
+	want := []string{
+		"rules/a_unknown.yaml:2: table: SCHEMA.nope does not exist (or the admin user has no privileges on it)",
+		"rules/b_composite.yaml:3: key: SCHEMA.composite has no single-column integer primary key (PRIMARY KEY is (a, b))",
+		"rules/c_strpk.yaml:2: key: SCHEMA.strpk has no single-column integer primary key (PRIMARY KEY is (id), of type varchar(20))",
+		"rules/d_nopk.yaml:2: key: SCHEMA.nopk has no primary key; the key must be a single-column integer primary key",
+		"rules/e_repos.yaml:5: counters: SCHEMA.repos.name is varchar(100), not an integer column",
+		"rules/e_repos.yaml:6: counters: SCHEMA.repos has no column missing",
+		"rules/f_decpk.yaml:2: key: SCHEMA.decpk has no single-column integer primary key (PRIMARY KEY is (id), of type decimal(10,0))",
+		"rules/g_view.yaml:1: table: SCHEMA.v is a view, not a base table",
+	}
+	for i := range want {
+		want[i] = strings.ReplaceAll(want[i], "SCHEMA", s)
+	}
+	if got := strings.Split(err.Error(), "\n"); !reflect.DeepEqual(got, want) {
+		t.Errorf("Load errors:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if n := len(rules.Errors(err)); n != len(want) {
+		t.Errorf("rules.Errors found %d errors, want %d", n, len(want))
+	}
+}
+
+func TestLoadKeyNotPrimary(t *testing.T) {
+	s := newSchema(t, "CREATE TABLE t (id INT PRIMARY KEY, other INT UNIQUE, c INT)")
+	conn := connect(t)
+	set := ruleSet(t, s, "t.yaml", "table: SCHEMA.t\nkey: other\ncounters: [c]\n")
+	migrate(t, conn, set)
+	_, err := catalog.Load(t.Context(), conn, set, "slotted_counters")
+	if want := "t.yaml:2: key: other is not the primary key of " + s + ".t (PRIMARY KEY is (id))"; err == nil || err.Error() != want {
+		t.Errorf("Load = %v, want %s", err, want)
+	}
+}
+
+func TestLoadMissingSlotTables(t *testing.T) {
+	s := newSchema(t, reposTable)
+	conn := connect(t)
+	set := ruleSet(t, s, "rules/repos.yaml", reposRule)
+	_, err := catalog.Load(t.Context(), conn, set, "slotted_counters")
+	want := "rules/repos.yaml:2: table: schema " + s + " has no slot table slotted_counters and no record-type registry slotproxy_record_types; run slotproxy migrate to create them"
+	if err == nil || err.Error() != want {
+		t.Fatalf("Load before migrate = %v\nwant %s", err, want)
+	}
+
+	// Only the slot table missing.
+	migrate(t, conn, set)
+	if err := testdb.Shared().Exec("DROP TABLE `" + s + "`.slotted_counters"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = catalog.Load(t.Context(), conn, set, "slotted_counters")
+	want = "rules/repos.yaml:2: table: schema " + s + " has no slot table slotted_counters; run slotproxy migrate to create it"
+	if err == nil || err.Error() != want {
+		t.Errorf("Load without the slot table = %v\nwant %s", err, want)
+	}
+
+	// A table of that name that is not a slot table.
+	if err := testdb.Shared().Exec("CREATE TABLE `" + s + "`.slotted_counters (id INT PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = catalog.Load(t.Context(), conn, set, "slotted_counters")
+	if err == nil || !strings.Contains(err.Error(), "rules/repos.yaml:2: table: "+s+".slotted_counters is not a slot table") {
+		t.Errorf("Load with a foreign slotted_counters = %v", err)
+	}
+}
+
+func TestLoadMissingSchema(t *testing.T) {
+	conn := connect(t)
+	set := ruleSet(t, "no_such_schema", "rules/repos.yaml", reposRule, "rules/pages.yaml", "table: SCHEMA.pages\nkey: id\ncounters: [views]\n")
+	_, err := catalog.Load(t.Context(), conn, set, "slotted_counters")
+	want := []string{
+		"rules/pages.yaml:1: table: schema no_such_schema does not exist (or the admin user has no privileges on it)",
+		"rules/pages.yaml:1: table: no_such_schema.pages does not exist",
+		"rules/repos.yaml:2: table: no_such_schema.repos does not exist",
+	}
+	if err == nil || err.Error() != strings.Join(want, "\n") {
+		t.Errorf("Load = %v\nwant:\n%s", err, strings.Join(want, "\n"))
+	}
+}
+
+func TestLoadRuleOnSlotTable(t *testing.T) {
+	s := newSchema(t, reposTable)
+	conn := connect(t)
+	migrate(t, conn, ruleSet(t, s, "rules/repos.yaml", reposRule))
+	set := ruleSet(t, s, "rules/repos.yaml", reposRule, "rules/slots.yaml", "table: SCHEMA.slotted_counters\nkey: record_id\ncounters: [count]\n")
+	_, err := catalog.Load(t.Context(), conn, set, "slotted_counters")
+	if want := "rules/slots.yaml:1: table: " + s + ".slotted_counters is slotproxy's own table; it cannot have rules"; err == nil || err.Error() != want {
+		t.Errorf("Load = %v\nwant %s", err, want)
+	}
+}
+
+func TestLoadNoRules(t *testing.T) {
+	cat, err := catalog.Load(t.Context(), connect(t), nil, "slotted_counters")
+	if err != nil || len(cat.Tables()) != 0 {
+		t.Errorf("Load of no rules = %v, %v; want an empty catalog", cat, err)
+	}
+}
+
+func TestConnectErrors(t *testing.T) {
+	t.Setenv(config.AdminPasswordEnv, "")
+	db := testdb.Shared()
+	for _, tc := range []struct {
+		name   string
+		mutate func(*config.Config)
+		want   []string
+	}{
+		{"no admin", func(c *config.Config) { c.Admin = config.Admin{} },
+			[]string{"backend " + db.Addr + ": no admin account configured: set admin.user"}},
+		{"wrong password", func(c *config.Config) { c.Admin.Password = "wrong" },
+			[]string{"connecting to backend " + db.Addr + ` as admin user "root": `, "Access denied"}},
+		{"empty password", func(c *config.Config) { c.Admin.Password = "" },
+			[]string{"connecting to backend " + db.Addr, "(admin.password is empty and SLOTPROXY_ADMIN_PASSWORD is not set)"}},
+		{"nothing listening", func(c *config.Config) { c.Backend.Address = "127.0.0.1:1" },
+			[]string{"connecting to backend 127.0.0.1:1 ", "connection refused"}},
+		{"TLS with an untrusted CA", func(c *config.Config) {
+			c.Backend.TLS = config.BackendTLS{Mode: config.TLSVerifyIdentity, CA: untrustedCAFile}
+		}, []string{"connecting to backend " + db.Addr, "certificate signed by unknown authority"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := adminConfig()
+			tc.mutate(cfg)
+			conn, err := catalog.Connect(t.Context(), cfg)
+			if err == nil {
+				conn.Close()
+				t.Fatal("Connect succeeded")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("Connect error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestConnectTLS(t *testing.T) {
+	for _, mode := range []config.TLSMode{config.TLSRequired, config.TLSVerifyCA, config.TLSVerifyIdentity} {
+		t.Run(string(mode), func(t *testing.T) {
+			cfg := adminConfig()
+			cfg.Backend.TLS.Mode = mode
+			if mode != config.TLSRequired {
+				cfg.Backend.TLS.CA = caFile
+			}
+			conn, err := catalog.Connect(t.Context(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			res, err := conn.Execute("SHOW SESSION STATUS LIKE 'Ssl_cipher'")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer res.Close()
+			if cipher, _ := res.GetString(0, 1); cipher == "" {
+				t.Errorf("the admin connection is not encrypted")
+			}
+		})
+	}
+}
+
+func TestConnectTimeout(t *testing.T) {
+	// A listener that accepts and never greets.
+	ln := newSilentListener(t)
+	cfg := adminConfig()
+	cfg.Backend.Address = ln
+	cfg.Timeouts.Connect, cfg.Timeouts.Handshake = time.Second, 200*time.Millisecond
+	start := time.Now()
+	_, err := catalog.Connect(t.Context(), cfg)
+	if err == nil || !strings.Contains(err.Error(), "timed out or cancelled") {
+		t.Errorf("Connect to a silent server = %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Connect took %v", d)
+	}
+}
+
+func TestExecCancel(t *testing.T) {
+	conn := connect(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	var out bytes.Buffer
+	// Migrate is the only exported way to run statements; block it on a
+	// metadata lock held by another connection.
+	s := newSchema(t, reposTable)
+	if err := testdb.Shared().Exec("CREATE TABLE `" + s + "`.slotted_counters (record_type SMALLINT UNSIGNED NOT NULL, record_id BIGINT NOT NULL, slot SMALLINT UNSIGNED NOT NULL, count BIGINT NOT NULL, PRIMARY KEY (record_type, record_id, slot))"); err != nil {
+		t.Fatal(err)
+	}
+	locker, err := catalog.Connect(t.Context(), adminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locker.Close()
+	if _, err := locker.Execute("LOCK TABLES `" + s + "`.slotted_counters WRITE"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Execute("SET SESSION lock_wait_timeout = 30"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = catalog.Migrate(ctx, conn, ruleSet(t, s, "r.yaml", reposRule), "slotted_counters", &out)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Migrate blocked by a lock, with a 200ms context = %v, want a deadline error", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Migrate took %v to give up", d)
+	}
+}
+
+func TestRowAlias(t *testing.T) {
+	for v, want := range map[string]bool{
+		"8.0.20":                           true,
+		"8.0.36-0ubuntu0.22.04.1":          true,
+		"8.4.0":                            true,
+		"9.1.0":                            true,
+		"8.0.19":                           false,
+		"8.0.19-log":                       false,
+		"5.7.44":                           false,
+		"5.5.5-10.11.19-MariaDB-0+deb12u1": false,
+		"11.4.2-MariaDB":                   false,
+		"10.11.19-MariaDB-log":             false,
+		"":                                 false,
+		"garbage":                          false,
+		"8":                                false,
+		"8.0.x":                            false,
+	} {
+		if got := catalog.RowAlias(v); got != want {
+			t.Errorf("RowAlias(%q) = %v, want %v", v, got, want)
+		}
+	}
+	cat := rewrite.NewCatalog([]*rewrite.Table{{Schema: "app", Name: "repos", Key: "id", Columns: []string{"id", "n"},
+		Counters: []rewrite.Counter{{Name: "n", RecordType: 1}}, SlotsTable: "slotted_counters", Slots: 10}}, nil)
+	got := rewrite.Explain(catalog.NewRewriter(cat, "8.0.36").Rewrite("UPDATE app.repos SET n = n + 1 WHERE id = 1", rewrite.Session{}))
+	if strings.Contains(got, "VALUES(`count`)") {
+		t.Errorf("MySQL 8.0.36 upsert uses VALUES():\n%s", got)
+	}
+}
+
+func TestReloader(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	cat := rewrite.NewCatalog(nil, nil)
+	var (
+		loads   atomic.Int32
+		applied atomic.Int32
+		release = make(chan struct{})
+		started = make(chan struct{}, 10)
+		fail    atomic.Bool
+	)
+	var logs bytes.Buffer
+	var logMu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		logMu.Lock()
+		defer logMu.Unlock()
+		return logs.Write(p)
+	}), nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	r := catalog.NewReloader(ctx, func(context.Context) (*rewrite.Rewriter, error) {
+		loads.Add(1)
+		started <- struct{}{}
+		<-release
+		if fail.Load() {
+			return nil, errors.New("boom")
+		}
+		return rewrite.New(cat, rewrite.Options{}), nil
+	}, func(*rewrite.Rewriter) { applied.Add(1) }, logger)
+
+	// One trigger runs; three more during it coalesce into one more load.
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); r.Trigger() }()
+	<-started
+	for range 3 {
+		r.Trigger() // returns at once: a reload is running
+	}
+	release <- struct{}{}
+	<-started
+	release <- struct{}{}
+	wg.Wait()
+	if loads.Load() != 2 || applied.Load() != 2 {
+		t.Errorf("loads = %d, applied = %d; want 2 and 2", loads.Load(), applied.Load())
+	}
+
+	// A failed load keeps the old rewriter and is logged.
+	fail.Store(true)
+	go func() { <-started; release <- struct{}{} }()
+	r.Trigger()
+	if applied.Load() != 2 {
+		t.Errorf("a failed load was applied")
+	}
+	logMu.Lock()
+	if !strings.Contains(logs.String(), "keeping the previous one") || !strings.Contains(logs.String(), "err=boom") {
+		t.Errorf("logs:\n%s", logs.String())
+	}
+	logMu.Unlock()
+
+	// After ctx ends, nothing is loaded.
+	cancel()
+	r.Trigger()
+	if loads.Load() != 3 {
+		t.Errorf("loads = %d after cancel, want 3", loads.Load())
+	}
+}
+
+// newSilentListener returns the address of a listener that accepts
+// connections and never says anything.
+func newSilentListener(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	var mu sync.Mutex
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	return ln.Addr().String()
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
