@@ -5,7 +5,8 @@
 // Each fold is one short transaction for one record and counter: lock the
 // record's slot rows (SKIP LOCKED, so several proxies can roll up the same
 // tables at once and increments in flight are not waited for), add their sum
-// to the base column, delete them, commit. Base row + slots is the truth
+// to the base column, zero them (and delete the ones that were already zero:
+// see fold), commit. Base row + slots is the truth
 // before and after, and the change commits atomically, so readers never see
 // a total go down or double. Slot rows whose base row no longer exists are
 // deleted.
@@ -39,7 +40,7 @@ type Options struct {
 // Stats describe what a pass did.
 type Stats struct {
 	Folds       int           // records folded into their base rows
-	SlotRows    int           // slot rows deleted
+	SlotRows    int           // slot rows deleted (idle ones; active ones are zeroed)
 	Orphans     int           // records whose base row was gone
 	Skipped     int           // records whose slots were locked by someone else
 	MaxLockHold time.Duration // longest time a base row stayed locked by a fold
@@ -90,6 +91,12 @@ func Once(ctx context.Context, conn Conn, cat *rewrite.Catalog, opts Options) (S
 		}
 	}
 	sort.Strings(order)
+	// READ COMMITTED: the fold locks exactly the slot rows it reads and no
+	// gaps, so increments inserting new slot rows never wait for it (and
+	// cannot deadlock with it).
+	if _, err := conn.Execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"); err != nil {
+		return Stats{}, err
+	}
 	var total Stats
 	var errs []error
 	for _, slots := range order {
@@ -169,6 +176,12 @@ func passOne(ctx context.Context, conn Conn, slots string, targets map[int]targe
 }
 
 // fold folds one record's slots of one counter in one transaction.
+//
+// Slot rows that carried counts are set to zero rather than deleted: a hot
+// record keeps its slot rows, so its increments keep updating existing rows
+// instead of inserting new ones (concurrent inserts of the same new row take
+// gap locks and can deadlock). Rows that were already zero at the previous
+// pass — no increment since — are deleted, so idle records leave no rows.
 func fold(conn Conn, slots string, tg target, id int64) (st Stats, err error) {
 	if _, err := conn.Execute("BEGIN"); err != nil {
 		return st, err
@@ -189,7 +202,7 @@ func fold(conn Conn, slots string, tg target, id int64) (st Stats, err error) {
 		return st, err
 	}
 	var sum int64
-	ids := make([]string, 0, len(r.Values))
+	var counted, idle []string
 	for i := range r.Values {
 		slot, err1 := r.GetInt(i, 0)
 		n, err2 := r.GetInt(i, 1)
@@ -197,37 +210,61 @@ func fold(conn Conn, slots string, tg target, id int64) (st Stats, err error) {
 			return st, fmt.Errorf("bad slot row: %v %v", err1, err2)
 		}
 		sum += n
-		ids = append(ids, strconv.FormatInt(slot, 10))
+		if n == 0 {
+			idle = append(idle, strconv.FormatInt(slot, 10))
+		} else {
+			counted = append(counted, strconv.FormatInt(slot, 10))
+		}
 	}
-	lockStart := time.Now()
-	up, err := conn.Execute(fmt.Sprintf("UPDATE %s SET %s = %s + %d WHERE %s = %d",
-		tg.table.Qualified(), quote(tg.counter.Name), quote(tg.counter.Name), sum, quote(tg.table.Key), id))
-	if err != nil {
-		return st, err
+	where := func(ids []string) string {
+		return fmt.Sprintf("`record_type` = %d AND `record_id` = %d AND `slot` IN (%s)", tg.counter.RecordType, id, strings.Join(ids, ", "))
 	}
-	if up.AffectedRows == 0 {
-		// No base row (deleted, or an increment raced a DELETE), or the sum
-		// was zero. Either way the slots can go.
+	var lockStart time.Time
+	orphan := false
+	if len(counted) > 0 {
+		lockStart = time.Now()
+		up, err := conn.Execute(fmt.Sprintf("UPDATE %s SET %s = %s + %d WHERE %s = %d",
+			tg.table.Qualified(), quote(tg.counter.Name), quote(tg.counter.Name), sum, quote(tg.table.Key), id))
+		if err != nil {
+			return st, err
+		}
+		orphan = up.AffectedRows == 0 && sum != 0
+	} else {
 		exists, err := conn.Execute(fmt.Sprintf("SELECT 1 FROM %s WHERE %s = %d", tg.table.Qualified(), quote(tg.table.Key), id))
 		if err != nil {
 			return st, err
 		}
-		if len(exists.Values) == 0 {
-			st.Orphans = 1
+		orphan = len(exists.Values) == 0
+	}
+	if orphan {
+		// The base row is gone (deleted, or an increment raced a DELETE):
+		// its slots go with it.
+		idle = append(idle, counted...)
+		counted = nil
+	}
+	if len(counted) > 0 {
+		if _, err := conn.Execute(fmt.Sprintf("UPDATE %s SET `count` = 0 WHERE %s", slots, where(counted))); err != nil {
+			return st, err
 		}
 	}
-	if _, err := conn.Execute(fmt.Sprintf("DELETE FROM %s WHERE `record_type` = %d AND `record_id` = %d AND `slot` IN (%s)",
-		slots, tg.counter.RecordType, id, strings.Join(ids, ", "))); err != nil {
-		return st, err
+	if len(idle) > 0 {
+		if _, err := conn.Execute(fmt.Sprintf("DELETE FROM %s WHERE %s", slots, where(idle))); err != nil {
+			return st, err
+		}
 	}
 	if _, err := conn.Execute("COMMIT"); err != nil {
 		return st, err
 	}
-	st.MaxLockHold = time.Since(lockStart)
-	if st.Orphans == 0 {
+	if !lockStart.IsZero() {
+		st.MaxLockHold = time.Since(lockStart)
+	}
+	switch {
+	case orphan:
+		st.Orphans = 1
+	case len(counted) > 0:
 		st.Folds = 1
 	}
-	st.SlotRows = len(ids)
+	st.SlotRows = len(idle)
 	return st, nil
 }
 
