@@ -118,6 +118,9 @@ func NewServer(cfg Config) (*Server, error) {
 // with. Nil turns rewriting off.
 func (s *Server) SetRewriter(r *rewrite.Rewriter) { s.rewriter.Store(r) }
 
+// Rewriter returns the current rewriter (nil when rewriting is off).
+func (s *Server) Rewriter() *rewrite.Rewriter { return s.rewriter.Load() }
+
 // Stats are the server's counters since start. Safe for concurrent use.
 type Stats struct {
 	rewrittenReads  atomic.Uint64

@@ -43,6 +43,7 @@ func commands() []command {
 		{"serve", "run the proxy", runServe},
 		{"migrate", "create the slot tables and register record types", runMigrate},
 		{"explain", "show how a statement would be rewritten", runExplain},
+		{"rollup", "fold slot rows into their base rows", runRollup},
 		{"version", "print the version", runVersion},
 		{"help", "show help for slotproxy or one of its commands", runHelp},
 	}

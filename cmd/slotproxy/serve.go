@@ -75,11 +75,19 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	}
 	if set != nil {
 		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel() // stops reloads once serving is over
+		defer cancel() // stops reloads and roll-up once serving is over
 		reloader = catalog.NewReloader(ctx, func(ctx context.Context) (*rewrite.Rewriter, error) {
 			rw, _, err := loadRewriter(ctx, cfg, set)
 			return rw, err
 		}, srv.SetRewriter, logger)
+		if cfg.Rollup.Enabled {
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				runRollupLoop(ctx, cfg, func() *rewrite.Catalog { return srv.Rewriter().Catalog() }, false, logger)
+			}()
+			defer func() { cancel(); <-done }()
+		}
 	}
 	return serve(srv, cfg, logger)
 }
@@ -155,6 +163,7 @@ func proxyConfig(cfg *config.Config, logger *slog.Logger) (proxy.Config, error) 
 		ConnectTimeout:     cfg.Timeouts.Connect,
 		HandshakeTimeout:   cfg.Timeouts.Handshake,
 		MaxUnauthenticated: cfg.Limits.MaxUnauthenticated,
+		MaxRetries:         retries(cfg.Retries),
 		Logger:             logger,
 	}, nil
 }
@@ -223,4 +232,13 @@ func shutdown(srv *proxy.Server, sigs <-chan os.Signal, timeout time.Duration, l
 			logger.Warn("closing", "err", err)
 		}
 	}
+}
+
+// retries maps the config's retries (0 = none) to proxy.Config.MaxRetries
+// (0 = default, negative = none).
+func retries(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }

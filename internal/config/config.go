@@ -54,6 +54,22 @@ type Config struct {
 	// for loading the schema of ruled tables and for roll-up. Required
 	// (Admin.User) when Rules is set.
 	Admin Admin
+	// Rollup is the background folding of slot rows into base rows while
+	// serving with rules.
+	Rollup Rollup
+	// Retries bounds how often a rewritten autocommit statement is retried
+	// after a deadlock or lock wait timeout (0 disables retries).
+	Retries int
+}
+
+// Rollup configures the background roll-up.
+type Rollup struct {
+	// Enabled runs roll-up inside serve (when rules are set).
+	Enabled bool
+	// Interval is the time between passes.
+	Interval time.Duration
+	// Batch bounds the records folded per slot table and pass.
+	Batch int
 }
 
 // Admin is the proxy's own backend account.
@@ -181,6 +197,8 @@ func Default() *Config {
 			Shutdown:  30 * time.Second,
 		},
 		Limits:     Limits{MaxUnauthenticated: 1000},
+		Rollup:     Rollup{Enabled: true, Interval: time.Second, Batch: 1000},
+		Retries:    3,
 		Log:        Log{Level: slog.LevelInfo, Format: LogText},
 		SlotsTable: DefaultSlotsTable,
 	}
@@ -227,10 +245,17 @@ func (c *Config) check(s *source) error {
 		{"timeouts.connect", c.Timeouts.Connect},
 		{"timeouts.handshake", c.Timeouts.Handshake},
 		{"timeouts.shutdown", c.Timeouts.Shutdown},
+		{"rollup.interval", c.Rollup.Interval},
 	} {
 		if d.val <= 0 {
 			return s.err(d.key, fmt.Errorf("must be positive, got %v", d.val))
 		}
+	}
+	if n := c.Rollup.Batch; n <= 0 {
+		return s.err("rollup.batch", fmt.Errorf("must be positive, got %d", n))
+	}
+	if n := c.Retries; n < 0 || n > 100 {
+		return s.err("retries", fmt.Errorf("must be between 0 and 100, got %d", n))
 	}
 	if n := c.Limits.MaxUnauthenticated; n <= 0 {
 		return s.err("limits.max_unauthenticated", fmt.Errorf("must be positive, got %d", n))

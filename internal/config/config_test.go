@@ -59,6 +59,11 @@ slots_table: my_slots
 admin:
   user: slotproxy
   password: "s3cret: yes"
+rollup:
+  enabled: no
+  interval: 250ms
+  batch: 50
+retries: 5
 `
 
 func TestLoadFull(t *testing.T) {
@@ -96,6 +101,8 @@ func TestLoadFull(t *testing.T) {
 		Rules:      filepath.Join(dir, "rules.d"),
 		SlotsTable: "my_slots",
 		Admin:      Admin{User: "slotproxy", Password: "s3cret: yes"},
+		Rollup:     Rollup{Enabled: false, Interval: 250 * time.Millisecond, Batch: 50},
+		Retries:    5,
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Load:\n got %+v\nwant %+v", got, want)
@@ -237,7 +244,13 @@ func TestLoadErrors(t *testing.T) {
 		{"unknown nested key", "backend:\n  address: h:1\n  tls:\n    mod: verify-ca\n",
 			4, `backend.tls: unknown key "mod" (did you mean "mode"?)`},
 		{"unknown key without near match", "# top\nfrobnicate: 1\n",
-			2, `unknown key "frobnicate" (want one of: admin, backend, limits, listen, log, rules, slots_table, timeouts, tls)`},
+			2, `unknown key "frobnicate" (want one of: admin, backend, limits, listen, log, retries, rollup, rules, slots_table, timeouts, tls)`},
+		{"rollup enabled not a boolean", "rollup:\n  enabled: maybe\n",
+			2, `rollup.enabled: want true or false, got "maybe"`},
+		{"rollup batch zero", "rollup:\n  interval: 1s\n  batch: 0\n",
+			3, `rollup.batch: must be positive, got 0`},
+		{"retries negative", "# x\nretries: -1\n",
+			2, `retries: must be between 0 and 100, got -1`},
 		{"duplicate key", "listen: a:1\n\nlisten: b:2\n",
 			3, `duplicate key "listen" (first on line 1)`},
 		{"listen without port", "# first\nlisten: localhost\n",

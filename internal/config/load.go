@@ -129,7 +129,34 @@ func (d *decoder) config(n *yaml.Node, c *Config) error {
 				"password": text(d, &c.Admin.Password),
 			})
 		},
+		"rollup": func(v *yaml.Node, key string) error {
+			return d.mapping(v, key, fields{
+				"enabled":  d.boolean(&c.Rollup.Enabled),
+				"interval": d.duration(&c.Rollup.Interval),
+				"batch":    d.integer(&c.Rollup.Batch),
+			})
+		},
+		"retries": d.integer(&c.Retries),
 	})
+}
+
+// boolean stores true or false.
+func (d *decoder) boolean(dst *bool) handler {
+	return func(v *yaml.Node, key string) error {
+		s, err := d.scalar(v, key)
+		if err != nil {
+			return err
+		}
+		switch strings.ToLower(s) {
+		case "true", "yes", "on":
+			*dst = true
+		case "false", "no", "off":
+			*dst = false
+		default:
+			return d.errAt(v.Line, key, fmt.Errorf("want true or false, got %q", s))
+		}
+		return nil
+	}
 }
 
 // backend decodes the backend section, either a mapping or, as a shorthand

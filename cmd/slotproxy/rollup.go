@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/go-mysql-org/go-mysql/client"
+
+	"github.com/slotproxy/slotproxy/internal/catalog"
+	"github.com/slotproxy/slotproxy/internal/config"
+	"github.com/slotproxy/slotproxy/internal/rollup"
+	"github.com/slotproxy/slotproxy/rewrite"
+)
+
+// runRollup implements "slotproxy rollup": fold slot rows into their base
+// rows, once or continuously.
+func runRollup(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("rollup", "--config FILE [--backend HOST:PORT] [--once] [--all]",
+		"Fold slot rows into their base rows (roll-up), as serve does in the\n"+
+			"background: each record in one short transaction, slot rows locked with\n"+
+			"SKIP LOCKED so any number of proxies and roll-ups can run at once.\n\n"+
+			"Without --once it runs a pass every rollup.interval until SIGTERM or SIGINT.\n"+
+			"--once runs a single pass of up to rollup.batch records per slot table.\n"+
+			"--all repeats passes until no slot row is left (with --once: then exits);\n"+
+			"run \"slotproxy rollup --all --once\" before removing a rule, so the base\n"+
+			"columns hold the whole count.")
+	configPath := fs.String("config", "", "the configuration `FILE` (YAML), which must set rules")
+	fs.String("backend", "", "the MySQL server at `HOST:PORT` (overrides backend.address)")
+	once := fs.Bool("once", false, "run once and exit")
+	all := fs.Bool("all", false, "fold every slot row, not one batch")
+	if err := parseFlags(fs, args, stdout); err != nil {
+		return err
+	}
+	if err := noArgs(fs); err != nil {
+		return err
+	}
+	cfg, set, err := adminConfig("rollup", *configPath, flagValue(fs, "backend"))
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	conn, err := catalog.Connect(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	cat, err := catalog.Load(ctx, conn, set, cfg.SlotsTable)
+	if err != nil {
+		return err
+	}
+	opts := rollup.Options{Batch: cfg.Rollup.Batch, Logger: cfg.Logger(stderr)}
+	if *once {
+		var st rollup.Stats
+		if *all {
+			st, err = rollup.All(ctx, conn, cat, opts)
+		} else {
+			st, err = rollup.Once(ctx, conn, cat, opts)
+		}
+		fmt.Fprintf(stdout, "folded %d records, deleted %d idle slot rows and %d orphaned records, skipped %d locked; longest base-row lock %v\n",
+			st.Folds, st.SlotRows, st.Orphans, st.Skipped, st.MaxLockHold)
+		return err
+	}
+	logger := cfg.Logger(stderr)
+	runRollupLoop(ctx, cfg, func() *rewrite.Catalog { return cat }, *all, logger)
+	return nil
+}
+
+// runRollupLoop runs roll-up passes every cfg.Rollup.Interval until ctx
+// ends, on a connection of its own, logging each pass that did something.
+func runRollupLoop(ctx context.Context, cfg *config.Config, cat func() *rewrite.Catalog, all bool, logger *slog.Logger) {
+	dial := func(ctx context.Context) (*client.Conn, error) { return catalog.Connect(ctx, cfg) }
+	opts := rollup.Options{Batch: cfg.Rollup.Batch, Logger: logger}
+	if all {
+		opts.Batch = 1 << 30
+	}
+	rollup.Loop(ctx, dial, cat, cfg.Rollup.Interval, opts, func(st rollup.Stats, err error) {
+		switch {
+		case err != nil:
+			logger.Warn("roll-up pass failed", "err", err)
+		case st.Folds+st.Orphans+st.SlotRows > 0:
+			logger.Debug("roll-up pass", "folds", st.Folds, "idle_slot_rows_deleted", st.SlotRows,
+				"orphans", st.Orphans, "skipped", st.Skipped, "max_lock_hold", st.MaxLockHold)
+		}
+	})
+}
