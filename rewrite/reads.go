@@ -38,6 +38,7 @@ type reads struct {
 	tables  map[*Table]bool              // ruled tables seen anywhere
 	failed  string                       // why the statement cannot be rewritten safely
 	params  map[*driver.ParamMarkerExpr]int
+	slot    func(n int) int // picks the slot of an increment
 }
 
 func (w *reads) push(s *scope) { w.scopes = append(w.scopes, s) }

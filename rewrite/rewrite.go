@@ -3,6 +3,7 @@ package rewrite
 import (
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -130,9 +131,10 @@ type Options struct {
 
 // Rewriter rewrites statements against one Catalog. Safe for concurrent use.
 type Rewriter struct {
-	cat     *Catalog
-	opts    Options
-	parsers sync.Pool
+	cat       *Catalog
+	opts      Options
+	parsers   sync.Pool
+	templates templateCache
 }
 
 // New returns a Rewriter for cat.
@@ -158,6 +160,33 @@ func (r *Rewriter) Rewrite(sql string, sess Session) ([]Plan, error) {
 	if !r.cat.Mentions(sql) {
 		return nil, nil
 	}
+	var keyBuf [512]byte
+	var spanBuf [16][2]int
+	key, spans, ok := templateKey(sql, sess, keyBuf[:0], spanBuf[:0])
+	if ok {
+		if t := r.templates.get(key); t != nil {
+			return t.instantiate(sql, spans, r.opts.Slot), nil
+		}
+		var b strings.Builder
+		pos := 0
+		for i, s := range spans {
+			b.WriteString(sql[pos:s[0]])
+			b.WriteString(sentinel(i))
+			pos = s[1]
+		}
+		b.WriteString(sql[pos:])
+		slot, _ := strconv.Atoi(slotSentinel)
+		if plans, err := r.rewrite(b.String(), sess, func(int) int { return slot }); err == nil {
+			t := &template{plans: plans, lits: len(spans)}
+			r.templates.put(key, t)
+			return t.instantiate(sql, spans, r.opts.Slot), nil
+		}
+	}
+	return r.rewrite(sql, sess, r.opts.Slot)
+}
+
+// rewrite parses and plans sql; slot picks slots for increments.
+func (r *Rewriter) rewrite(sql string, sess Session, slot func(int) int) ([]Plan, error) {
 	// The AST shares memory with the parser: keep the parser until the
 	// plans are built.
 	p := r.parsers.Get().(*parser.Parser)
@@ -186,7 +215,7 @@ func (r *Rewriter) Rewrite(sql string, sess Session) ([]Plan, error) {
 		start += pos
 		end := start + len(text)
 		pos = end
-		plan := r.plan(st, sql, start, end, sess)
+		plan := r.plan(st, sql, start, end, sess, slot)
 		plan.Original = text
 		if plan.Kind == KindOriginal {
 			plan.SQL = text
@@ -207,8 +236,8 @@ func Changed(plans []Plan) bool {
 }
 
 // plan decides one statement. sql[start:end] is its text.
-func (r *Rewriter) plan(st ast.StmtNode, sql string, start, end int, sess Session) Plan {
-	w := &reads{r: r, sql: sql, sess: sess, tables: map[*Table]bool{}, params: numberParams(st)}
+func (r *Rewriter) plan(st ast.StmtNode, sql string, start, end int, sess Session, slot func(int) int) Plan {
+	w := &reads{r: r, sql: sql, sess: sess, tables: map[*Table]bool{}, params: numberParams(st), slot: slot}
 	var p Plan
 	switch s := st.(type) {
 	case *ast.UpdateStmt:

@@ -57,7 +57,7 @@ func (w *reads) selfIncrement(a *ast.Assignment, ref *tableRef) (delta ast.ExprN
 
 // readsCounter reports whether e reads any counter column.
 func (w *reads) readsCounter(e ast.ExprNode) bool {
-	probe := &reads{r: w.r, sql: w.sql, sess: w.sess, scopes: w.scopes, tables: map[*Table]bool{}}
+	probe := &reads{r: w.r, sql: w.sql, sess: w.sess, scopes: w.scopes, tables: map[*Table]bool{}, params: w.params, slot: w.slot}
 	probe.visit(e)
 	return probe.found > 0
 }
@@ -144,7 +144,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 					ctrs[i] = incs[i].ctr
 					deltaParams[i] = w.paramIndex(incs[i].delta)
 				}
-				p.SQL = r.upsert(t, ctrs, deltas, keyText)
+				p.SQL = r.upsert(t, ctrs, deltas, keyText, w.slot)
 				p.Increment = &Increment{
 					KeyParam:    w.paramIndex(key),
 					CheckSQL:    fmt.Sprintf("SELECT 1 FROM %s WHERE %s = %s LIMIT 1", t.Qualified(), quoteIdent(t.Key), keyText),
@@ -345,8 +345,8 @@ func (r *Rewriter) insert(s *ast.InsertStmt, w *reads, start, end int) Plan {
 
 // upsert builds the slotted write for increments of ctrs by deltas on one
 // record. Placeholders keep their original order: deltas, then the key.
-func (r *Rewriter) upsert(t *Table, ctrs []*Counter, deltas []string, key string) string {
-	slot := r.opts.Slot(t.Slots)
+func (r *Rewriter) upsert(t *Table, ctrs []*Counter, deltas []string, key string, pick func(int) int) string {
+	slot := pick(t.Slots)
 	if len(ctrs) == 1 {
 		q := fmt.Sprintf("INSERT INTO %s (`record_type`, `slot`, `count`, `record_id`) VALUES (%d, %d, %s, %s)",
 			t.QualifiedSlots(), ctrs[0].RecordType, slot, deltas[0], key)
