@@ -177,13 +177,23 @@ func (s *session) handleOther(payload []byte) error {
 }
 
 // sessionMayChange reports whether a query can change the default database
-// or sql_mode, which the rewriter depends on.
+// or sql_mode, which the rewriter depends on: USE, or a SET naming sql_mode
+// (SET sql_mode, SET SESSION sql_mode, SET STATEMENT … FOR …).
 func sessionMayChange(sql []byte) bool {
 	t := bytes.TrimLeft(sql, " \t\r\n(")
-	if len(t) >= 4 && strings.EqualFold(string(t[:3]), "use") && (t[3] == ' ' || t[3] == '\t' || t[3] == '`' || t[3] == '\n') {
-		return true
+	if len(t) < 4 {
+		return false
 	}
-	return containsFold(sql, "sql_mode") || containsFold(sql, "ansi")
+	sep := t[3] == ' ' || t[3] == '\t' || t[3] == '\n' || t[3] == '\r' || t[3] == '`' || t[3] == '@'
+	switch {
+	case !sep:
+		return false
+	case strings.EqualFold(string(t[:3]), "use"):
+		return true
+	case strings.EqualFold(string(t[:3]), "set"):
+		return containsFold(t, "sql_mode")
+	}
+	return false
 }
 
 func isRollback(sql []byte) bool {

@@ -253,3 +253,34 @@ func TestRetryAutocommitIncrement(t *testing.T) {
 		t.Fatalf("downloads = %s, want 12 (10 + 2 increments)", got)
 	}
 }
+
+// TestSessionDatabaseTracking: unqualified names resolve in the database the
+// session is using now — after USE, COM_INIT_DB and COM_CHANGE_USER.
+func TestSessionDatabaseTracking(t *testing.T) {
+	p := startRuledProxy(t)
+	r := dialRaw(t, p.addr, true) // default database: slotproxy_test
+	before := p.srv.Stats().RewrittenWrites
+	if _, err := r.Execute("UPDATE repos SET downloads = downloads + 1 WHERE id = 1"); err == nil {
+		t.Fatal("repos resolved outside its database")
+	}
+	if _, err := r.Execute("USE " + ruledSchema); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Execute("UPDATE repos SET downloads = downloads + 1 WHERE id = 1"); err != nil {
+		t.Fatal(err)
+	}
+	if p.srv.Stats().RewrittenWrites != before+1 {
+		t.Fatal("increment after USE was not rewritten")
+	}
+	r.command(gomysql.COM_INIT_DB, []byte(testdb.DBName)...)
+	r.expectOK("init db")
+	if _, err := r.Execute("UPDATE repos SET downloads = downloads + 1 WHERE id = 1"); err == nil {
+		t.Fatal("repos resolved in the previous database after COM_INIT_DB")
+	}
+	if err := r.UseDB(ruledSchema); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.scalar("SELECT downloads FROM repos WHERE id = 1"); got != "11" {
+		t.Fatalf("downloads = %s, want 11", got)
+	}
+}
