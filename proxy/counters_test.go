@@ -36,10 +36,10 @@ func TestScanTypes(t *testing.T) {
 		direct := openDSN(t, testdb.Shared().DSN(testdb.NativeUser, testdb.NativePassword, plainSchema, params))
 		proxied := openDSN(t, p.dsn(testdb.NativeUser, testdb.NativePassword, ruledSchema, params))
 		for _, db := range []*sql.DB{direct, proxied} {
-			mustExec(t, db, "UPDATE repos SET downloads = downloads + 1, stars = stars + 2 WHERE id = ?", 1)
+			mustExec(t, db, "UPDATE repos SET downloads = downloads + 1, stars = stars + 2, big = big + 3 WHERE id = ?", 1)
 		}
 		for _, q := range []string{
-			"SELECT downloads, stars FROM repos WHERE id = ?",
+			"SELECT downloads, stars, big FROM repos WHERE id = ?",
 			"SELECT * FROM repos WHERE id = ?",
 			"SELECT SUM(downloads), MAX(stars) FROM repos WHERE id >= ?",
 		} {

@@ -25,9 +25,9 @@ const (
 )
 
 var diffDDL = []string{
-	"CREATE TABLE repos (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR(50) NOT NULL DEFAULT '', owner_id INT NOT NULL DEFAULT 0, downloads INT NOT NULL DEFAULT 0, stars INT UNSIGNED NOT NULL DEFAULT 0)",
+	"CREATE TABLE repos (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR(50) NOT NULL DEFAULT '', owner_id INT NOT NULL DEFAULT 0, downloads INT NOT NULL DEFAULT 0, stars INT UNSIGNED NOT NULL DEFAULT 0, big BIGINT UNSIGNED NOT NULL DEFAULT 0)",
 	"CREATE TABLE users (id INT NOT NULL PRIMARY KEY, name VARCHAR(50) NOT NULL, downloads INT NOT NULL DEFAULT 0)",
-	"INSERT INTO repos VALUES (1, 'alpha', 1, 10, 1), (2, 'beta', 1, 20, 2), (3, 'gamma', 2, 0, 0), (4, 'delta', 3, 5, 7)",
+	"INSERT INTO repos VALUES (1, 'alpha', 1, 10, 1, 18446744073709551000), (2, 'beta', 1, 20, 2, 0), (3, 'gamma', 2, 0, 0, 5), (4, 'delta', 3, 5, 7, 1)",
 	"INSERT INTO users VALUES (1, 'ann', 100), (2, 'bob', 200), (3, 'cid', 300)",
 }
 
@@ -35,8 +35,8 @@ var diffDDL = []string{
 func diffCatalog() *rewrite.Catalog {
 	return rewrite.NewCatalog([]*rewrite.Table{{
 		Schema: ruledSchema, Name: "repos", Key: "id",
-		Columns:    []string{"id", "name", "owner_id", "downloads", "stars"},
-		Counters:   []rewrite.Counter{{Name: "downloads", RecordType: 1}, {Name: "stars", RecordType: 2}},
+		Columns:    []string{"id", "name", "owner_id", "downloads", "stars", "big"},
+		Counters:   []rewrite.Counter{{Name: "downloads", RecordType: 1}, {Name: "stars", RecordType: 2}, {Name: "big", RecordType: 3, Unsigned: true}},
 		SlotsTable: "slotted_counters", Slots: 8,
 	}}, map[string][]string{ruledSchema + ".users": {"id", "name", "downloads"}})
 }
@@ -83,6 +83,9 @@ var diffCorpus = []step{
 	text("UPDATE repos SET downloads = downloads + 1, stars = stars + 1 WHERE id = 4"),
 	text("UPDATE repos SET downloads = downloads + 0 WHERE id = 4"),
 	prep("UPDATE repos SET downloads = downloads + ? WHERE id = ?", 0, 4),
+	text("UPDATE repos SET big = big + 100 WHERE id = 1"),
+	prep("UPDATE repos SET big = big + ? WHERE id = ?", 3, 3),
+	text("SELECT big, big + 1 FROM repos ORDER BY id"),
 	// No base row: 0 affected rows, and no slot is created.
 	text("UPDATE repos SET downloads = downloads + 1 WHERE id = 999"),
 	prep("UPDATE repos SET downloads = downloads + ? WHERE id = ?", 1, 998),

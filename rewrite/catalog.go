@@ -30,7 +30,10 @@ type Table struct {
 type Counter struct {
 	Name       string
 	RecordType int
-	Unsigned   bool
+	// Unsigned: the column is BIGINT UNSIGNED, so totals are cast to
+	// UNSIGNED. Every other integer column's totals fit in SIGNED (BIGINT),
+	// which is also the type drivers scan those columns into.
+	Unsigned bool
 }
 
 func (t *Table) counter(col string) *Counter {

@@ -260,12 +260,16 @@ func (w *reads) resolve(name *ast.ColumnName) *tableRef {
 			continue
 		}
 		var hit *tableRef
+		unknown := false
 		for j := range s.refs {
 			ref := &s.refs[j]
 			switch {
 			case ref.table != nil && ref.table.hasColumn(name.Name.O):
 			case ref.table == nil && !ref.derived && containsFold(ref.columns, name.Name.O):
 			default:
+				// A derived table, or a table whose columns are not in
+				// the catalog, may have this column too.
+				unknown = unknown || (ref.table == nil && (ref.derived || ref.columns == nil))
 				continue
 			}
 			if hit != nil {
@@ -275,6 +279,11 @@ func (w *reads) resolve(name *ast.ColumnName) *tableRef {
 		}
 		if hit != nil {
 			return hit
+		}
+		if unknown {
+			// The name may belong to a table here whose columns we do not
+			// know: do not guess an outer table (fail safe: no rewrite).
+			return nil
 		}
 	}
 	return nil

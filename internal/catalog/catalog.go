@@ -168,7 +168,7 @@ func newTable(t *table, r *rules.Rule, slotsTable string) *rewrite.Table {
 	}
 	for _, rc := range r.Counters {
 		c := t.column(rc.Name)
-		rt.Counters = append(rt.Counters, rewrite.Counter{Name: c.name, Unsigned: c.unsigned()})
+		rt.Counters = append(rt.Counters, rewrite.Counter{Name: c.name, Unsigned: c.unsigned() && strings.EqualFold(c.dataType, "bigint")})
 	}
 	return rt
 }

@@ -121,7 +121,7 @@ const reposTable = `CREATE TABLE repos (
   id BIGINT NOT NULL PRIMARY KEY,
   name VARCHAR(100) NOT NULL DEFAULT '',
   Downloads BIGINT NOT NULL DEFAULT 0,
-  stars INT UNSIGNED NOT NULL DEFAULT 0
+  stars BIGINT UNSIGNED NOT NULL DEFAULT 0
 )`
 
 const reposRule = "# repos\ntable: SCHEMA.repos\nkey: id\ncounters: [downloads, stars]\n"

@@ -47,3 +47,9 @@ SELECT downloads FROM repos WHERE
 SELECT 1
 -- case: shadow rule read
 SELECT views FROM pages WHERE page_id = 1
+-- case: a subquery over a table of unknown columns is not resolved outward
+SELECT (SELECT downloads FROM other.t LIMIT 1) FROM repos
+-- case: a derived table may define the name
+SELECT (SELECT downloads FROM (SELECT 1 AS downloads) AS d) FROM repos
+-- case: a correlated reference through a known table still resolves outward
+SELECT (SELECT MAX(u.id) FROM users u WHERE u.name = r.name AND stars > 1) FROM repos r
