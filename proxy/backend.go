@@ -123,6 +123,7 @@ func (s *session) readResponse() (*response, error) {
 			continue
 		case 0xff:
 			r.errPkt = p
+			s.metrics().backendError(r.errCode())
 			return r, nil
 		case 0xfb:
 			return nil, errors.New("LOCAL INFILE request to an internal statement")
@@ -153,6 +154,7 @@ func (s *session) readResponse() (*response, error) {
 			}
 			if row[0] == 0xff {
 				r.errPkt = row
+				s.metrics().backendError(r.errCode())
 				return r, nil
 			}
 			if row[0] == 0xfe && len(row) < maxPacketPayload {

@@ -261,9 +261,12 @@ func (s *session) plan(rw *rewrite.Rewriter, sql []byte) ([]rewrite.Plan, error)
 	if err := s.ensureSessionInfo(); err != nil {
 		return nil, err
 	}
+	start := time.Now()
 	plans, err := rw.Rewrite(string(sql), s.rewriteSession())
+	s.metrics().rewriteTook(time.Since(start))
 	if err != nil {
 		s.srv.stats.parseFailures.Add(1)
+		s.metrics().statement(PathParseFailure, "")
 		s.log.Debug("statement does not parse; passing it through", "err", err)
 		return nil, nil
 	}
@@ -289,6 +292,7 @@ func (s *session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 		return err
 	}
 	if plans == nil {
+		s.metrics().statement(PathPassThrough, "")
 		return s.forwardCommand(payload, expect{kind: respResults})
 	}
 	if s.log.Enabled(context.Background(), slog.LevelDebug) {
@@ -300,12 +304,14 @@ func (s *session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 	for _, p := range plans {
 		switch {
 		case p.Shadow:
-			s.srv.stats.shadowed.Add(1)
+			s.countShadow(p)
 			text.WriteString(p.Original)
 		case p.Kind == rewrite.KindOriginal && p.After == "" && !p.Invalidate && !p.Reload:
+			s.metrics().statement(PathPassThrough, "")
 			text.WriteString(p.SQL)
 		case p.Kind == rewrite.KindRead:
 			s.srv.stats.rewrittenReads.Add(1)
+			s.metrics().statement(PathRewrittenRead, "")
 			text.WriteString(p.SQL)
 		default:
 			simple = false
@@ -321,6 +327,7 @@ func (s *session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 		p := plans[0]
 		if s.keyKnown(p.Table, p.Increment.KeyLiteral) {
 			s.srv.stats.rewrittenWrites.Add(1)
+			s.metrics().statement(PathRewrittenWrite, ruleName(p.Table))
 			return s.forwardCommand(queryPacket(p.SQL), expect{kind: respResults, patch: &incPatch{matched: 1, changed: boolInt(!p.Increment.Zero)}})
 		}
 	}
@@ -348,6 +355,12 @@ func boolInt(b bool) uint64 {
 func (s *session) tableKey(t *rewrite.Table) string { return t.Schema + "." + t.Name }
 
 func (s *session) keyKnown(t *rewrite.Table, key string) bool {
+	known := s.lookupKey(t, key)
+	s.metrics().existsLookup(known)
+	return known
+}
+
+func (s *session) lookupKey(t *rewrite.Table, key string) bool {
 	if key == "" {
 		return false
 	}
@@ -362,6 +375,22 @@ func (s *session) keyKnown(t *rewrite.Table, key string) bool {
 		}
 	}
 	return false
+}
+
+// ruleName is the metrics label of a ruled table.
+func ruleName(t *rewrite.Table) string {
+	if t == nil {
+		return ""
+	}
+	return t.Schema + "." + t.Name
+}
+
+// countShadow counts and logs a statement a shadow-mode rule would have
+// rewritten.
+func (s *session) countShadow(p rewrite.Plan) {
+	s.srv.stats.shadowed.Add(1)
+	s.metrics().statement(PathShadow, ruleName(p.Table))
+	s.log.Info("shadow: would rewrite", "rule", ruleName(p.Table), "as", p.Kind.String())
 }
 
 // rememberKey records that the base row of key exists: in the shared cache
@@ -383,7 +412,7 @@ func (s *session) rememberKey(t *rewrite.Table, key string, inTxn bool) {
 // It reports whether the client got an ERR.
 func (s *session) execPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) (bool, error) {
 	if p.Shadow {
-		s.srv.stats.shadowed.Add(1)
+		s.countShadow(p)
 	}
 	switch {
 	case p.Kind == rewrite.KindIncrement && !p.Shadow:
@@ -392,10 +421,14 @@ func (s *session) execPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) 
 		return s.execGuarded(p, ex, seq, more)
 	}
 	sql := p.SQL
-	if p.Shadow {
+	switch {
+	case p.Shadow:
 		sql = p.Original
-	} else if p.Kind == rewrite.KindRead {
+	case p.Kind == rewrite.KindRead:
 		s.srv.stats.rewrittenReads.Add(1)
+		s.metrics().statement(PathRewrittenRead, "")
+	default:
+		s.metrics().statement(PathPassThrough, ruleName(p.Table))
 	}
 	if err := s.backendCmd(queryPacket(sql)); err != nil {
 		return false, err
@@ -495,6 +528,7 @@ func (s *session) execIncrement(p rewrite.Plan, ex *execution, seq *byte, more b
 		s.rememberKey(p.Table, key, r.status&mysql.SERVER_STATUS_IN_TRANS != 0)
 	}
 	s.srv.stats.rewrittenWrites.Add(1)
+	s.metrics().statement(PathRewrittenWrite, ruleName(p.Table))
 	retryable := s.autocommitted()
 	var r *response
 	for attempt := 1; ; attempt++ {
@@ -541,6 +575,7 @@ func (s *session) retry(code uint16, attempt int) bool {
 		return false
 	}
 	s.srv.stats.retries.Add(1)
+	s.metrics().retry()
 	backoff := time.Duration(attempt) * time.Millisecond
 	time.Sleep(backoff + rand.N(backoff))
 	return true
@@ -575,6 +610,7 @@ func (s *session) executeInternal(sql string, ep execParams, idx []int) (*respon
 // one the proxy opens and commits around an autocommit statement).
 func (s *session) execGuarded(p rewrite.Plan, ex *execution, seq *byte, more bool) (bool, error) {
 	s.srv.stats.guardedWrites.Add(1)
+	s.metrics().statement(PathGuarded, ruleName(p.Table))
 	// An autocommit statement gets a transaction of its own around the
 	// fold and the statement; inside the client's transaction (or with
 	// autocommit off) everything runs in the client's transaction.
@@ -724,7 +760,7 @@ func (s *session) handlePrepare(rw *rewrite.Rewriter, payload []byte) error {
 	p := plans[0]
 	switch {
 	case p.Shadow:
-		s.srv.stats.shadowed.Add(1)
+		s.countShadow(p)
 		return s.forwardCommand(payload, expect{kind: respPrepare})
 	case p.Kind == rewrite.KindRead:
 		return s.forwardCommand(append([]byte{mysql.COM_STMT_PREPARE}, p.SQL...), expect{kind: respPrepare})
@@ -814,6 +850,7 @@ func (s *session) handleExecute(payload []byte) error {
 				changed = changed || (i < 0 && !p.Increment.Zero) || (i >= 0 && (!ok || v != "0"))
 			}
 			s.srv.stats.rewrittenWrites.Add(1)
+			s.metrics().statement(PathRewrittenWrite, ruleName(p.Table))
 			return s.forwardCommand(payload, expect{kind: respResults, patch: &incPatch{matched: 1, changed: boolInt(changed)}})
 		}
 	}

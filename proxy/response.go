@@ -117,7 +117,9 @@ func (s *session) relayResults(patch *incPatch) error {
 			}
 		case p[0] == 0xff:
 			if len(p) >= 3 {
-				s.noteErr(binary.LittleEndian.Uint16(p[1:]))
+				code := binary.LittleEndian.Uint16(p[1:])
+				s.noteErr(code)
+				s.metrics().backendError(code)
 			}
 			return s.forward(h)
 		case p[0] == 0xfb: // LOCAL INFILE: the client sends the file, then the server answers

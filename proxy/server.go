@@ -45,6 +45,8 @@ type Config struct {
 	// Rewriter rewrites statements that touch ruled tables. Nil relays
 	// every statement unchanged. SetRewriter replaces it while serving.
 	Rewriter *rewrite.Rewriter
+	// Metrics, when set, receives the proxy's measurements (NewMetrics).
+	Metrics *Metrics
 	// OnDDL, when set, is called in a goroutine of its own after a DDL
 	// statement on a ruled table succeeded, so the owner can reload the
 	// catalog and call SetRewriter.

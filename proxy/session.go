@@ -131,6 +131,7 @@ func (s *session) close() {
 		_ = s.rawClient.Close()
 		if s.rawBack != nil {
 			_ = s.rawBack.Close()
+			s.metrics().conns(0, -1)
 		}
 	})
 }
@@ -138,6 +139,8 @@ func (s *session) close() {
 // serve runs the session to completion. It never panics: a panic in either
 // pump is logged with its stack and closes only this session.
 func (s *session) serve(ctx context.Context) {
+	s.metrics().conns(1, 0)
+	defer s.metrics().conns(-1, 0)
 	defer s.close()
 	defer s.recoverPanic("handshake")
 
@@ -191,8 +194,11 @@ func (s *session) setRawBack(c net.Conn) bool {
 		return false
 	}
 	s.rawBack = c
+	s.metrics().conns(0, 1)
 	return true
 }
+
+func (s *session) metrics() *Metrics { return s.srv.cfg.Metrics }
 
 func (s *session) isClosed() bool {
 	select {
@@ -255,7 +261,11 @@ func (s *session) commandPump() error {
 		if s.srv.commandHook != nil {
 			s.srv.commandHook(cmd)
 		}
-		if rw := s.srv.rewriter.Load(); rw != nil && h.length < maxPacketPayload && intercepted(cmd) {
+		rw := s.srv.rewriter.Load()
+		if rw == nil && (cmd == mysql.COM_QUERY || cmd == mysql.COM_STMT_EXECUTE) {
+			s.metrics().statement(PathPassThrough, "")
+		}
+		if rw != nil && h.length < maxPacketPayload && intercepted(cmd) {
 			buf := s.cmd[:0]
 			if cap(buf) < h.length {
 				buf = make([]byte, h.length)

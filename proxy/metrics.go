@@ -1,0 +1,109 @@
+package proxy
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Statement paths, the "path" label of slotproxy_statements_total.
+const (
+	PathPassThrough    = "pass_through"
+	PathRewrittenRead  = "rewritten_read"
+	PathRewrittenWrite = "rewritten_write"
+	PathGuarded        = "guarded_write"
+	PathParseFailure   = "parse_failure"
+	PathShadow         = "shadow"
+)
+
+// Metrics are the proxy's Prometheus collectors. A nil *Metrics records
+// nothing; all methods are safe for concurrent use.
+type Metrics struct {
+	clientConns    prometheus.Gauge
+	backendConns   prometheus.Gauge
+	statements     *prometheus.CounterVec
+	rewriteSeconds prometheus.Histogram
+	backendErrors  *prometheus.CounterVec
+	retries        prometheus.Counter
+	existsLookups  *prometheus.CounterVec
+}
+
+// NewMetrics creates the proxy's collectors and registers them with reg,
+// including a gauge of the existence cache's size read from srv when it is
+// set later (see Server).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		clientConns: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "slotproxy_client_connections", Help: "Client connections open (in the handshake or authenticated)."}),
+		backendConns: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "slotproxy_backend_connections", Help: "Backend connections open."}),
+		statements: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "slotproxy_statements_total",
+			Help: "Statements by how they were handled (path) and the ruled table they touched (rule, empty for none)."},
+			[]string{"path", "rule"}),
+		rewriteSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "slotproxy_rewrite_seconds",
+			Help:    "Time to decide and build the rewrite of a statement that names a ruled table.",
+			Buckets: []float64{1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 1e-3}}),
+		backendErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "slotproxy_backend_errors_total", Help: "ERR packets from the backend, by MySQL error code."},
+			[]string{"code"}),
+		retries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "slotproxy_retries_total", Help: "Rewritten autocommit statements retried after a deadlock or lock wait timeout."}),
+		existsLookups: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "slotproxy_exists_cache_lookups_total", Help: "Existence-cache lookups for increments, by result (hit, miss)."},
+			[]string{"result"}),
+	}
+	reg.MustRegister(m.clientConns, m.backendConns, m.statements, m.rewriteSeconds, m.backendErrors, m.retries, m.existsLookups)
+	return m
+}
+
+// RegisterCacheSize adds a gauge of srv's existence-cache size to reg.
+func RegisterCacheSize(reg prometheus.Registerer, srv *Server) {
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "slotproxy_exists_cache_keys", Help: "Keys known to exist in the existence cache."},
+		func() float64 { return float64(srv.exists.size()) }))
+}
+
+func (m *Metrics) statement(path, rule string) {
+	if m != nil {
+		m.statements.WithLabelValues(path, rule).Inc()
+	}
+}
+
+func (m *Metrics) rewriteTook(d time.Duration) {
+	if m != nil {
+		m.rewriteSeconds.Observe(d.Seconds())
+	}
+}
+
+func (m *Metrics) backendError(code uint16) {
+	if m != nil {
+		m.backendErrors.WithLabelValues(strconv.Itoa(int(code))).Inc()
+	}
+}
+
+func (m *Metrics) retry() {
+	if m != nil {
+		m.retries.Inc()
+	}
+}
+
+func (m *Metrics) existsLookup(hit bool) {
+	if m == nil {
+		return
+	}
+	if hit {
+		m.existsLookups.WithLabelValues("hit").Inc()
+	} else {
+		m.existsLookups.WithLabelValues("miss").Inc()
+	}
+}
+
+func (m *Metrics) conns(client, backend float64) {
+	if m != nil {
+		m.clientConns.Add(client)
+		m.backendConns.Add(backend)
+	}
+}
