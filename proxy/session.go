@@ -159,7 +159,7 @@ func (s *session) serve(ctx context.Context) {
 	}
 	_ = s.clientConn.SetDeadline(time.Time{})
 	_ = s.backConn.SetDeadline(time.Time{})
-	s.log.Debug("connection open", "tls", s.tls, "server_version", s.serverVersion)
+	s.log.Info("connection open", "tls", s.tls, "db", s.db)
 	s.authed.Store(true)
 	if s.draining.Load() {
 		return // shutdown began during the handshake

@@ -44,6 +44,8 @@ func commands() []command {
 		{"migrate", "create the slot tables and register record types", runMigrate},
 		{"explain", "show how a statement would be rewritten", runExplain},
 		{"rollup", "fold slot rows into their base rows", runRollup},
+		{"check", "validate the configuration and rules against the live schema", runCheck},
+		{"advise", "find hot counters in a database and write candidate rules", runAdvise},
 		{"version", "print the version", runVersion},
 		{"help", "show help for slotproxy or one of its commands", runHelp},
 	}
