@@ -329,10 +329,15 @@ func (s *session) withMoreResults(p []byte) []byte {
 // response to the client when relay is set. It returns the statement id and
 // parameter count, or the ERR packet.
 func (s *session) prepareHeld(sql []byte, relay bool) (id uint32, params int, errPkt []byte, err error) {
-	payload := append([]byte{mysql.COM_STMT_PREPARE}, sql...)
-	if err := s.backendCmd(payload); err != nil {
+	if err := s.backendCmd(append([]byte{mysql.COM_STMT_PREPARE}, sql...)); err != nil {
 		return 0, 0, nil, err
 	}
+	return s.readPrepareResponse(relay)
+}
+
+// readPrepareResponse reads a COM_STMT_PREPARE response while holding the
+// backend, relaying it to the client when relay is set.
+func (s *session) readPrepareResponse(relay bool) (id uint32, params int, errPkt []byte, err error) {
 	seq := byte(1)
 	out := func(p []byte) error {
 		if !relay {

@@ -129,7 +129,7 @@ func (s *session) forwardCommand(payload []byte, e expect) error {
 			return err
 		}
 		if payload[0] == mysql.COM_STMT_PREPARE {
-			_, _, _, err := s.prepareResponseHeld()
+			_, _, _, err := s.readPrepareResponse(true)
 			return err
 		}
 		seq := byte(1)
@@ -776,48 +776,6 @@ func (s *session) handlePrepare(rw *rewrite.Rewriter, payload []byte) error {
 	}
 	s.rw.stmts[id] = &stmtInfo{plan: p, params: params}
 	return nil
-}
-
-// prepareResponseHeld relays a prepare response while holding the backend.
-func (s *session) prepareResponseHeld() (uint32, int, []byte, error) {
-	// prepareHeld sends the command itself; here it was sent already.
-	seq := byte(1)
-	p, err := s.readPkt()
-	if err != nil {
-		return 0, 0, nil, err
-	}
-	if _, err := s.client.writePacket(p, seq); err != nil {
-		return 0, 0, nil, err
-	}
-	seq++
-	if p[0] == 0xff {
-		return 0, 0, p, nil
-	}
-	if p[0] != 0x00 || len(p) < 9 {
-		return 0, 0, nil, errMalformed
-	}
-	id := binary.LittleEndian.Uint32(p[1:])
-	columns := int(binary.LittleEndian.Uint16(p[5:]))
-	params := int(binary.LittleEndian.Uint16(p[7:]))
-	for _, n := range [2]int{params, columns} {
-		if n == 0 {
-			continue
-		}
-		if !s.deprecateEOF() {
-			n++
-		}
-		for range n {
-			d, err := s.readPkt()
-			if err != nil {
-				return 0, 0, nil, err
-			}
-			if _, err := s.client.writePacket(d, seq); err != nil {
-				return 0, 0, nil, err
-			}
-			seq++
-		}
-	}
-	return id, params, nil, nil
 }
 
 func (s *session) handleExecute(payload []byte) error {
