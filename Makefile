@@ -11,7 +11,14 @@ ifeq ($(shell command -v go 2>/dev/null),)
 export PATH := /usr/local/go/bin:$(PATH)
 endif
 
-.PHONY: build run test
+.PHONY: build run test fuzz
+
+# Fuzz targets: package and name. "make test" runs each for FUZZTIME;
+# "make fuzz FUZZTIME=10m" for a long run.
+FUZZ_TARGETS := \
+	./proxy:FuzzParseGreeting ./proxy:FuzzParseHandshakeResponse ./proxy:FuzzParseExecute \
+	./proxy:FuzzOKPacket ./proxy:FuzzBinaryInt ./proxy:FuzzResponseRelay ./rewrite:FuzzRewrite
+FUZZTIME ?= 3s
 
 build:
 	go build -o slotproxy ./cmd/slotproxy
@@ -21,3 +28,12 @@ run:
 
 test:
 	scripts/deps.sh && go vet ./... && go test -race -count=1 -timeout 20m ./...
+	$(MAKE) --no-print-directory fuzz
+
+fuzz:
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "fuzz $$name ($$pkg) for $(FUZZTIME)"; \
+		go test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg > /tmp/slotproxy-fuzz.log 2>&1 || { cat /tmp/slotproxy-fuzz.log; exit 1; }; \
+		tail -n 1 /tmp/slotproxy-fuzz.log; \
+	done

@@ -198,7 +198,7 @@ func binaryInt(col, row []byte) (string, bool) {
 	pos := 0
 	for range 6 {
 		l, n, ok := lenEnc(col[pos:])
-		if !ok || len(col) < pos+n+int(l) {
+		if !ok || l > uint64(len(col)-pos-n) {
 			return "", false
 		}
 		pos += n + int(l)
@@ -213,7 +213,11 @@ func binaryInt(col, row []byte) (string, bool) {
 	if len(row) < 3 || row[1]&0x04 != 0 { // header, NULL bitmap (offset 2 bits)
 		return "", false
 	}
-	ep := execParams{n: 1, null: []bool{false}, long: []bool{false}, types: []byte{t, 0}, values: [][]byte{row[2:]}}
+	size, err := paramSize(t, row[2:])
+	if err != nil {
+		return "", false
+	}
+	ep := execParams{n: 1, null: []bool{false}, long: []bool{false}, types: []byte{t, 0}, values: [][]byte{row[2 : 2+size]}}
 	if unsigned {
 		ep.types[1] = 0x80
 	}

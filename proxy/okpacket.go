@@ -61,10 +61,8 @@ func (ok okPacket) build(caps uint32, info *string) []byte {
 	}
 	// Info is length-encoded, session state follows when flagged.
 	var state []byte
-	if _, n, good := lenEnc(ok.rest); good {
-		if l, _, _ := lenEnc(ok.rest); int(l)+n <= len(ok.rest) {
-			state = ok.rest[n+int(l):]
-		}
+	if l, n, good := lenEnc(ok.rest); good && l <= uint64(len(ok.rest)-n) {
+		state = ok.rest[n+int(l):]
 	}
 	b = mysql.AppendLengthEncodedInteger(b, uint64(len(*info)))
 	b = append(b, *info...)

@@ -191,14 +191,7 @@ func (r *Rewriter) rewrite(sql string, sess Session, slot func(int) int) ([]Plan
 	// plans are built.
 	p := r.parsers.Get().(*parser.Parser)
 	defer r.parsers.Put(p)
-	var mode mysql.SQLMode
-	if sess.ANSIQuotes {
-		mode |= mysql.ModeANSIQuotes
-	}
-	if sess.NoBackslashEscapes {
-		mode |= mysql.ModeNoBackslashEscapes
-	}
-	p.SetSQLMode(mode)
+	p.SetSQLMode(sessionMode(sess))
 	stmts, _, err := p.Parse(sql, "", "")
 	if err != nil {
 		return nil, err
@@ -223,6 +216,18 @@ func (r *Rewriter) rewrite(sql string, sess Session, slot func(int) int) ([]Plan
 		plans = append(plans, plan)
 	}
 	return plans, nil
+}
+
+// sessionMode is the parser's sql_mode for a session.
+func sessionMode(sess Session) mysql.SQLMode {
+	var mode mysql.SQLMode
+	if sess.ANSIQuotes {
+		mode |= mysql.ModeANSIQuotes
+	}
+	if sess.NoBackslashEscapes {
+		mode |= mysql.ModeNoBackslashEscapes
+	}
+	return mode
 }
 
 // Changed reports whether any plan differs from sending the text as is.

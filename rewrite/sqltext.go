@@ -30,7 +30,14 @@ func apply(sql string, from, to int, edits []edit) string {
 			continue // overlapping or outside: never produced by the walker
 		}
 		b.WriteString(sql[pos:e.start])
+		// Keep tokens apart: SELECT"c"FROM is valid SQL, SELECTCAST(…) is not.
+		if e.start > 0 && len(e.text) > 0 && joins(sql[e.start-1], e.text[0]) {
+			b.WriteByte(' ')
+		}
 		b.WriteString(e.text)
+		if e.end < len(sql) && len(e.text) > 0 && joins(e.text[len(e.text)-1], sql[e.end]) {
+			b.WriteByte(' ')
+		}
 		pos = e.end
 	}
 	b.WriteString(sql[pos:to])
@@ -121,4 +128,11 @@ func nameEnd(sql string, i int, ansiQuotes bool) int {
 		}
 		end = next
 	}
+}
+
+// joins reports whether bytes a and b, written next to each other, would
+// merge into one token (or start a quoted one).
+func joins(a, b byte) bool {
+	word := func(c byte) bool { return isIdentByte(c) || c == '`' || c == '"' || c == '\'' }
+	return word(a) && word(b)
 }
