@@ -257,10 +257,19 @@ func (r *Rewriter) plan(st ast.StmtNode, sql string, start, end int, sess Sessio
 		}
 		return r.shadow(p)
 	case *ast.AlterTableStmt:
-		if t := r.cat.lookup(schemaOr(s.Table.Schema.O, sess.DB), s.Table.Name.O); t != nil {
-			return Plan{Kind: KindOriginal, Table: t, Reload: true, Reason: "DDL on a ruled table: columns reloaded after it"}
+		return r.ddl(sess, s.Table)
+	case *ast.CreateIndexStmt:
+		return r.ddl(sess, s.Table)
+	case *ast.DropIndexStmt:
+		return r.ddl(sess, s.Table)
+	case *ast.DropTableStmt:
+		return r.ddl(sess, s.Tables...)
+	case *ast.RenameTableStmt:
+		var names []*ast.TableName
+		for _, tt := range s.TableToTables {
+			names = append(names, tt.OldTable, tt.NewTable)
 		}
-		return Plan{Kind: KindOriginal}
+		return r.ddl(sess, names...)
 	case *ast.SelectStmt, *ast.SetOprStmt:
 		w.visit(st)
 		p = w.readPlan(start, end)
@@ -273,6 +282,17 @@ func (r *Rewriter) plan(st ast.StmtNode, sql string, start, end int, sess Sessio
 		p = w.readPlan(start, end)
 	}
 	return r.shadow(p)
+}
+
+// ddl is the plan for DDL: sent unchanged, and the catalog reloaded after it
+// when it names a ruled table.
+func (r *Rewriter) ddl(sess Session, tables ...*ast.TableName) Plan {
+	for _, tn := range tables {
+		if t := r.cat.lookup(schemaOr(tn.Schema.O, sess.DB), tn.Name.O); t != nil {
+			return Plan{Kind: KindOriginal, Table: t, Reload: true, Reason: "DDL on a ruled table: columns reloaded after it"}
+		}
+	}
+	return Plan{Kind: KindOriginal}
 }
 
 // shadow turns a plan for a shadow-mode table into a pass-through that still
@@ -293,11 +313,17 @@ func (w *reads) readPlan(start, end int) Plan {
 		return Plan{Kind: KindOriginal}
 	}
 	p := Plan{Kind: KindRead, SQL: apply(w.sql, start, end, w.edits)}
+	// A read passes through in shadow mode only when every ruled table it
+	// names is in shadow mode: an active table's counters need their slots
+	// (and totals of a shadow table are right either way).
+	var shadow *Table
 	for t := range w.tables {
-		if t.Shadow {
-			p.Table = t
+		if !t.Shadow {
+			return p
 		}
+		shadow = t
 	}
+	p.Table = shadow
 	return p
 }
 

@@ -150,7 +150,15 @@ func Load(ctx context.Context, conn *client.Conn, set *rules.Set, slotsTable str
 		}
 		all = append(all, tables[i]...)
 	}
-	return rewrite.NewCatalog(all, others), nil
+	cat := rewrite.NewCatalog(all, others)
+	// With lower_case_table_names 1 or 2 the server compares table names
+	// case-insensitively, and so must the rewriter.
+	if r, err := conn.Execute("SELECT @@lower_case_table_names"); err == nil {
+		if n, err := r.GetInt(0, 0); err == nil && n != 0 {
+			cat.FoldCase = true
+		}
+	}
+	return cat, nil
 }
 
 // newTable is the rewriter's view of the checked table t ruled by r.

@@ -68,9 +68,30 @@ type target struct {
 	counter rewrite.Counter
 }
 
+// Roller runs roll-up passes that take turns over the records: each pass
+// continues after the last record the previous one visited, so with more
+// active records than Batch none is starved. Not safe for concurrent use.
+type Roller struct {
+	cursors map[string]cursor // by slot table
+}
+
+type cursor struct {
+	rt int
+	id int64
+}
+
 // Once runs one pass over every slot table of cat: up to Batch records per
-// slot table. conn must be in autocommit mode and not shared.
+// slot table, starting from the beginning. conn must be in autocommit mode
+// and not shared.
 func Once(ctx context.Context, conn Conn, cat *rewrite.Catalog, opts Options) (Stats, error) {
+	return new(Roller).Once(ctx, conn, cat, opts)
+}
+
+// Once runs one pass, continuing where r's previous pass stopped.
+func (r *Roller) Once(ctx context.Context, conn Conn, cat *rewrite.Catalog, opts Options) (Stats, error) {
+	if r.cursors == nil {
+		r.cursors = map[string]cursor{}
+	}
 	if opts.Batch <= 0 {
 		opts.Batch = 1000
 	}
@@ -100,7 +121,7 @@ func Once(ctx context.Context, conn Conn, cat *rewrite.Catalog, opts Options) (S
 	var total Stats
 	var errs []error
 	for _, slots := range order {
-		st, err := passOne(ctx, conn, slots, bySlots[slots], opts)
+		st, err := r.passOne(ctx, conn, slots, bySlots[slots], opts)
 		total.add(st)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("roll-up of %s: %w", slots, err))
@@ -109,9 +130,12 @@ func Once(ctx context.Context, conn Conn, cat *rewrite.Catalog, opts Options) (S
 	return total, errors.Join(errs...)
 }
 
-// All repeats passes until no slot row is left that can be folded (for
-// turning a rule off), or ctx ends.
+// All repeats full passes until one finds nothing left to fold or delete
+// (for turning a rule off), or ctx ends. Slot rows locked by transactions in
+// flight are waited for. Slot rows of record types no rule names are left
+// alone (and do not keep it running).
 func All(ctx context.Context, conn Conn, cat *rewrite.Catalog, opts Options) (Stats, error) {
+	opts.Batch = 1 << 30
 	var total Stats
 	for {
 		st, err := Once(ctx, conn, cat, opts)
@@ -119,10 +143,10 @@ func All(ctx context.Context, conn Conn, cat *rewrite.Catalog, opts Options) (St
 		if err != nil {
 			return total, err
 		}
-		if st.Pending == 0 {
-			return total, nil
-		}
-		if st.Folds == 0 && st.Orphans == 0 {
+		if st.Folds == 0 && st.Orphans == 0 && st.SlotRows == 0 {
+			if st.Skipped == 0 {
+				return total, nil
+			}
 			// Everything left is locked by transactions in flight.
 			select {
 			case <-ctx.Done():
@@ -133,9 +157,20 @@ func All(ctx context.Context, conn Conn, cat *rewrite.Catalog, opts Options) (St
 	}
 }
 
-func passOne(ctx context.Context, conn Conn, slots string, targets map[int]target, opts Options) (Stats, error) {
+func (r *Roller) passOne(ctx context.Context, conn Conn, slots string, targets map[int]target, opts Options) (Stats, error) {
 	var st Stats
-	r, err := conn.Execute(fmt.Sprintf("SELECT `record_type`, `record_id` FROM %s GROUP BY `record_type`, `record_id` LIMIT %d", slots, opts.Batch))
+	types := make([]string, 0, len(targets))
+	for rt := range targets {
+		types = append(types, strconv.Itoa(rt))
+	}
+	sort.Strings(types)
+	cur, resume := r.cursors[slots]
+	after := ""
+	if resume {
+		after = fmt.Sprintf(" AND (`record_type`, `record_id`) > (%d, %d)", cur.rt, cur.id)
+	}
+	res, err := conn.Execute(fmt.Sprintf("SELECT DISTINCT `record_type`, `record_id` FROM %s WHERE `record_type` IN (%s)%s ORDER BY `record_type`, `record_id` LIMIT %d",
+		slots, strings.Join(types, ", "), after, opts.Batch))
 	if err != nil {
 		return st, err
 	}
@@ -144,15 +179,21 @@ func passOne(ctx context.Context, conn Conn, slots string, targets map[int]targe
 		id int64
 	}
 	var recs []rec
-	for i := range r.Values {
-		rt, err1 := r.GetInt(i, 0)
-		id, err2 := r.GetInt(i, 1)
+	for i := range res.Values {
+		rt, err1 := res.GetInt(i, 0)
+		id, err2 := res.GetInt(i, 1)
 		if err1 != nil || err2 != nil {
 			return st, fmt.Errorf("bad slot row: %v %v", err1, err2)
 		}
 		recs = append(recs, rec{int(rt), id})
 	}
 	st.Pending = len(recs)
+	if len(recs) < opts.Batch {
+		delete(r.cursors, slots) // reached the end: next pass starts over
+	} else {
+		last := recs[len(recs)-1]
+		r.cursors[slots] = cursor{last.rt, last.id}
+	}
 	for _, rc := range recs {
 		if err := ctx.Err(); err != nil {
 			return st, err
@@ -285,6 +326,7 @@ func Loop(ctx context.Context, dial func(context.Context) (*client.Conn, error),
 	}()
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	var roller Roller
 	for {
 		select {
 		case <-ctx.Done():
@@ -301,7 +343,7 @@ func Loop(ctx context.Context, dial func(context.Context) (*client.Conn, error),
 			}
 			conn = c
 		}
-		st, err := Once(ctx, conn, catalog(), opts)
+		st, err := roller.Once(ctx, conn, catalog(), opts)
 		if err != nil && ctx.Err() == nil {
 			// The connection may be broken: start afresh next time.
 			_ = conn.Close()

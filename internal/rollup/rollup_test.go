@@ -198,3 +198,37 @@ func TestConcurrentRollups(t *testing.T) {
 		t.Fatalf("record 3 = %d after concurrent roll-ups, want %d", n, writers*perWriter)
 	}
 }
+
+// TestRollerTakesTurns: with a batch of one record per pass, successive
+// passes visit different records, so none is starved.
+func TestRollerTakesTurns(t *testing.T) {
+	setup(t)
+	c := connect(t)
+	var r rollup.Roller
+	for range 4 { // four records with slots
+		if _, err := r.Once(context.Background(), c, catalog(), rollup.Options{Batch: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := count(t, c, "SELECT COUNT(*) FROM slotted_counters WHERE count <> 0 AND record_id <> 99"); n != 0 {
+		t.Fatalf("%d slot rows with counts left after four one-record passes", n)
+	}
+}
+
+// TestAllIgnoresUnknownRecordTypes: slot rows of a record type no rule
+// names neither block nor get folded by --all.
+func TestAllIgnoresUnknownRecordTypes(t *testing.T) {
+	setup(t)
+	c := connect(t)
+	if _, err := c.Execute("INSERT INTO slotted_counters VALUES (9, 1, 0, 5)"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := rollup.All(ctx, c, catalog(), rollup.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, c, "SELECT COUNT(*) FROM slotted_counters"); n != 1 {
+		t.Fatalf("%d slot rows left, want only the unknown record type's", n)
+	}
+}

@@ -28,3 +28,9 @@ ALTER TABLE repos ADD COLUMN extra INT
 UPDATE repos r JOIN users u ON u.id = r.owner_id SET r.downloads = 0
 -- case: multi-table delete
 DELETE r FROM repos r JOIN users u ON u.id = r.owner_id WHERE u.name = 'gone'
+-- case: rename reloads the catalog
+RENAME TABLE repos TO repos_old, users TO repos
+-- case: create index reloads the catalog
+CREATE INDEX by_name ON repos (name)
+-- case: drop of another table
+DROP TABLE users

@@ -53,3 +53,5 @@ SELECT (SELECT downloads FROM other.t LIMIT 1) FROM repos
 SELECT (SELECT downloads FROM (SELECT 1 AS downloads) AS d) FROM repos
 -- case: a correlated reference through a known table still resolves outward
 SELECT (SELECT MAX(u.id) FROM users u WHERE u.name = r.name AND stars > 1) FROM repos r
+-- case: a read of a shadow and an active table is rewritten
+SELECT p.views, r.downloads FROM pages p JOIN repos r ON r.id = p.page_id
