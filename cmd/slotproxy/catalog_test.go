@@ -43,8 +43,8 @@ var exampleEnv = []string{"SLOTPROXY_ADMIN_PASSWORD=" + examplePassword}
 
 // schemaConfig creates a fresh schema with a ruled table repos, writes a
 // rule file for it and a configuration (admin: root, password in the
-// file) into a temporary directory, and returns the schema's name and the
-// configuration's path.
+// file; metrics on a free port, see metricsAddr) into a temporary
+// directory, and returns the schema's name and the configuration's path.
 func schemaConfig(t *testing.T, listen string) (schema, path string) {
 	t.Helper()
 	db := testdb.Shared()
@@ -66,7 +66,8 @@ func schemaConfig(t *testing.T, listen string) (schema, path string) {
 	if err := os.WriteFile(filepath.Join(dir, "rules", "repos.yaml"), []byte(rule), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg := fmt.Sprintf("listen: %s\nbackend: %s\nrules: rules\nadmin:\n  user: %s\n  password: %s\n", listen, db.Addr, db.RootUser, db.RootPassword)
+	cfg := fmt.Sprintf("listen: %s\nbackend: %s\nrules: rules\nadmin:\n  user: %s\n  password: %s\nmetrics:\n  listen: %s\n",
+		listen, db.Addr, db.RootUser, db.RootPassword, freeAddr(t))
 	path = filepath.Join(dir, "config.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)

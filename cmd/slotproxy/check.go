@@ -1,11 +1,221 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"io"
+	"slices"
+	"strings"
+
+	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/slotproxy/slotproxy/internal/catalog"
+	"github.com/slotproxy/slotproxy/internal/config"
+	"github.com/slotproxy/slotproxy/rules"
 )
 
-// runCheck implements "slotproxy check" (being written).
-func runCheck(args []string, stdout, stderr io.Writer) error {
-	return errors.New("check: not implemented yet")
+// runCheck implements "slotproxy check": it validates the configuration
+// and the rules against the live schema without changing anything, and
+// prints each problem on a line of its own.
+func runCheck(args []string, stdout, _ io.Writer) error {
+	fs := newFlagSet("check", "--config FILE [--backend HOST:PORT]",
+		"Check FILE, the rules it names and, through the admin account, the live\n"+
+			"schema, as serve does when it starts: the slot table and the record-type\n"+
+			"registry exist with the right shape, every ruled table exists with a\n"+
+			"single-column integer primary key as its key, and every counter is an\n"+
+			"integer column. Nothing is written to the database (the checks run in a\n"+
+			"read-only transaction): counters without a record type yet are noted,\n"+
+			"serve registers them when it starts.\n\n"+
+			"Each problem is printed on stdout as FILE:LINE: PROBLEM, with what to do;\n"+
+			"if there is none, check prints \"ok: N rules, M counters\". The exit status\n"+
+			"is 0 when everything is fine, 1 when problems were found and 2 for a wrong\n"+
+			"command line.")
+	configPath := fs.String("config", "", "the configuration `FILE` (YAML)")
+	fs.String("backend", "", "the MySQL server at `HOST:PORT` (overrides backend.address)")
+	if err := parseFlags(fs, args, stdout); err != nil {
+		return err
+	}
+	if err := noArgs(fs); err != nil {
+		return err
+	}
+	if *configPath == "" {
+		return usagef("check: --config is required")
+	}
+	backend := flagValue(fs, "backend")
+	if backend != nil {
+		if err := config.CheckAddress(*backend); err != nil {
+			return usagef("check: --backend: %w", err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), schemaTimeout)
+	defer cancel()
+	res := check(ctx, *configPath, backend)
+	for _, n := range res.notes {
+		fmt.Fprintf(stdout, "note: %s\n", n)
+	}
+	for _, p := range res.problems {
+		fmt.Fprintln(stdout, p)
+	}
+	switch n := len(res.problems); n {
+	case 0:
+		fmt.Fprintf(stdout, "ok: %d rules, %d counters\n", res.rules, res.counters)
+		return nil
+	case 1:
+		return errors.New("check: 1 problem found")
+	default:
+		return fmt.Errorf("check: %d problems found", n)
+	}
+}
+
+// checkResult is what check found.
+type checkResult struct {
+	problems        []string // one line each: FILE[:LINE]: PROBLEM
+	notes           []string // things worth knowing that are not problems
+	rules, counters int
+}
+
+// check checks the configuration at path, with the --backend override
+// (nil when not given), and its rules against the live schema.
+func check(ctx context.Context, path string, backend *string) checkResult {
+	var res checkResult
+	cfg, err := config.Load(path)
+	if err != nil {
+		res.problems = append(res.problems, oneLine(err))
+		return res
+	}
+	if backend != nil {
+		cfg.Backend.Address = *backend
+	}
+	if cfg.Rules == "" {
+		return res // nothing to check against the schema
+	}
+	if cfg.Backend.Address == "" {
+		res.problems = append(res.problems, path+": backend: not set; add it to the file or pass --backend")
+	}
+	set, err := rules.LoadDir(cfg.Rules)
+	if err != nil {
+		res.problems = append(res.problems, ruleProblems(err)...)
+		return res
+	}
+	res.rules, res.counters = set.Len(), countCounters(set)
+	if len(res.problems) > 0 || set.Len() == 0 {
+		return res
+	}
+	conn, err := catalog.Connect(ctx, cfg)
+	if err != nil {
+		res.problems = append(res.problems, path+": "+oneLine(err))
+		return res
+	}
+	defer conn.Quit()
+	unregistered, err := loadReadOnly(ctx, conn, set, cfg.SlotsTable)
+	if err != nil {
+		res.problems = append(res.problems, ruleProblems(err)...)
+		return res
+	}
+	if len(unregistered) > 0 {
+		res.notes = append(res.notes, fmt.Sprintf("%d counters have no record type yet (%s); serve registers them when it starts, or run slotproxy migrate",
+			len(unregistered), strings.Join(unregistered, ", ")))
+	}
+	return res
+}
+
+// loadReadOnly runs catalog.Load's checks of set against the schema without
+// writing: catalog.Load registers the record types of counters that have
+// none, so it runs in a read-only transaction, where that INSERT fails
+// (after every check has passed). It returns the counters without a record
+// type, as schema.table.column, or Load's problems.
+func loadReadOnly(ctx context.Context, conn *client.Conn, set *rules.Set, slotsTable string) ([]string, error) {
+	if _, err := conn.Execute("START TRANSACTION READ ONLY"); err != nil {
+		return nil, fmt.Errorf("starting a read-only transaction: %w", err)
+	}
+	defer conn.Execute("ROLLBACK")
+	_, err := catalog.Load(ctx, conn, set, slotsTable)
+	var me *mysql.MyError
+	switch {
+	case err == nil:
+		return nil, nil
+	case errors.As(err, &me) && me.Code == mysql.ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION:
+		return unregisteredCounters(conn, set)
+	default:
+		return nil, err
+	}
+}
+
+// unregisteredCounters lists the counters of set that have no entry in the
+// record-type registry of their schema, as schema.table.column.
+func unregisteredCounters(conn *client.Conn, set *rules.Set) ([]string, error) {
+	known := map[string]map[[2]string]bool{} // schema → registered (table, column), in lower case
+	var out []string
+	for _, r := range set.Rules() {
+		reg, ok := known[r.Schema]
+		if !ok {
+			res, err := conn.Execute("SELECT `table_name`, `column_name` FROM " + quoteIdent(r.Schema) + "." + quoteIdent(catalog.RecordTypesTable))
+			if err != nil {
+				return nil, fmt.Errorf("reading the record types of %s: %w", r.Schema, err)
+			}
+			reg = map[[2]string]bool{}
+			for i := range res.Values {
+				t, _ := res.GetString(i, 0)
+				c, _ := res.GetString(i, 1)
+				reg[[2]string{strings.ToLower(t), strings.ToLower(c)}] = true
+			}
+			res.Close()
+			known[r.Schema] = reg
+		}
+		for _, c := range r.Counters {
+			if !reg[[2]string{strings.ToLower(r.Table), strings.ToLower(c.Name)}] {
+				out = append(out, r.Name()+"."+c.Name)
+			}
+		}
+	}
+	return out, nil
+}
+
+// quoteIdent backquotes a MySQL identifier.
+func quoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
+
+// ruleProblems splits err, from rules.LoadDir or catalog.Load, into one
+// line per problem, each with a hint of what to do when the message lacks
+// one.
+func ruleProblems(err error) []string {
+	errs := rules.Errors(err)
+	if len(errs) == 0 {
+		return []string{oneLine(err)}
+	}
+	out := make([]string, len(errs))
+	for i, e := range errs {
+		out[i] = oneLine(e) + hint(e.Msg)
+	}
+	return out
+}
+
+// hints say what to do about the problems catalog.Load reports whose
+// message does not: the first whose key prefix and phrase the message has.
+var hints = []struct{ prefix, phrase, hint string }{
+	{"table: ", "is not slotproxy's record-type registry", "rename that table, then run slotproxy migrate"},
+	{"table: ", "is slotproxy's own table", "remove this rule"},
+	{"table: schema ", "does not exist", "create the schema, correct table: in the rule, or grant the admin user access to it"},
+	{"table: ", "does not exist", "correct table: in the rule, create the table, or grant the admin user access to it"},
+	{"table: ", "not a base table", "rules apply to base tables only: name the underlying table"},
+	{"key: ", "is not the primary key of", "set key: to the table's primary key column"},
+	{"key: ", "has no single-column integer primary key", "the key must be a single-column integer primary key: change the table or remove the rule"},
+	{"counters: ", "has no column", "correct the column's name in counters or add the column"},
+	{"counters: ", "not an integer column", "a counter must be an integer column: change the column's type or remove it from counters"},
+}
+
+// hint returns "; WHAT TO DO" for the message msg of a problem, or "" when
+// msg says it already or no hint applies.
+func hint(msg string) string {
+	if strings.Contains(msg, "run slotproxy migrate") || strings.Contains(msg, "the key must be") {
+		return ""
+	}
+	i := slices.IndexFunc(hints, func(h struct{ prefix, phrase, hint string }) bool {
+		return strings.HasPrefix(msg, h.prefix) && strings.Contains(msg, h.phrase)
+	})
+	if i < 0 {
+		return ""
+	}
+	return "; " + hints[i].hint
 }

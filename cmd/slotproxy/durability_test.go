@@ -184,8 +184,8 @@ func TestBackendRestartUnderLoad(t *testing.T) {
 	}
 	listen := freeAddr(t)
 	path := dir + "/config.yaml"
-	cfg := fmt.Sprintf("listen: %s\nbackend: %s\nrules: rules\nadmin:\n  user: %s\n  password: %s\nrollup:\n  interval: 100ms\n",
-		listen, own.Addr, own.RootUser, own.RootPassword)
+	cfg := fmt.Sprintf("listen: %s\nbackend: %s\nrules: rules\nadmin:\n  user: %s\n  password: %s\nrollup:\n  interval: 100ms\nmetrics:\n  listen: %s\n",
+		listen, own.Addr, own.RootUser, own.RootPassword, freeAddr(t))
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}

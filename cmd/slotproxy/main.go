@@ -2,16 +2,19 @@
 //
 // Usage:
 //
-//	slotproxy serve --config FILE [--listen HOST:PORT] [--backend HOST:PORT]
+//	slotproxy serve --config FILE [--listen HOST:PORT] [--backend HOST:PORT] [--metrics HOST:PORT]
 //	slotproxy migrate --config FILE [--backend HOST:PORT]
 //	slotproxy explain --config FILE [--backend HOST:PORT] [--db NAME] SQL
+//	slotproxy rollup --config FILE [--backend HOST:PORT] [--once] [--all]
+//	slotproxy check --config FILE [--backend HOST:PORT]
 //	slotproxy version
 //	slotproxy help [COMMAND]
 //
 // Each command parses its own flags, which come right after the command's
 // name. Errors are printed on stderr as one line, "slotproxy: MESSAGE". The
 // exit status is 0 on success (including a clean shutdown on SIGTERM or
-// SIGINT), 2 when the command line is wrong and 1 for any other error.
+// SIGINT), 2 when the command line is wrong and 1 for any other error
+// (for check: problems found).
 package main
 
 import (

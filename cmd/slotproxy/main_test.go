@@ -136,6 +136,10 @@ backend:
 			`slotproxy: serve: --listen: "nope": missing port in address (want HOST:PORT)`},
 		{"bad backend flag", []string{"serve", "--config", noListen, "--listen", "127.0.0.1:3307", "--backend", "db:99999"}, 2,
 			`slotproxy: serve: --backend: "db:99999": port "99999" is not a number from 1 to 65535`},
+		{"bad metrics flag", []string{"serve", "--listen", "127.0.0.1:3307", "--backend", "127.0.0.1:3306", "--metrics", "9307"}, 2,
+			`slotproxy: serve: --metrics: "9307": missing port in address (want HOST:PORT)`},
+		{"metrics address in use", []string{"serve", "--listen", "127.0.0.1:3307", "--backend", "127.0.0.1:3306", "--metrics", busy.Addr().String()}, 1,
+			`slotproxy: metrics.listen: listen tcp ` + busy.Addr().String() + `: bind: address already in use`},
 		{"positional argument", []string{"serve", "--listen", "127.0.0.1:3307", "--backend", "127.0.0.1:3306", "now"}, 2,
 			`slotproxy: serve: unexpected argument "now"`},
 		{"listen flag alone", []string{"serve", "--listen", "127.0.0.1:3307"}, 2,
@@ -152,7 +156,7 @@ backend:
 			`slotproxy: ` + noListen + `: listen: not set (add it to the file or pass --listen)`},
 		{"missing config file", []string{"serve", "--config", missing}, 1,
 			`slotproxy: reading config: open ` + missing + `: no such file or directory`},
-		{"listen address in use", []string{"serve", "--listen", busy.Addr().String(), "--backend", "127.0.0.1:3306"}, 1,
+		{"listen address in use", []string{"serve", "--listen", busy.Addr().String(), "--backend", "127.0.0.1:3306", "--metrics", ""}, 1,
 			`slotproxy: listen tcp ` + busy.Addr().String() + `: bind: address already in use`},
 		{"help for unknown command", []string{"help", "serv"}, 2,
 			`slotproxy: help: unknown command "serv"`},
@@ -179,12 +183,13 @@ func TestHelpAndVersion(t *testing.T) {
 		args []string
 		want []string // substrings of stdout
 	}{
-		{[]string{"help"}, []string{"Usage: slotproxy COMMAND", "serve", "migrate", "explain", "version", "help"}},
+		{[]string{"help"}, []string{"Usage: slotproxy COMMAND", "serve", "migrate", "explain", "check", "version", "help"}},
 		{[]string{"help", "migrate"}, []string{"Usage: slotproxy migrate --config FILE [--backend HOST:PORT]", "-config FILE", "-backend HOST:PORT"}},
 		{[]string{"help", "explain"}, []string{"Usage: slotproxy explain --config FILE [--backend HOST:PORT] [--db NAME] SQL", "-db NAME"}},
 		{[]string{"--help"}, []string{"Usage: slotproxy COMMAND"}},
 		{[]string{"help", "serve"}, []string{"Usage: slotproxy serve --config FILE", "-listen HOST:PORT", "-backend HOST:PORT", "-config FILE"}},
-		{[]string{"serve", "-h"}, []string{"Usage: slotproxy serve"}},
+		{[]string{"serve", "-h"}, []string{"Usage: slotproxy serve", "-metrics HOST:PORT", "SIGHUP", "/readyz"}},
+		{[]string{"help", "check"}, []string{"Usage: slotproxy check --config FILE [--backend HOST:PORT]", "-backend HOST:PORT", "read-only"}},
 		{[]string{"version"}, []string{"slotproxy ", "go1."}},
 	} {
 		stdout, stderr, code := runCLI(t, tc.args...)
@@ -213,11 +218,11 @@ func TestServeLifecycle(t *testing.T) {
 		args func(listen string) []string
 	}{
 		{"flags only", func(listen string) []string {
-			return []string{"serve", "--listen", listen, "--backend", backend.addr}
+			return []string{"serve", "--listen", listen, "--backend", backend.addr, "--metrics", ""}
 		}},
 		{"flags override the file", func(listen string) []string {
-			path := writeFile(t, "config.yaml", "listen: 127.0.0.1:1\nbackend: 127.0.0.1:1\ntimeouts:\n  shutdown: 5s\n")
-			return []string{"serve", "--config", path, "--listen", listen, "--backend", backend.addr}
+			path := writeFile(t, "config.yaml", "listen: 127.0.0.1:1\nbackend: 127.0.0.1:1\ntimeouts:\n  shutdown: 5s\nmetrics:\n  listen: 127.0.0.1:2\n")
+			return []string{"serve", "--config", path, "--listen", listen, "--backend", backend.addr, "--metrics", freeAddr(t)}
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

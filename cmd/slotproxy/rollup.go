@@ -67,19 +67,27 @@ func runRollup(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	logger := cfg.Logger(stderr)
-	runRollupLoop(ctx, cfg, func() *rewrite.Catalog { return cat }, *all, logger)
+	runRollupLoop(ctx, func() *config.Config { return cfg }, func() *rewrite.Catalog { return cat }, *all, logger, nil)
 	return nil
 }
 
-// runRollupLoop runs roll-up passes every cfg.Rollup.Interval until ctx
-// ends, on a connection of its own, logging each pass that did something.
-func runRollupLoop(ctx context.Context, cfg *config.Config, cat func() *rewrite.Catalog, all bool, logger *slog.Logger) {
-	dial := func(ctx context.Context) (*client.Conn, error) { return catalog.Connect(ctx, cfg) }
-	opts := rollup.Options{Batch: cfg.Rollup.Batch, Logger: logger}
+// runRollupLoop runs roll-up passes every rollup.interval until ctx ends,
+// on a connection of its own, logging each pass that did something and
+// passing each pass's outcome to observe (if set). cfg returns the current
+// configuration: the admin account is read from it whenever the loop
+// connects, rollup.interval and rollup.batch once at the start.
+func runRollupLoop(ctx context.Context, cfg func() *config.Config, cat func() *rewrite.Catalog, all bool, logger *slog.Logger,
+	observe func(rollup.Stats, error)) {
+	dial := func(ctx context.Context) (*client.Conn, error) { return catalog.Connect(ctx, cfg()) }
+	start := cfg()
+	opts := rollup.Options{Batch: start.Rollup.Batch, Logger: logger}
 	if all {
 		opts.Batch = 1 << 30
 	}
-	rollup.Loop(ctx, dial, cat, cfg.Rollup.Interval, opts, func(st rollup.Stats, err error) {
+	rollup.Loop(ctx, dial, cat, start.Rollup.Interval, opts, func(st rollup.Stats, err error) {
+		if observe != nil {
+			observe(st, err)
+		}
 		switch {
 		case err != nil:
 			logger.Warn("roll-up pass failed", "err", err)

@@ -21,28 +21,44 @@ import (
 )
 
 // runServe implements "slotproxy serve": it runs the proxy until SIGTERM or
-// SIGINT, then shuts down gracefully and returns nil.
+// SIGINT, then shuts down gracefully and returns nil. SIGHUP reloads the
+// configuration file and the rules.
 func runServe(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("serve", "--config FILE [--listen HOST:PORT] [--backend HOST:PORT]",
+	// SIGHUP would end the process: take it over before anything else. A
+	// SIGHUP that arrives while serve starts is handled once it serves.
+	hups := make(chan os.Signal, 1)
+	signal.Notify(hups, syscall.SIGHUP)
+	defer signal.Stop(hups)
+
+	fs := newFlagSet("serve", "--config FILE [--listen HOST:PORT] [--backend HOST:PORT] [--metrics HOST:PORT]",
 		"Run the proxy until SIGTERM or SIGINT, then let statements in flight finish\n"+
 			"for up to timeouts.shutdown (a second signal cuts that short).\n\n"+
-			"--listen and --backend override listen and backend.address from FILE;\n"+
-			"--config may be left out when both are given, and the defaults are used\n"+
-			"for everything else.\n\n"+
+			"--listen, --backend and --metrics override listen, backend.address and\n"+
+			"metrics.listen from FILE (--metrics \"\" turns the HTTP endpoint off);\n"+
+			"--config may be left out when --listen and --backend are given, and the\n"+
+			"defaults are used for everything else.\n\n"+
 			"With rules set in FILE, serve first connects as the admin account and checks\n"+
 			"the rules against the schema; it refuses to start if that fails (run\n"+
 			"\"slotproxy migrate\" first to create the slot tables). After DDL on a ruled\n"+
-			"table it reloads the schema.")
+			"table it reloads the schema.\n\n"+
+			"SIGHUP rereads FILE and the rules and applies them without dropping\n"+
+			"connections (rules, slots_table and admin; other changes need a restart).\n"+
+			"If they fail to load, serve logs why and keeps the previous ones.\n\n"+
+			"On metrics.listen serve answers /metrics (Prometheus), /healthz (200 while\n"+
+			"running) and /readyz (200 once serving with the rules loaded, while the\n"+
+			"backend answers; 503 with the reason otherwise).")
 	configPath := fs.String("config", "", "the configuration `FILE` (YAML)")
 	fs.String("listen", "", "accept clients on `HOST:PORT` (overrides listen)")
 	fs.String("backend", "", "relay to the MySQL server at `HOST:PORT` (overrides backend.address)")
+	fs.String("metrics", "", "serve metrics and health checks on `HOST:PORT` (overrides metrics.listen; \"\" turns them off)")
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
 	}
 	if err := noArgs(fs); err != nil {
 		return err
 	}
-	cfg, err := serveConfig(*configPath, flagValue(fs, "listen"), flagValue(fs, "backend"))
+	over := overrides{listen: flagValue(fs, "listen"), backend: flagValue(fs, "backend"), metrics: flagValue(fs, "metrics")}
+	cfg, err := serveConfig(*configPath, over)
 	if err != nil {
 		return err
 	}
@@ -51,45 +67,76 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var set *rules.Set
-	if cfg.Rules != "" {
-		if set, err = rules.LoadDir(cfg.Rules); err != nil {
-			return err
-		}
-		rw, version, err := loadRewriter(context.Background(), cfg, set)
-		if err != nil {
-			return err
-		}
-		logger.Info("loaded rules", "dir", cfg.Rules, "tables", len(rw.Catalog().Tables()),
-			"backend_version", version, "row_alias", catalog.RowAlias(version))
-		pcfg.Rewriter = rw
-	}
+	reg := newRegistry()
+	pcfg.Metrics = proxy.NewMetrics(reg)
 	// OnDDL runs only while serving, after reloader is set.
 	var reloader *catalog.Reloader
-	if set != nil {
+	if cfg.Rules != "" {
 		pcfg.OnDDL = func() { reloader.Trigger() }
 	}
 	srv, err := proxy.NewServer(pcfg)
 	if err != nil {
 		return fmt.Errorf("configuring proxy: %w", err)
 	}
-	if set != nil {
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel() // stops reloads and roll-up once serving is over
-		reloader = catalog.NewReloader(ctx, func(ctx context.Context) (*rewrite.Rewriter, error) {
-			rw, _, err := loadRewriter(ctx, cfg, set)
-			return rw, err
-		}, srv.SetRewriter, logger)
+	proxy.RegisterCacheSize(reg, srv)
+	l := &live{path: *configPath, over: over, srv: srv, log: logger}
+	l.cfg.Store(cfg)
+
+	// The HTTP endpoint comes up first, so that /healthz answers and
+	// /readyz says what serve is waiting for while the rules load.
+	ready := &readiness{rules: cfg.Rules != "", probe: backendProbe(l.config)}
+	var ops *opsServer
+	if cfg.Metrics.Listen != "" {
+		if ops, err = startOps(cfg.Metrics.Listen, reg, ready, logger); err != nil {
+			return err
+		}
+		defer ops.stop()
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel() // stops reloads and roll-up once serving is over
+	if cfg.Rules != "" {
+		set, err := rules.LoadDir(cfg.Rules)
+		if err != nil {
+			return err
+		}
+		rw, version, err := loadRewriter(ctx, cfg, set)
+		if err != nil {
+			return err
+		}
+		logger.Info("loaded rules", "dir", cfg.Rules, "tables", len(rw.Catalog().Tables()),
+			"backend_version", version, "row_alias", catalog.RowAlias(version))
+		srv.SetRewriter(rw)
+		l.set = set
+		ready.loaded.Store(true)
+		// afterDDL applies the rewriter itself, under the lock that
+		// serializes it with SIGHUP reloads.
+		reloader = catalog.NewReloader(ctx, l.afterDDL, func(*rewrite.Rewriter) {}, logger)
 		if cfg.Rollup.Enabled {
+			metrics := newRollupMetrics(reg, time.Now())
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				runRollupLoop(ctx, cfg, func() *rewrite.Catalog { return srv.Rewriter().Catalog() }, false, logger)
+				runRollupLoop(ctx, l.config, func() *rewrite.Catalog { return srv.Rewriter().Catalog() }, false, logger, metrics.observe)
 			}()
 			defer func() { cancel(); <-done }()
 		}
 	}
-	return serve(srv, cfg, logger)
+	reloaded := make(chan struct{})
+	go func() {
+		defer close(reloaded)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case sig := <-hups:
+				logger.Info("reloading", "signal", sig.String())
+				l.reload(ctx)
+			}
+		}
+	}()
+	defer func() { cancel(); <-reloaded }()
+	return serve(srv, cfg, logger, ready, ops)
 }
 
 // flagValue returns a pointer to the value of the flag name if it was given
@@ -105,10 +152,16 @@ func flagValue(fs *flag.FlagSet, name string) *string {
 	return v
 }
 
+// overrides are serve's flags that override keys of the file; nil when not
+// given.
+type overrides struct {
+	listen, backend, metrics *string
+}
+
 // serveConfig loads the configuration from path, or starts from the
-// defaults when path is empty (which needs both flags), applies the --listen
-// and --backend overrides (nil when not given), and validates the result.
-func serveConfig(path string, listen, backend *string) (*config.Config, error) {
+// defaults when path is empty (which needs both --listen and --backend),
+// applies the overrides, and validates the result.
+func serveConfig(path string, over overrides) (*config.Config, error) {
 	var cfg *config.Config
 	switch {
 	case path != "":
@@ -116,22 +169,30 @@ func serveConfig(path string, listen, backend *string) (*config.Config, error) {
 		if cfg, err = config.Load(path); err != nil {
 			return nil, err
 		}
-	case listen != nil && backend != nil:
+	case over.listen != nil && over.backend != nil:
 		cfg = config.Default()
 	default:
 		return nil, usagef("serve: --config is required unless both --listen and --backend are given")
 	}
-	if listen != nil {
-		if err := config.CheckAddress(*listen); err != nil {
+	if over.listen != nil {
+		if err := config.CheckAddress(*over.listen); err != nil {
 			return nil, usagef("serve: --listen: %w", err)
 		}
-		cfg.Listen = *listen
+		cfg.Listen = *over.listen
 	}
-	if backend != nil {
-		if err := config.CheckAddress(*backend); err != nil {
+	if over.backend != nil {
+		if err := config.CheckAddress(*over.backend); err != nil {
 			return nil, usagef("serve: --backend: %w", err)
 		}
-		cfg.Backend.Address = *backend
+		cfg.Backend.Address = *over.backend
+	}
+	if over.metrics != nil {
+		if *over.metrics != "" {
+			if err := config.CheckAddress(*over.metrics); err != nil {
+				return nil, usagef("serve: --metrics: %w", err)
+			}
+		}
+		cfg.Metrics.Listen = *over.metrics
 	}
 	if cfg.Listen == "" {
 		return nil, fmt.Errorf("%s: listen: not set (add it to the file or pass --listen)", path)
@@ -169,11 +230,12 @@ func proxyConfig(cfg *config.Config, logger *slog.Logger) (proxy.Config, error) 
 }
 
 // serve listens on cfg.Listen and runs srv until SIGTERM or SIGINT. It then
-// shuts srv down, giving statements in flight cfg.Timeouts.Shutdown (or
-// until a second signal) before closing every connection, and returns nil:
-// a forced close is logged as a warning, not an error. It returns an error
+// marks serve not ready, shuts srv down, giving statements in flight
+// cfg.Timeouts.Shutdown (or until a second signal) before closing every
+// connection, stops the HTTP endpoint ops (nil when off) and returns nil: a
+// forced close is logged as a warning, not an error. It returns an error
 // if it cannot listen or if srv stops serving on its own.
-func serve(srv *proxy.Server, cfg *config.Config, logger *slog.Logger) error {
+func serve(srv *proxy.Server, cfg *config.Config, logger *slog.Logger, ready *readiness, ops *opsServer) error {
 	// Subscribe before listening, so that a signal arriving once clients can
 	// connect always means a graceful shutdown.
 	sigs := make(chan os.Signal, 2)
@@ -184,11 +246,17 @@ func serve(srv *proxy.Server, cfg *config.Config, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	ready.serving.Store(true)
+	metrics := "off"
+	if ops != nil {
+		metrics = ops.addr()
+	}
 	logger.Info("listening",
 		"listen", ln.Addr().String(),
 		"backend", cfg.Backend.Address,
 		"backend_tls", string(cfg.Backend.TLS.Mode),
-		"client_tls", cfg.TLS.Cert != "")
+		"client_tls", cfg.TLS.Cert != "",
+		"metrics", metrics)
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -203,12 +271,14 @@ func serve(srv *proxy.Server, cfg *config.Config, logger *slog.Logger) error {
 		}
 		return fmt.Errorf("serving: %w", err)
 	case sig := <-sigs:
+		ready.stopping.Store(true)
 		logger.Info("shutting down", "signal", sig.String(), "timeout", cfg.Timeouts.Shutdown)
 		shutdown(srv, sigs, cfg.Timeouts.Shutdown, logger)
 	}
 	if err := <-served; err != nil && !errors.Is(err, proxy.ErrServerClosed) {
 		logger.Warn("serve failed during shutdown", "err", err)
 	}
+	ops.stop()
 	logger.Info("stopped")
 	return nil
 }

@@ -60,7 +60,21 @@ type Config struct {
 	// Retries bounds how often a rewritten autocommit statement is retried
 	// after a deadlock or lock wait timeout (0 disables retries).
 	Retries int
+	// Metrics is serve's HTTP endpoint for Prometheus metrics and health
+	// checks.
+	Metrics Metrics
 }
+
+// Metrics configures serve's HTTP endpoint (/metrics, /healthz, /readyz).
+type Metrics struct {
+	// Listen is the HOST:PORT the endpoint listens on; DefaultMetricsListen
+	// unless set. Empty disables the endpoint. It may not equal Listen.
+	Listen string
+}
+
+// DefaultMetricsListen is the default Metrics.Listen: loopback only, so
+// that the endpoint is not exposed unless asked for.
+const DefaultMetricsListen = "127.0.0.1:9307"
 
 // Rollup configures the background roll-up.
 type Rollup struct {
@@ -201,6 +215,7 @@ func Default() *Config {
 		Retries:    3,
 		Log:        Log{Level: slog.LevelInfo, Format: LogText},
 		SlotsTable: DefaultSlotsTable,
+		Metrics:    Metrics{Listen: DefaultMetricsListen},
 	}
 }
 
@@ -230,6 +245,14 @@ func (c *Config) check(s *source) error {
 	if c.Backend.Address != "" {
 		if err := CheckAddress(c.Backend.Address); err != nil {
 			return s.err("backend.address", err)
+		}
+	}
+	if c.Metrics.Listen != "" {
+		if err := CheckAddress(c.Metrics.Listen); err != nil {
+			return s.err("metrics.listen", err)
+		}
+		if c.Metrics.Listen == c.Listen {
+			return s.err("metrics.listen", fmt.Errorf("%q is also listen, where clients connect; choose another port", c.Metrics.Listen))
 		}
 	}
 	if _, err := c.backendTLS(s); err != nil {

@@ -64,6 +64,8 @@ rollup:
   interval: 250ms
   batch: 50
 retries: 5
+metrics:
+  listen: "[::1]:9400"
 `
 
 func TestLoadFull(t *testing.T) {
@@ -103,6 +105,7 @@ func TestLoadFull(t *testing.T) {
 		Admin:      Admin{User: "slotproxy", Password: "s3cret: yes"},
 		Rollup:     Rollup{Enabled: false, Interval: 250 * time.Millisecond, Batch: 50},
 		Retries:    5,
+		Metrics:    Metrics{Listen: "[::1]:9400"},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Load:\n got %+v\nwant %+v", got, want)
@@ -143,6 +146,9 @@ func TestLoadShortForms(t *testing.T) {
 			c.Listen, c.Backend.Address = "127.0.0.1:3307", "127.0.0.1:3307"
 		}},
 		{"empty host", "listen: \":3307\"\n", func(c *Config) { c.Listen = ":3307" }},
+		{"metrics disabled", "metrics:\n  listen: \"\"\n", func(c *Config) { c.Metrics.Listen = "" }},
+		{"metrics listen null keeps the default", "metrics:\n  listen:\n", func(*Config) {}},
+		{"metrics on every interface", "metrics: {listen: \":9307\"}\n", func(c *Config) { c.Metrics.Listen = ":9307" }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := writeFile(t, t.TempDir(), "c.yaml", []byte(tc.yaml))
@@ -244,7 +250,17 @@ func TestLoadErrors(t *testing.T) {
 		{"unknown nested key", "backend:\n  address: h:1\n  tls:\n    mod: verify-ca\n",
 			4, `backend.tls: unknown key "mod" (did you mean "mode"?)`},
 		{"unknown key without near match", "# top\nfrobnicate: 1\n",
-			2, `unknown key "frobnicate" (want one of: admin, backend, limits, listen, log, retries, rollup, rules, slots_table, timeouts, tls)`},
+			2, `unknown key "frobnicate" (want one of: admin, backend, limits, listen, log, metrics, retries, rollup, rules, slots_table, timeouts, tls)`},
+		{"metrics listen without port", "# x\nmetrics:\n  listen: localhost\n",
+			3, `metrics.listen: "localhost": missing port in address (want HOST:PORT)`},
+		{"metrics listen port zero", "metrics:\n  listen: 127.0.0.1:0\n",
+			2, `metrics.listen: "127.0.0.1:0": port "0" is not a number from 1 to 65535`},
+		{"metrics listen is listen", "listen: 127.0.0.1:3307\nmetrics:\n  listen: 127.0.0.1:3307\n",
+			3, `metrics.listen: "127.0.0.1:3307" is also listen, where clients connect; choose another port`},
+		{"metrics not a mapping", "metrics: 127.0.0.1:9307\n",
+			1, `metrics: want a mapping of keys to values, got "127.0.0.1:9307"`},
+		{"metrics unknown key", "metrics:\n  address: 127.0.0.1:9307\n",
+			2, `metrics: unknown key "address" (want one of: listen)`},
 		{"rollup enabled not a boolean", "rollup:\n  enabled: maybe\n",
 			2, `rollup.enabled: want true or false, got "maybe"`},
 		{"rollup batch zero", "rollup:\n  interval: 1s\n  batch: 0\n",

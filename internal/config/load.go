@@ -137,6 +137,11 @@ func (d *decoder) config(n *yaml.Node, c *Config) error {
 			})
 		},
 		"retries": d.integer(&c.Retries),
+		"metrics": func(v *yaml.Node, key string) error {
+			return d.mapping(v, key, fields{
+				"listen": text(d, &c.Metrics.Listen),
+			})
+		},
 	})
 }
 

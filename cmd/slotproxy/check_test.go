@@ -1,0 +1,168 @@
+package main
+
+import (
+	"database/sql"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/slotproxy/slotproxy/internal/testdb"
+)
+
+// TestCheck runs check against good and broken schemas and rules.
+func TestCheck(t *testing.T) {
+	schema, path := schemaConfig(t, "127.0.0.1:1")
+	dir := filepath.Dir(path)
+	ruleFile := filepath.Join(dir, "rules", "repos.yaml")
+	db := testdb.Shared()
+	writeRule := func(name, content string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, "rules", name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// registry returns the number of registered record types in schema.
+	registry := func() int {
+		t.Helper()
+		var n int
+		conn, err := sql.Open("mysql", db.RootDSN(schema, ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if err := conn.QueryRow("SELECT COUNT(*) FROM slotproxy_record_types").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	check := func(t *testing.T, code int, stdout string) {
+		t.Helper()
+		out, stderr, got := runCLI(t, "check", "--config", path)
+		if got != code || out != stdout {
+			t.Errorf("check: exit status %d, stdout:\n%s\nwant %d and:\n%s", got, out, code, stdout)
+		}
+		wantErr := ""
+		if n := strings.Count(stdout, "\n"); code == 1 && n == 1 {
+			wantErr = "slotproxy: check: 1 problem found\n"
+		} else if code == 1 {
+			wantErr = fmt.Sprintf("slotproxy: check: %d problems found\n", n)
+		}
+		if stderr != wantErr {
+			t.Errorf("check: stderr %q, want %q", stderr, wantErr)
+		}
+	}
+
+	t.Run("before migrate", func(t *testing.T) {
+		check(t, 1, ruleFile+":2: table: schema "+schema+" has no slot table slotted_counters and no record-type registry slotproxy_record_types; run slotproxy migrate to create them\n")
+	})
+
+	// migrate with downloads only, then add stars: check notes that stars
+	// has no record type yet, and registers nothing.
+	writeRule("repos.yaml", fmt.Sprintf("# the repos table\ntable: %s.repos\nkey: id\ncounters: [downloads]\n", schema))
+	migrateSchema(t, path)
+	writeRule("repos.yaml", fmt.Sprintf("# the repos table\ntable: %s.repos\nkey: id\ncounters: [downloads, stars]\n", schema))
+
+	t.Run("good", func(t *testing.T) {
+		types := registry()
+		check(t, 0, "note: 1 counters have no record type yet ("+schema+".repos.stars); serve registers them when it starts, or run slotproxy migrate\n"+
+			"ok: 1 rules, 2 counters\n")
+		if n := registry(); n != types {
+			t.Errorf("check registered record types: %d before, %d after", types, n)
+		}
+		migrateSchema(t, path)
+		check(t, 0, "ok: 1 rules, 2 counters\n")
+	})
+
+	t.Run("varchar counter and missing table", func(t *testing.T) {
+		writeRule("repos.yaml", fmt.Sprintf("# the repos table\ntable: %s.repos\nkey: id\ncounters:\n  - downloads\n  - name\n", schema))
+		writeRule("users.yaml", fmt.Sprintf("table: %s.users\nkey: id\ncounters: [logins]\n", schema))
+		defer os.Remove(filepath.Join(dir, "rules", "users.yaml"))
+		defer writeRule("repos.yaml", fmt.Sprintf("table: %s.repos\nkey: id\ncounters: [downloads, stars]\n", schema))
+		check(t, 1,
+			ruleFile+":6: counters: "+schema+".repos.name is varchar(100), not an integer column; a counter must be an integer column: change the column's type or remove it from counters\n"+
+				filepath.Join(dir, "rules", "users.yaml")+":1: table: "+schema+".users does not exist (or the admin user has no privileges on it); correct table: in the rule, create the table, or grant the admin user access to it\n")
+	})
+
+	t.Run("composite key", func(t *testing.T) {
+		if err := db.Exec("CREATE TABLE " + schema + ".pairs (a INT NOT NULL, b INT NOT NULL, hits BIGINT NOT NULL DEFAULT 0, PRIMARY KEY (a, b))"); err != nil {
+			t.Fatal(err)
+		}
+		writeRule("pairs.yaml", fmt.Sprintf("table: %s.pairs\nkey: a\ncounters: [hits]\n", schema))
+		defer os.Remove(filepath.Join(dir, "rules", "pairs.yaml"))
+		check(t, 1, filepath.Join(dir, "rules", "pairs.yaml")+":2: key: "+schema+".pairs has no single-column integer primary key (PRIMARY KEY is (a, b)); "+
+			"the key must be a single-column integer primary key: change the table or remove the rule\n")
+	})
+
+	t.Run("missing slot table", func(t *testing.T) {
+		if err := db.Exec("DROP TABLE " + schema + ".slotted_counters"); err != nil {
+			t.Fatal(err)
+		}
+		defer migrateSchema(t, path)
+		check(t, 1, ruleFile+":1: table: schema "+schema+" has no slot table slotted_counters; run slotproxy migrate to create it\n")
+	})
+
+	t.Run("rule file errors", func(t *testing.T) {
+		writeRule("bad.yaml", "table: "+schema+".repos\nkey: [id]\nslots: 0\n")
+		defer os.Remove(filepath.Join(dir, "rules", "bad.yaml"))
+		bad := filepath.Join(dir, "rules", "bad.yaml")
+		check(t, 1, bad+":1: missing required key \"counters\"\n"+
+			bad+":2: key: want the primary key column (a single column), got a list\n"+
+			bad+":3: slots: 0 is out of range; want 1 to 65535\n")
+	})
+
+	t.Run("configuration errors", func(t *testing.T) {
+		bad := writeFile(t, "bad.yaml", "# x\nbackend: 127.0.0.1:3306\nretries: many\n")
+		out, stderr, code := runCLI(t, "check", "--config", bad)
+		if code != 1 || out != bad+":3: retries: want a whole number, got \"many\"\n" || stderr != "slotproxy: check: 1 problem found\n" {
+			t.Errorf("check of a bad configuration: exit status %d, stdout %q, stderr %q", code, out, stderr)
+		}
+		noRules := writeFile(t, "norules.yaml", "backend: 127.0.0.1:3306\n")
+		if out, stderr, code := runCLI(t, "check", "--config", noRules); code != 0 || out != "ok: 0 rules, 0 counters\n" || stderr != "" {
+			t.Errorf("check without rules: exit status %d, stdout %q, stderr %q", code, out, stderr)
+		}
+	})
+
+	t.Run("backend down", func(t *testing.T) {
+		out, _, code := runCLI(t, "check", "--config", path, "--backend", "127.0.0.1:1")
+		if want := path + `: connecting to backend 127.0.0.1:1 as admin user "root": `; code != 1 || !strings.HasPrefix(out, want) || strings.Count(out, "\n") != 1 {
+			t.Errorf("check with the backend down: exit status %d, stdout %q, want one line starting with %q", code, out, want)
+		}
+	})
+
+	t.Run("usage", func(t *testing.T) {
+		for _, tc := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"check"}, "slotproxy: check: --config is required\n"},
+			{[]string{"check", "--config", path, "now"}, `slotproxy: check: unexpected argument "now"` + "\n"},
+			{[]string{"check", "--config", path, "--backend", "db"}, `slotproxy: check: --backend: "db": missing port in address (want HOST:PORT)` + "\n"},
+		} {
+			out, stderr, code := runCLI(t, tc.args...)
+			if code != 2 || stderr != tc.want || out != "" {
+				t.Errorf("slotproxy %q: exit status %d, stdout %q, stderr %q; want 2 and %q", tc.args, code, out, stderr, tc.want)
+			}
+		}
+	})
+}
+
+func TestHint(t *testing.T) {
+	for msg, want := range map[string]string{
+		"key: app.t has no primary key; the key must be a single-column integer primary key":                      "",
+		"table: schema app has no slot table slotted_counters; run slotproxy migrate to create it":                "",
+		"key: app.t changed while being read; try again":                                                          "",
+		"key: uid is not the primary key of app.t (PRIMARY KEY is (id))":                                          "; set key: to the table's primary key column",
+		"table: app.v is a view, not a base table":                                                                "; rules apply to base tables only: name the underlying table",
+		"table: schema nope does not exist (or the admin user has no privileges on it)":                           "; create the schema, correct table: in the rule, or grant the admin user access to it",
+		"counters: app.t has no column hits":                                                                      "; correct the column's name in counters or add the column",
+		"table: app.slotproxy_record_types is slotproxy's own table; it cannot have rules":                        "; remove this rule",
+		"table: app.slotproxy_record_types is not slotproxy's record-type registry (want columns record_type, …)": "; rename that table, then run slotproxy migrate",
+		"something new": "",
+	} {
+		if got := hint(msg); got != want {
+			t.Errorf("hint(%q) = %q, want %q", msg, got, want)
+		}
+	}
+}

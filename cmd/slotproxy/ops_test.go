@@ -1,0 +1,342 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/slotproxy/slotproxy/internal/testdb"
+)
+
+// logValue returns the value of key in a text log line (key=value or
+// key="quoted value").
+func logValue(t *testing.T, line, key string) string {
+	t.Helper()
+	i := strings.Index(line, " "+key+"=")
+	if i < 0 {
+		t.Fatalf("log line lacks %s=: %s", key, line)
+	}
+	v := line[i+len(key)+2:]
+	if strings.HasPrefix(v, `"`) {
+		s, err := strconv.QuotedPrefix(v)
+		if err != nil {
+			t.Fatalf("log line %s: %v", line, err)
+		}
+		v, _ = strconv.Unquote(s)
+		return v
+	}
+	v, _, _ = strings.Cut(v, " ")
+	return v
+}
+
+// metricsAddr waits for serve's "listening" line and returns the address
+// of its HTTP endpoint.
+func (p *process) metricsAddr(t *testing.T) string {
+	t.Helper()
+	addr := logValue(t, p.waitFor(t, "msg=listening"), "metrics")
+	if addr == "off" {
+		t.Fatal("serve runs without its HTTP endpoint")
+	}
+	return addr
+}
+
+// get fetches http://addr/path and returns the status and body.
+func get(t *testing.T, addr, path string) (int, string) {
+	t.Helper()
+	client := http.Client{Timeout: 10 * time.Second}
+	resp, err := client.Get("http://" + addr + path)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	return resp.StatusCode, string(body)
+}
+
+// scrape fetches /metrics and returns every sample by its name and labels
+// as exposed, such as `slotproxy_statements_total{path="pass_through",rule=""}`.
+func scrape(t *testing.T, addr string) map[string]float64 {
+	t.Helper()
+	code, body := get(t, addr, "/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("GET /metrics: status %d: %s", code, body)
+	}
+	samples := map[string]float64{}
+	sc := bufio.NewScanner(strings.NewReader(body))
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("metrics line %q: %v", line, err)
+		}
+		samples[line[:i]] = v
+	}
+	return samples
+}
+
+// TestMetricsEndpoint runs statements through serve and scrapes its
+// metrics, health and readiness over HTTP.
+func TestMetricsEndpoint(t *testing.T) {
+	listen := freeAddr(t)
+	schema, path := schemaConfig(t, listen)
+	appendConfig(t, path, "rollup:\n  interval: 100ms\n")
+	migrateSchema(t, path)
+	p := startServe(t, "serve", "--config", path)
+	addr := p.metricsAddr(t)
+
+	if code, body := get(t, addr, "/healthz"); code != http.StatusOK || body != "ok\n" {
+		t.Errorf("/healthz: %d %q, want 200 \"ok\\n\"", code, body)
+	}
+	if code, body := get(t, addr, "/readyz"); code != http.StatusOK || body != "ok\n" {
+		t.Errorf("/readyz: %d %q, want 200 \"ok\\n\"", code, body)
+	}
+	if code, _ := get(t, addr, "/nope"); code != http.StatusNotFound {
+		t.Errorf("/nope: status %d, want 404", code)
+	}
+
+	db := openProxy(t, testdb.Shared(), listen, schema)
+	for range 5 {
+		if _, err := db.Exec("UPDATE repos SET downloads = downloads + 1 WHERE id = 1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var n int
+	if err := db.QueryRow("SELECT downloads FROM repos WHERE id = 1").Scan(&n); err != nil || n != 5 {
+		t.Fatalf("downloads through the proxy = %d, %v; want 5", n, err)
+	}
+	if err := db.QueryRow("SELECT 1").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+
+	// The roll-up folds the increments within a few passes.
+	rule := schema + ".repos"
+	var m map[string]float64
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		m = scrape(t, addr)
+		if m["slotproxy_rollup_folds_total"] >= 1 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, tc := range []struct {
+		sample string
+		min    float64
+	}{
+		{`slotproxy_statements_total{path="rewritten_write",rule="` + rule + `"}`, 5},
+		{`slotproxy_statements_total{path="rewritten_read",rule=""}`, 1},
+		{`slotproxy_statements_total{path="pass_through",rule=""}`, 1},
+		{`slotproxy_client_connections`, 1},
+		{`slotproxy_exists_cache_keys`, 1},
+		{`slotproxy_rollup_folds_total`, 1},
+		{`slotproxy_rollup_passes_total`, 1},
+		{`slotproxy_rollup_errors_total`, 0},
+		{`slotproxy_rollup_pending_records`, 0},
+		{`slotproxy_rollup_lock_hold_seconds_count`, 1},
+		{`slotproxy_rollup_lag_seconds`, 0},
+		{`go_goroutines`, 1},
+		{`process_open_fds`, 1},
+	} {
+		v, ok := m[tc.sample]
+		if !ok || v < tc.min {
+			t.Errorf("%s = %v (present: %v), want at least %v", tc.sample, v, ok, tc.min)
+		}
+	}
+	if v := m["slotproxy_rollup_lag_seconds"]; v > 5 {
+		t.Errorf("slotproxy_rollup_lag_seconds = %v with passes every 100ms", v)
+	}
+	if v := m["slotproxy_rollup_errors_total"]; v != 0 {
+		t.Errorf("slotproxy_rollup_errors_total = %v, want 0", v)
+	}
+	if _, ok := m[`slotproxy_rewrite_seconds_count`]; !ok {
+		t.Error("slotproxy_rewrite_seconds missing")
+	}
+
+	// SIGTERM stops the endpoint too, once the proxy has drained.
+	db.Close()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.exited:
+		if err != nil {
+			t.Fatalf("serve after SIGTERM: %v\nstderr:\n%s", err, p.stderr())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("serve still running 15s after SIGTERM")
+	}
+	client := http.Client{Timeout: time.Second}
+	if resp, err := client.Get("http://" + addr + "/healthz"); err == nil {
+		resp.Body.Close()
+		t.Errorf("the HTTP endpoint still answers after serve stopped")
+	}
+}
+
+// TestReadyz checks /readyz when the backend is down and while the rules
+// are still loading; /healthz answers 200 throughout.
+func TestReadyz(t *testing.T) {
+	t.Run("backend down", func(t *testing.T) {
+		listen, metrics, backend := freeAddr(t), freeAddr(t), freeAddr(t) // nothing listens on backend
+		path := writeFile(t, "config.yaml", fmt.Sprintf("listen: %s\nbackend: %s\nmetrics:\n  listen: %s\n", listen, backend, metrics))
+		p := startServe(t, "serve", "--config", path)
+		if got := p.metricsAddr(t); got != metrics {
+			t.Errorf("metrics endpoint on %s, want %s", got, metrics)
+		}
+		if code, body := get(t, metrics, "/healthz"); code != http.StatusOK || body != "ok\n" {
+			t.Errorf("/healthz: %d %q, want 200 \"ok\\n\"", code, body)
+		}
+		code, body := get(t, metrics, "/readyz")
+		if want := "not ready: backend " + backend + " unreachable: "; code != http.StatusServiceUnavailable ||
+			!strings.HasPrefix(body, want) || !strings.Contains(body, "connection refused") {
+			t.Errorf("/readyz: %d %q, want 503 starting with %q, saying connection refused", code, body, want)
+		}
+
+		// A backend that comes up makes serve ready (after the cached
+		// result expires).
+		real := testdb.Shared()
+		relay := startRelay(t, backend, real.Addr)
+		defer relay()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			code, body = get(t, metrics, "/readyz")
+			if code == http.StatusOK || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if code != http.StatusOK || body != "ok\n" {
+			t.Errorf("/readyz with the backend up: %d %q, want 200", code, body)
+		}
+	})
+
+	t.Run("rules loading", func(t *testing.T) {
+		// A backend that accepts connections and never greets: serve hangs
+		// loading the rules until timeouts.connect + timeouts.handshake.
+		hung := newFakeBackend(t)
+		listen, metrics := freeAddr(t), freeAddr(t)
+		dir := t.TempDir()
+		if err := os.Mkdir(filepath.Join(dir, "rules"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "rules", "r.yaml"), []byte("table: app.repos\nkey: id\ncounters: [downloads]\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, "config.yaml")
+		cfg := fmt.Sprintf("listen: %s\nbackend: %s\nrules: rules\nadmin:\n  user: root\n  password: x\ntimeouts:\n  connect: 1s\n  handshake: 3s\nmetrics:\n  listen: %s\n",
+			listen, hung.addr, metrics)
+		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		p := startServe(t, "serve", "--config", path)
+		var code int
+		var body string
+		deadline := time.Now().Add(3 * time.Second)
+		for {
+			client := http.Client{Timeout: time.Second}
+			resp, err := client.Get("http://" + metrics + "/readyz")
+			if err == nil {
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				code, body = resp.StatusCode, string(b)
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the HTTP endpoint did not come up while the rules load: %v\nstderr:\n%s", err, p.stderr())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if code != http.StatusServiceUnavailable || body != "not ready: rules not loaded yet\n" {
+			t.Errorf("/readyz while loading the rules: %d %q", code, body)
+		}
+		if code, body := get(t, metrics, "/healthz"); code != http.StatusOK || body != "ok\n" {
+			t.Errorf("/healthz while loading the rules: %d %q", code, body)
+		}
+		// serve gives up and exits 1 with one error line.
+		select {
+		case err := <-p.exited:
+			if err == nil {
+				t.Errorf("serve exited 0 without a backend")
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatal("serve still running 15s after the rules should have failed to load")
+		}
+		if out := p.stderr(); strings.Count(out, "\n") != 0 || !strings.HasPrefix(out, "slotproxy: connecting to backend") {
+			t.Errorf("stderr: %q, want one line about connecting to the backend", out)
+		}
+	})
+}
+
+// startRelay relays TCP connections from listen to target until the
+// returned function is called.
+func startRelay(t *testing.T, listen, target string) func() {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				b, err := (&net.Dialer{}).DialContext(ctx, "tcp", target)
+				if err != nil {
+					return
+				}
+				defer b.Close()
+				go func() { io.Copy(b, c); b.Close() }()
+				io.Copy(c, b)
+			}()
+		}
+	}()
+	return func() { cancel(); ln.Close() }
+}
+
+// TestServeLogs checks the log lines operators rely on, in JSON: connection
+// open and close at info, rewrite decisions (with the SQL) at debug.
+func TestServeLogs(t *testing.T) {
+	listen := freeAddr(t)
+	schema, path := schemaConfig(t, listen)
+	appendConfig(t, path, "log:\n  level: debug\n  format: json\nrollup:\n  enabled: false\n")
+	migrateSchema(t, path)
+	p := startServe(t, "serve", "--config", path)
+	p.waitFor(t, `"msg":"listening"`)
+	db := openProxy(t, testdb.Shared(), listen, schema)
+	if _, err := db.Exec("UPDATE repos SET downloads = downloads + 1 WHERE id = 1"); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	for _, want := range [][]string{
+		{`"level":"INFO"`, `"msg":"connection open"`},
+		{`"level":"DEBUG"`, `"msg":"rewrite"`, `"sql":"UPDATE repos SET downloads = downloads + 1 WHERE id = 1"`},
+		{`"level":"INFO"`, `"msg":"connection closed"`},
+	} {
+		line := p.waitFor(t, want[1])
+		for _, w := range want {
+			if !strings.Contains(line, w) {
+				t.Errorf("log line lacks %s: %s", w, line)
+			}
+		}
+	}
+}

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/slotproxy/slotproxy/internal/config"
+	"github.com/slotproxy/slotproxy/proxy"
+	"github.com/slotproxy/slotproxy/rewrite"
+	"github.com/slotproxy/slotproxy/rules"
+)
+
+// live is serve's configuration and rules as they change with reloads
+// (SIGHUP) and with the catalog reloads that follow DDL. Loads are
+// serialized, and each applies its rewriter before the next starts, so a
+// reload after DDL never brings back rules a SIGHUP replaced.
+type live struct {
+	path string    // the configuration file; empty when serve runs on flags alone
+	over overrides // the command line's overrides of the file
+	srv  *proxy.Server
+	log  *slog.Logger
+
+	cfg atomic.Pointer[config.Config] // what is in effect; replaced, never modified
+
+	mu  sync.Mutex // held while loading a rewriter
+	set *rules.Set // the rules in effect; guarded by mu
+}
+
+// config returns the configuration in effect. Only the keys reloads apply
+// (rules, slots_table, admin) ever differ from the one serve started with.
+func (l *live) config() *config.Config { return l.cfg.Load() }
+
+// afterDDL reloads the catalog with the rules in effect and applies it. It
+// is the load function of serve's catalog.Reloader, which is given an
+// apply function that does nothing.
+func (l *live) afterDDL(ctx context.Context) (*rewrite.Rewriter, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	rw, _, err := loadRewriter(ctx, l.config(), l.set)
+	if err != nil {
+		return nil, err
+	}
+	l.srv.SetRewriter(rw)
+	return rw, nil
+}
+
+// reload rereads the configuration file and the rules and, if they load
+// and match the live schema, switches the proxy to them; otherwise it logs
+// why on one line and keeps what it had. Connections stay open, and
+// statements they prepared earlier keep the plan they were prepared with.
+// Keys that only take effect at start are logged in a warning.
+func (l *live) reload(ctx context.Context) {
+	if l.path == "" {
+		l.log.Warn("reload: serve was started without --config; nothing to reload")
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	cur := l.config()
+	next, err := serveConfig(l.path, l.over)
+	if err != nil {
+		l.log.Error("reload failed; keeping the previous configuration and rules", "err", oneLine(err))
+		return
+	}
+	if keys := restartKeys(cur, next); len(keys) > 0 {
+		l.log.Warn("reload: these changes take effect only when serve restarts", "keys", strings.Join(keys, ", "))
+	}
+	if cur.Rules == "" || next.Rules == "" {
+		l.log.Info("reloaded the configuration; no rules to reload")
+		return
+	}
+	set, err := rules.LoadDir(next.Rules)
+	if err != nil {
+		l.log.Error("reload failed; keeping the previous rules", "err", oneLine(err))
+		return
+	}
+	eff := *cur
+	eff.Rules, eff.SlotsTable, eff.Admin = next.Rules, next.SlotsTable, next.Admin
+	rw, _, err := loadRewriter(ctx, &eff, set)
+	if err != nil {
+		l.log.Error("reload failed; keeping the previous rules", "err", oneLine(err))
+		return
+	}
+	l.srv.SetRewriter(rw)
+	l.cfg.Store(&eff)
+	l.set = set
+	l.log.Info("reloaded rules", "dir", eff.Rules, "rules", set.Len(), "counters", countCounters(set),
+		"tables", len(rw.Catalog().Tables()))
+}
+
+// countCounters is the number of counter columns of set's rules.
+func countCounters(set *rules.Set) int {
+	n := 0
+	for _, r := range set.Rules() {
+		n += len(r.Counters)
+	}
+	return n
+}
+
+// restartKeys lists the keys whose values differ between cur and next and
+// that a reload does not apply. Turning rules on or off is one of them: the
+// roll-up and the reloads after DDL are set up when serve starts.
+func restartKeys(cur, next *config.Config) []string {
+	var keys []string
+	diff := func(key string, a, b any) {
+		if !reflect.DeepEqual(a, b) {
+			keys = append(keys, key)
+		}
+	}
+	diff("listen", cur.Listen, next.Listen)
+	diff("backend.address", cur.Backend.Address, next.Backend.Address)
+	diff("backend.tls.mode", cur.Backend.TLS.Mode, next.Backend.TLS.Mode)
+	diff("backend.tls.ca", cur.Backend.TLS.CA, next.Backend.TLS.CA)
+	diff("backend.tls.cert", cur.Backend.TLS.Cert, next.Backend.TLS.Cert)
+	diff("backend.tls.key", cur.Backend.TLS.Key, next.Backend.TLS.Key)
+	diff("backend.tls.server_name", cur.Backend.TLS.ServerName, next.Backend.TLS.ServerName)
+	diff("tls.cert", cur.TLS.Cert, next.TLS.Cert)
+	diff("tls.key", cur.TLS.Key, next.TLS.Key)
+	diff("tls.min_version", cur.TLS.MinVersion, next.TLS.MinVersion)
+	diff("timeouts.connect", cur.Timeouts.Connect, next.Timeouts.Connect)
+	diff("timeouts.handshake", cur.Timeouts.Handshake, next.Timeouts.Handshake)
+	diff("timeouts.shutdown", cur.Timeouts.Shutdown, next.Timeouts.Shutdown)
+	diff("limits.max_unauthenticated", cur.Limits.MaxUnauthenticated, next.Limits.MaxUnauthenticated)
+	diff("log.level", cur.Log.Level, next.Log.Level)
+	diff("log.format", cur.Log.Format, next.Log.Format)
+	diff("rules", cur.Rules == "", next.Rules == "")
+	diff("rollup.enabled", cur.Rollup.Enabled, next.Rollup.Enabled)
+	diff("rollup.interval", cur.Rollup.Interval, next.Rollup.Interval)
+	diff("rollup.batch", cur.Rollup.Batch, next.Rollup.Batch)
+	diff("retries", cur.Retries, next.Retries)
+	diff("metrics.listen", cur.Metrics.Listen, next.Metrics.Listen)
+	return keys
+}
+
+// oneLine joins the lines of err's message (errors.Join puts each problem
+// on a line of its own) with "; ", for a log line.
+func oneLine(err error) string {
+	var lines []string
+	for _, l := range strings.Split(err.Error(), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	return strings.Join(lines, "; ")
+}

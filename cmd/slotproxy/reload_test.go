@@ -1,0 +1,315 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/slotproxy/slotproxy/internal/config"
+	"github.com/slotproxy/slotproxy/internal/testdb"
+)
+
+// TestReloadSIGHUP reloads the rules of a running serve with SIGHUP while a
+// client stays connected: a new counter takes effect for new statements,
+// a statement prepared before keeps its plan, broken rules and a broken
+// configuration are refused with FILE:LINE in the log and the previous rules
+// stay, the reloads after DDL use the reloaded rules, and keys that need a
+// restart are named.
+func TestReloadSIGHUP(t *testing.T) {
+	listen := freeAddr(t)
+	schema, path := schemaConfig(t, listen)
+	dir := filepath.Dir(path)
+	ruleFile := filepath.Join(dir, "rules", "repos.yaml")
+	writeRule := func(name, content string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, "rules", name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// To start with, stars is not a counter. No roll-up, so slot rows stay
+	// where the increments put them.
+	writeRule("repos.yaml", fmt.Sprintf("table: %s.repos\nkey: id\ncounters: [downloads]\n", schema))
+	appendConfig(t, path, "rollup:\n  enabled: false\n")
+	migrateSchema(t, path)
+
+	p := startServe(t, "serve", "--config", path)
+	p.waitFor(t, "msg=listening")
+	hup := func() {
+		t.Helper()
+		if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	ctx := context.Background()
+	db := openProxy(t, testdb.Shared(), listen, schema)
+	conn, err := db.Conn(ctx) // one client connection throughout
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var connID int64
+	if err := conn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&connID); err != nil {
+		t.Fatal(err)
+	}
+	exec := func(query string, args ...any) {
+		t.Helper()
+		if _, err := conn.ExecContext(ctx, query, args...); err != nil {
+			t.Fatalf("%s: %v\nstderr:\n%s", query, err, p.stderr())
+		}
+	}
+	direct, err := sql.Open("mysql", testdb.Shared().RootDSN(schema, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	// state returns the base column stars of repos 1 and the sum of its
+	// slot rows, read directly.
+	state := func() (base, slots int64) {
+		t.Helper()
+		if err := direct.QueryRow("SELECT stars FROM repos WHERE id = 1").Scan(&base); err != nil {
+			t.Fatal(err)
+		}
+		if err := direct.QueryRow("SELECT COALESCE(SUM(s.count), 0) FROM slotted_counters s JOIN slotproxy_record_types r USING (record_type) " +
+			"WHERE r.column_name = 'stars' AND s.record_id = 1").Scan(&slots); err != nil {
+			t.Fatal(err)
+		}
+		return base, slots
+	}
+	wantState := func(when string, base, slots int64) {
+		t.Helper()
+		if b, s := state(); b != base || s != slots {
+			t.Errorf("%s: stars base %d, slots %d; want %d and %d", when, b, s, base, slots)
+		}
+	}
+
+	// Prepared before the reload: stars increments pass through, downloads
+	// increments are rewritten.
+	before, err := conn.PrepareContext(ctx, "UPDATE repos SET stars = stars + ? WHERE id = ?")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer before.Close()
+	downloads, err := conn.PrepareContext(ctx, "UPDATE repos SET downloads = downloads + ? WHERE id = ?")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer downloads.Close()
+	if _, err := before.ExecContext(ctx, 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	wantState("before the reload", 1, 0)
+
+	// Add stars as a counter and reload.
+	writeRule("repos.yaml", fmt.Sprintf("table: %s.repos\nkey: id\ncounters: [downloads, stars]\n", schema))
+	hup()
+	line := p.waitFor(t, `msg="reloaded rules"`)
+	for _, want := range []string{"rules=1", "counters=2", "tables=1"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("reload line lacks %s: %s", want, line)
+		}
+	}
+	// The same connection carries on; new statements use the new rule.
+	var id int64
+	if err := conn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil || id != connID {
+		t.Fatalf("after the reload: connection id %d, %v; want the same connection %d", id, err, connID)
+	}
+	exec("UPDATE repos SET stars = stars + 1 WHERE id = 1") // text protocol
+	wantState("after the reload, text protocol", 1, 1)
+	after, err := conn.PrepareContext(ctx, "UPDATE repos SET stars = stars + ? WHERE id = ?")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer after.Close()
+	if _, err := after.ExecContext(ctx, 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	wantState("after the reload, prepared after it", 1, 2)
+	// The statement prepared before the reload keeps its plan.
+	if _, err := before.ExecContext(ctx, 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	wantState("after the reload, prepared before it", 2, 2)
+	var stars int64
+	if err := conn.QueryRowContext(ctx, "SELECT stars FROM repos WHERE id = 1").Scan(&stars); err != nil || stars != 4 {
+		t.Errorf("stars through the proxy = %d, %v; want 4", stars, err)
+	}
+
+	// Broken rules are refused with their FILE:LINE, at level ERROR, and
+	// the previous rules stay.
+	for _, tc := range []struct {
+		name, file, content string
+		want                string // in the error line
+	}{
+		{"rule file that does not parse", "broken.yaml", "table: " + schema + ".repos\nkey: id\ncounters: [downloads\n",
+			filepath.Join(dir, "rules", "broken.yaml") + ":3: "},
+		{"rule that does not match the schema", "repos.yaml", fmt.Sprintf("table: %s.repos\nkey: id\ncounters: [downloads, stars,\n  name]\n", schema),
+			ruleFile + ":4: counters: " + schema + ".repos.name is varchar(100), not an integer column"},
+		{"second rule for the same table", "again.yaml", fmt.Sprintf("table: %s.repos\nkey: id\ncounters: [downloads]\n", schema),
+			ruleFile + ":1: "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			old, _ := os.ReadFile(filepath.Join(dir, "rules", tc.file))
+			writeRule(tc.file, tc.content)
+			defer func() {
+				if old == nil {
+					os.Remove(filepath.Join(dir, "rules", tc.file))
+				} else {
+					writeRule(tc.file, string(old))
+				}
+			}()
+			hup()
+			line := p.waitFor(t, "reload failed")
+			if !strings.Contains(line, "level=ERROR") || !strings.Contains(line, "keeping the previous rules") || !strings.Contains(line, tc.want) {
+				t.Errorf("reload failure logged as:\n%s\nwant level=ERROR, keeping the previous rules, and %q", line, tc.want)
+			}
+			b, s := state()
+			exec("UPDATE repos SET stars = stars + 1 WHERE id = 1")
+			wantState("after a failed reload", b, s+1)
+		})
+	}
+
+	// A configuration that does not load is refused with its FILE:LINE.
+	cfgText := readFile(t, path)
+	if err := os.WriteFile(path, []byte(cfgText+"retries: many\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hup()
+	line = p.waitFor(t, "reload failed")
+	if want := path + ":" + fmt.Sprint(strings.Count(cfgText, "\n")+1) + ": retries: want a whole number"; !strings.Contains(line, want) ||
+		!strings.Contains(line, "level=ERROR") {
+		t.Errorf("failed configuration reload logged as:\n%s\nwant %q", line, want)
+	}
+
+	// Keys that need a restart are named; the rules still reload.
+	other := freeAddr(t)
+	if err := os.WriteFile(path, []byte(strings.Replace(cfgText, "listen: "+listen, "listen: "+other, 1)+"retries: 5\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hup()
+	line = p.waitFor(t, "take effect only when serve restarts")
+	if !strings.Contains(line, "level=WARN") || !strings.Contains(line, `keys="listen, retries"`) {
+		t.Errorf("restart warning: %s", line)
+	}
+	p.waitFor(t, `msg="reloaded rules"`)
+	exec("UPDATE repos SET stars = stars + 1 WHERE id = 1") // still on the old address
+
+	// DDL reloads the catalog with the reloaded rules: stars stays a
+	// counter.
+	exec("ALTER TABLE repos ADD COLUMN note VARCHAR(10)")
+	p.waitFor(t, `msg="reloaded the catalog after DDL"`)
+	b, s := state()
+	exec("UPDATE repos SET stars = stars + 1 WHERE id = 1")
+	wantState("after DDL", b, s+1)
+
+	// A rule that drops downloads: the statement prepared at the start
+	// still writes slot rows, new statements write the base column.
+	downloadsState := func() (base, slots int64) {
+		t.Helper()
+		if err := direct.QueryRow("SELECT downloads FROM repos WHERE id = 1").Scan(&base); err != nil {
+			t.Fatal(err)
+		}
+		if err := direct.QueryRow("SELECT COALESCE(SUM(s.count), 0) FROM slotted_counters s JOIN slotproxy_record_types r USING (record_type) " +
+			"WHERE r.column_name = 'downloads' AND s.record_id = 1").Scan(&slots); err != nil {
+			t.Fatal(err)
+		}
+		return base, slots
+	}
+	writeRule("repos.yaml", fmt.Sprintf("table: %s.repos\nkey: id\ncounters: [stars]\n", schema))
+	hup()
+	if line := p.waitFor(t, `msg="reloaded rules"`); !strings.Contains(line, "counters=1") {
+		t.Errorf("reload line: %s", line)
+	}
+	b, s = downloadsState()
+	if _, err := downloads.ExecContext(ctx, 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	exec("UPDATE repos SET downloads = downloads + 1 WHERE id = 1")
+	if b2, s2 := downloadsState(); b2 != b+1 || s2 != s+1 {
+		t.Errorf("downloads after the rule dropped it: base %d→%d, slots %d→%d; want both +1 (prepared before: slots; new statement: base)", b, b2, s, s2)
+	}
+
+	before.Close()
+	after.Close()
+	downloads.Close()
+	conn.Close()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.exited:
+		if err != nil {
+			t.Errorf("serve after SIGTERM: %v\nstderr:\n%s", err, p.stderr())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("serve still running 15s after SIGTERM")
+	}
+}
+
+// TestReloadWithoutConfig: serve on flags alone has nothing to reload and
+// says so.
+func TestReloadWithoutConfig(t *testing.T) {
+	backend := newFakeBackend(t)
+	p := startServe(t, "serve", "--listen", freeAddr(t), "--backend", backend.addr, "--metrics", "")
+	p.waitFor(t, "msg=listening")
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	p.waitFor(t, "started without --config; nothing to reload")
+}
+
+// TestRestartKeys changes every leaf field of the configuration in turn:
+// each must be either applied by a reload or reported by
+// restartKeys, so a key added later cannot be silently ignored by reloads.
+func TestRestartKeys(t *testing.T) {
+	live := map[string]bool{"SlotsTable": true, "Admin.User": true, "Admin.Password": true}
+	var walk func(v reflect.Value, name string)
+	var fields []string
+	walk = func(v reflect.Value, name string) {
+		if v.Kind() == reflect.Struct {
+			for i := range v.NumField() {
+				n := v.Type().Field(i).Name
+				if name != "" {
+					n = name + "." + n
+				}
+				walk(v.Field(i), n)
+			}
+			return
+		}
+		fields = append(fields, name)
+	}
+	walk(reflect.ValueOf(*config.Default()), "")
+	for _, f := range fields {
+		cur, next := config.Default(), config.Default()
+		v := reflect.ValueOf(next).Elem().FieldByName(strings.Split(f, ".")[0])
+		for _, part := range strings.Split(f, ".")[1:] {
+			v = v.FieldByName(part)
+		}
+		switch v.Kind() {
+		case reflect.String:
+			v.SetString(v.String() + "x")
+		case reflect.Int, reflect.Int64:
+			v.SetInt(v.Int() + 1)
+		case reflect.Uint16:
+			v.SetUint(v.Uint() + 1)
+		case reflect.Bool:
+			v.SetBool(!v.Bool())
+		default:
+			t.Fatalf("config field %s of kind %s: teach this test to change it", f, v.Kind())
+		}
+		keys := restartKeys(cur, next)
+		switch {
+		case live[f] && len(keys) > 0:
+			t.Errorf("changing %s (applied by reloads) is reported as needing a restart: %v", f, keys)
+		case !live[f] && len(keys) != 1:
+			t.Errorf("changing %s: restartKeys = %v, want one key", f, keys)
+		}
+	}
+}
