@@ -34,6 +34,8 @@ type rewriteState struct {
 	internal    map[string]uint32    // statements the proxy prepared for itself
 	txnKnown    []knownKey           // keys found inside the open transaction
 	sawRollback bool
+	// COM_SET_OPTION turned multi-statements on or off after the handshake.
+	multiOn, multiOff bool
 }
 
 type knownKey struct{ table, key string }
@@ -171,6 +173,11 @@ func (s *session) handleOther(payload []byte) error {
 		}
 	case mysql.COM_INIT_DB:
 		s.rw.infoKnown = false
+	case mysql.COM_SET_OPTION:
+		if len(payload) >= 3 {
+			s.rw.multiOff = binary.LittleEndian.Uint16(payload[1:]) == 1 // MYSQL_OPTION_MULTI_STATEMENTS_OFF
+			s.rw.multiOn = !s.rw.multiOff
+		}
 	}
 	kind, _ := responseKind(payload[0])
 	return s.forwardCommand(payload, expect{kind: kind})
@@ -300,25 +307,35 @@ func (s *session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 	}
 	// Reads only: one rewritten query, relayed as usual.
 	simple := true
-	var text strings.Builder
 	for _, p := range plans {
-		switch {
-		case p.Shadow:
-			s.countShadow(p)
-			text.WriteString(p.Original)
-		case p.Kind == rewrite.KindOriginal && p.After == "" && !p.Invalidate && !p.Reload:
-			s.metrics().statement(PathPassThrough, "")
-			text.WriteString(p.SQL)
-		case p.Kind == rewrite.KindRead:
-			s.srv.stats.rewrittenReads.Add(1)
-			s.metrics().statement(PathRewrittenRead, "")
-			text.WriteString(p.SQL)
-		default:
+		if !p.Shadow && p.Kind != rewrite.KindRead && (p.Kind != rewrite.KindOriginal || p.After != "" || p.Invalidate || p.Reload) {
 			simple = false
 		}
 	}
 	if simple {
+		var text strings.Builder
+		for _, p := range plans {
+			switch {
+			case p.Shadow:
+				s.countShadow(p)
+				text.WriteString(p.Original)
+			case p.Kind == rewrite.KindRead:
+				s.srv.stats.rewrittenReads.Add(1)
+				s.metrics().statement(PathRewrittenRead, "")
+				text.WriteString(p.SQL)
+			default:
+				s.metrics().statement(PathPassThrough, "")
+				text.WriteString(p.SQL)
+			}
+		}
 		return s.forwardCommand(queryPacket(text.String()), expect{kind: respResults})
+	}
+	// Several statements in one query need multi-statement support, which
+	// the proxy honours as the server would: without it, the server gets the
+	// text as it is and reports the error.
+	if len(plans) > 1 && !s.multiStatements() {
+		s.metrics().statement(PathPassThrough, "")
+		return s.forwardCommand(payload, expect{kind: respResults})
 	}
 	// A lone increment whose key is known to exist: one statement, relayed
 	// by the response pump with the OK patched.
@@ -343,6 +360,18 @@ func (s *session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 		}
 	}
 	return nil
+}
+
+// multiStatements reports whether the client may send several statements
+// in one query.
+func (s *session) multiStatements() bool {
+	switch {
+	case s.rw.multiOn:
+		return true
+	case s.rw.multiOff:
+		return false
+	}
+	return s.caps&mysql.CLIENT_MULTI_STATEMENTS != 0
 }
 
 func boolInt(b bool) uint64 {

@@ -284,3 +284,27 @@ func TestSessionDatabaseTracking(t *testing.T) {
 		t.Fatalf("downloads = %s, want 11", got)
 	}
 }
+
+// TestMultiStatementNeedsTheCapability: a multi-statement query with a
+// rewritten increment fails, as it would directly, when the client did not
+// ask for multi-statements; and works once COM_SET_OPTION turns them on.
+func TestMultiStatementNeedsTheCapability(t *testing.T) {
+	p := startRuledProxy(t)
+	q := "UPDATE repos SET downloads = downloads + 1 WHERE id = 1; SELECT 1"
+	r := dialRawDB(t, p.addr, ruledSchema) // go-mysql's client does not ask for multi-statements
+	if _, err := r.Execute(q); err == nil {
+		t.Fatal("a multi-statement query ran without CLIENT_MULTI_STATEMENTS")
+	}
+	direct := dialRawDB(t, testdb.Shared().Addr, plainSchema)
+	if _, err := direct.Execute(q); err == nil {
+		t.Fatal("the server accepted it directly: the test's premise is wrong")
+	}
+	r.command(gomysql.COM_SET_OPTION, 0, 0) // MYSQL_OPTION_MULTI_STATEMENTS_ON
+	r.read()
+	if _, err := r.ExecuteMultiple(q, func(*gomysql.Result, error) {}); err != nil {
+		t.Fatalf("after COM_SET_OPTION: %v", err)
+	}
+	if got := r.scalar("SELECT downloads FROM repos WHERE id = 1"); got != "11" {
+		t.Fatalf("downloads = %s, want 11", got)
+	}
+}

@@ -359,7 +359,7 @@ func intercepted(cmd byte) bool {
 	switch cmd {
 	case mysql.COM_QUERY, mysql.COM_STMT_PREPARE, mysql.COM_STMT_EXECUTE, mysql.COM_STMT_CLOSE,
 		mysql.COM_STMT_SEND_LONG_DATA, mysql.COM_STMT_RESET, mysql.COM_INIT_DB,
-		mysql.COM_CHANGE_USER, mysql.COM_RESET_CONNECTION:
+		mysql.COM_CHANGE_USER, mysql.COM_RESET_CONNECTION, mysql.COM_SET_OPTION:
 		return true
 	}
 	return false
