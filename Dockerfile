@@ -2,12 +2,14 @@
 # runs as user nonroot).
 #
 #   docker build --pull -t slotproxy .
-#   docker run --rm -p 127.0.0.1:3307:3307 slotproxy serve --listen :3307 --backend db.internal:3306
+#   docker run --rm -p 127.0.0.1:3307:3307 -p 127.0.0.1:9307:9307 slotproxy \
+#       serve --config /etc/slotproxy/config.yaml --backend db.internal:3306
 #
 # The default command reads /etc/slotproxy/config.yaml. The one shipped
-# below sets only listen; pass --backend after "serve", or mount your own
-# file over it. Docker cannot run on our CI machines: keep this file correct
-# by reading it against cmd/slotproxy.
+# below sets only listen (:3307) and metrics.listen (:9307: /metrics,
+# /healthz, /readyz): add --backend, as above (arguments replace the whole
+# default command, hence --config again), or mount your own file over it. Docker cannot run on our CI machines: keep this file correct by
+# reading it against cmd/slotproxy and internal/config.
 
 # go.mod needs Go >= 1.26.8, and the golang images set GOTOOLCHAIN=local:
 # build with --pull if a cached golang:1.26 is older.
@@ -22,7 +24,8 @@ COPY . .
 ARG VERSION=
 RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" \
         -o /out/slotproxy ./cmd/slotproxy
-# The image's configuration: every interface of the container (127.0.0.1
+# The image's configuration: the proxy and its HTTP endpoint on every
+# interface of the container (127.0.0.1, the default of metrics.listen,
 # would be the container's own loopback), defaults for everything else, and
 # no backend, so that forgetting --backend fails at startup with
 # "backend: not set".
@@ -31,11 +34,12 @@ RUN printf '%s\n' \
         '# (see config.yaml in the source repository for every key) or pass' \
         '# --backend HOST:PORT after "serve".' \
         'listen: ":3307"' \
+        'metrics: {listen: ":9307"}' \
         > /out/config.yaml
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/slotproxy /slotproxy
 COPY --from=build /out/config.yaml /etc/slotproxy/config.yaml
-EXPOSE 3307
+EXPOSE 3307 9307
 ENTRYPOINT ["/slotproxy"]
 CMD ["serve", "--config", "/etc/slotproxy/config.yaml"]

@@ -417,9 +417,16 @@ func ruleName(t *rewrite.Table) string {
 // countShadow counts and logs a statement a shadow-mode rule would have
 // rewritten.
 func (s *session) countShadow(p rewrite.Plan) {
-	s.srv.stats.shadowed.Add(1)
+	n := s.srv.stats.shadowed.Add(1)
 	s.metrics().statement(PathShadow, ruleName(p.Table))
-	s.log.Info("shadow: would rewrite", "rule", ruleName(p.Table), "as", p.Kind.String())
+	// At most one line a second at info (with the running count); every
+	// statement at debug.
+	now := time.Now().UnixNano()
+	if last := s.srv.shadowLogged.Load(); now-last >= int64(time.Second) && s.srv.shadowLogged.CompareAndSwap(last, now) {
+		s.log.Info("shadow: would rewrite", "rule", ruleName(p.Table), "as", p.Kind.String(), "shadowed_so_far", n)
+	} else {
+		s.log.Debug("shadow: would rewrite", "rule", ruleName(p.Table), "as", p.Kind.String())
+	}
 }
 
 // rememberKey records that the base row of key exists: in the shared cache
@@ -787,16 +794,17 @@ func (s *session) handlePrepare(rw *rewrite.Rewriter, payload []byte) error {
 		return s.forwardCommand(payload, expect{kind: respPrepare})
 	}
 	p := plans[0]
+	sql := p.SQL
 	switch {
 	case p.Shadow:
-		s.countShadow(p)
-		return s.forwardCommand(payload, expect{kind: respPrepare})
-	case p.Kind == rewrite.KindRead:
-		return s.forwardCommand(append([]byte{mysql.COM_STMT_PREPARE}, p.SQL...), expect{kind: respPrepare})
+		// Prepared as the client wrote it; executions are counted.
+		sql = p.Original
 	case p.Kind == rewrite.KindOriginal && p.After == "" && !p.Invalidate && !p.Reload:
 		return s.forwardCommand(payload, expect{kind: respPrepare})
 	}
-	id, params, errPkt, err := s.prepareHeld([]byte(p.SQL), true)
+	// Rewritten statements are prepared while holding the backend, to learn
+	// the statement id their executions will name.
+	id, params, errPkt, err := s.prepareHeld([]byte(sql), true)
 	if err != nil || errPkt != nil {
 		return err
 	}
@@ -808,11 +816,22 @@ func (s *session) handlePrepare(rw *rewrite.Rewriter, payload []byte) error {
 }
 
 func (s *session) handleExecute(payload []byte) error {
-	if len(payload) < 5 || len(s.rw.stmts) == 0 {
+	var st *stmtInfo
+	if len(payload) >= 5 && len(s.rw.stmts) > 0 {
+		st = s.rw.stmts[binary.LittleEndian.Uint32(payload[1:])]
+	}
+	if st == nil {
+		s.metrics().statement(PathPassThrough, "")
 		return s.forwardCommand(payload, expect{kind: respResults})
 	}
-	st := s.rw.stmts[binary.LittleEndian.Uint32(payload[1:])]
-	if st == nil {
+	p := st.plan
+	switch {
+	case p.Shadow:
+		s.countShadow(p)
+		return s.forwardCommand(payload, expect{kind: respResults})
+	case p.Kind == rewrite.KindRead:
+		s.srv.stats.rewrittenReads.Add(1)
+		s.metrics().statement(PathRewrittenRead, "")
 		return s.forwardCommand(payload, expect{kind: respResults})
 	}
 	ep, err := parseExecute(payload, st.params, st.types, st.longData)
@@ -824,7 +843,6 @@ func (s *session) handleExecute(payload []byte) error {
 		st.types = bytes.Clone(ep.types)
 	}
 	ex := &execution{payload: payload, params: ep}
-	p := st.plan
 	if p.Kind == rewrite.KindIncrement && !s.held && !s.autocommitted() {
 		key := p.Increment.KeyLiteral
 		if p.Increment.KeyParam >= 0 {

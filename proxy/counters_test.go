@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -306,5 +307,35 @@ func TestMultiStatementNeedsTheCapability(t *testing.T) {
 	}
 	if got := r.scalar("SELECT downloads FROM repos WHERE id = 1"); got != "11" {
 		t.Fatalf("downloads = %s, want 11", got)
+	}
+}
+
+// TestShadowMode: a shadow rule passes statements through unchanged (no
+// slot rows), counts them, and a prepared increment is counted per
+// execution.
+func TestShadowMode(t *testing.T) {
+	setupDiffSchemas(t)
+	cat := diffCatalog()
+	cat.Tables()[0].Shadow = true
+	p := startProxy(t, func(c *proxy.Config) { c.Rewriter = rewrite.New(cat, rewrite.Options{}) })
+	db := p.open(t, "")
+	mustExec(t, db, "USE "+ruledSchema)
+	db.SetMaxOpenConns(1)
+	for range 3 {
+		mustExec(t, db, "UPDATE "+ruledSchema+".repos SET downloads = downloads + 1 WHERE id = ?", 1)
+	}
+	mustExec(t, db, "UPDATE "+ruledSchema+".repos SET downloads = downloads + 1 WHERE id = 1")
+	if got := queryString(t, db, "SELECT downloads FROM "+ruledSchema+".repos WHERE id = 1"); got != "14" {
+		t.Fatalf("downloads = %s, want 14", got)
+	}
+	var slots string
+	if err := directDB(t, "").QueryRow("SELECT COUNT(*) FROM " + ruledSchema + ".slotted_counters").Scan(&slots); err != nil || slots != "0" {
+		t.Fatalf("shadow mode wrote %s slot rows (%v)", slots, err)
+	}
+	if st := p.srv.Stats(); st.Shadowed < 5 || st.RewrittenWrites != 0 {
+		t.Fatalf("stats %+v: want every statement shadowed, none rewritten", st)
+	}
+	if !strings.Contains(p.logs.String(), "shadow: would rewrite") {
+		t.Fatal("shadow mode logged nothing")
 	}
 }

@@ -61,10 +61,11 @@ type Server struct {
 	ctx    context.Context // cancelled by Shutdown and Close: aborts dials and TLS handshakes
 	cancel context.CancelFunc
 
-	commandHook func(cmd byte) // tests only: fault injection, set before Serve
-	rewriter    atomic.Pointer[rewrite.Rewriter]
-	exists      *existsCache
-	stats       Stats
+	commandHook  func(cmd byte) // tests only: fault injection, set before Serve
+	rewriter     atomic.Pointer[rewrite.Rewriter]
+	exists       *existsCache
+	stats        Stats
+	shadowLogged atomic.Int64 // unix nanoseconds of the last shadow log line at info
 
 	nextID          atomic.Uint64
 	unauthenticated atomic.Int64
