@@ -123,19 +123,9 @@ func (s *session) handleCommand(rw *rewrite.Rewriter, payload []byte) error {
 }
 
 // forwardCommand sends payload on the normal path: the response pump
-// relays the response. When the backend is held, the response is relayed
-// here instead.
+// relays the response (the backend is handed back first if held).
 func (s *session) forwardCommand(payload []byte, e expect) error {
-	if s.held {
-		if err := s.writeCommand(payload); err != nil {
-			return err
-		}
-		if payload[0] == mysql.COM_STMT_PREPARE {
-			_, _, _, err := s.readPrepareResponse(true)
-			return err
-		}
-		seq := byte(1)
-		_, err := s.relayHeld(&seq, false)
+	if err := s.release(); err != nil {
 		return err
 	}
 	s.pending.Add(1)

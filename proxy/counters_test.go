@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"reflect"
 	"strings"
 	"sync"
@@ -337,5 +338,24 @@ func TestShadowMode(t *testing.T) {
 	}
 	if !strings.Contains(p.logs.String(), "shadow: would rewrite") {
 		t.Fatal("shadow mode logged nothing")
+	}
+}
+
+// TestLoadDataIntoRuledTable: LOAD DATA LOCAL INFILE into a ruled table as
+// the session's first statement (while the proxy learns the session's
+// database) reads the client's file as usual.
+func TestLoadDataIntoRuledTable(t *testing.T) {
+	p := startRuledProxy(t)
+	db := openDSN(t, p.dsn(testdb.NativeUser, testdb.NativePassword, ruledSchema, ""))
+	db.SetMaxOpenConns(1)
+	mysql.RegisterReaderHandler("ruled", func() io.Reader { return strings.NewReader("100,loaded\n101,loaded\n") })
+	defer mysql.DeregisterReaderHandler("ruled")
+	res := mustExec(t, db, "LOAD DATA LOCAL INFILE 'Reader::ruled' INTO TABLE repos FIELDS TERMINATED BY ',' (id, name)")
+	if n, _ := res.RowsAffected(); n != 2 {
+		t.Fatalf("loaded %d rows, want 2", n)
+	}
+	mustExec(t, db, "UPDATE repos SET downloads = downloads + 1 WHERE id = 100")
+	if got := queryString(t, db, "SELECT downloads FROM repos WHERE id = 100"); got != "1" {
+		t.Fatalf("downloads = %s", got)
 	}
 }
