@@ -1,0 +1,160 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	// idle-conns runs the server under test in a child process: this test
+	// binary, started again with childEnv set.
+	if os.Getenv(childEnv) != "" {
+		os.Exit(childMain())
+	}
+	os.Exit(m.Run())
+}
+
+// TestSmoke runs the whole benchmark in smoke mode against a throwaway
+// MariaDB, plus a two-value slot study, and checks that every workload and
+// target did work without errors and that the JSON and SVG files are
+// written.
+func TestSmoke(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	dir := t.TempDir()
+	jsonPath, svgPath := filepath.Join(dir, "bench.json"), filepath.Join(dir, "bench.svg")
+	var stdout, stderr bytes.Buffer
+	profPath := filepath.Join(dir, "cpu.prof")
+	err := run([]string{"--smoke", "--workloads", "all", "--slot-study", "--json", jsonPath, "--svg", svgPath,
+		"--cpuprofile", profPath}, &stdout, &stderr)
+	t.Logf("stdout:\n%s", stdout.String())
+	if err != nil {
+		t.Fatalf("run: %v\nstderr:\n%s", err, strings.ReplaceAll(stderr.String(), "\r", "\n"))
+	}
+
+	data, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep report
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatalf("JSON: %v", err)
+	}
+	targets := map[string][]string{
+		wHotTx:         {"direct", "slotproxy", "handwritten", "handwritten-relay"},
+		wHotAutocommit: {"relay", "slotproxy"},
+		wPointSelect:   {"direct", "relay", "slotproxy"},
+		wRangeSelect:   {"direct", "relay", "slotproxy"},
+		wCounterRead:   {"relay", "slotproxy", "relay-rewritten"},
+	}
+	seen := map[string][]string{}
+	for _, r := range append(rep.Results, rep.StudyRuns...) {
+		if r.Ops == 0 || r.Errors != 0 || r.Rate <= 0 || r.P99Ms <= 0 {
+			t.Errorf("%s c=%d %s: ops %d, errors %d (%q), rate %.1f, p99 %.3fms", r.Workload, r.Clients, r.Target,
+				r.Ops, r.Errors, r.FirstErrors, r.Rate, r.P99Ms)
+		}
+		if !slices.Contains(seen[r.Workload], r.Target) {
+			seen[r.Workload] = append(seen[r.Workload], r.Target)
+		}
+	}
+	for w, want := range targets {
+		for _, tg := range want {
+			if !slices.Contains(seen[w], tg) {
+				t.Errorf("no result for %s on %s", w, tg)
+			}
+		}
+	}
+	if len(rep.Idle) != 2 {
+		t.Errorf("idle-conns: %d results, want slotproxy and relay", len(rep.Idle))
+	}
+	for _, i := range rep.Idle {
+		if i.RSSBeforeKiB <= 0 || i.RSSAfterKiB <= 0 || i.Conns == 0 {
+			t.Errorf("idle-conns %s: %+v", i.Target, *i)
+		}
+	}
+	if len(rep.SlotStudy) != 2 {
+		t.Errorf("slot study: %d rows, want 2", len(rep.SlotStudy))
+	}
+	if len(rep.Comparisons) < 7 {
+		t.Errorf("%d comparisons, want every row of the table", len(rep.Comparisons))
+	}
+	for _, c := range rep.Checks {
+		if !c.OK {
+			t.Errorf("check %s: %s", c.Name, c.Detail)
+		}
+	}
+	if len(rep.Problems) > 0 {
+		t.Errorf("problems: %q", rep.Problems)
+	}
+	if st := rep.ProxyStats[wHotTx]; st.RewrittenWrites+st.GuardedWrites == 0 {
+		t.Errorf("slotproxy rewrote no increment during hot-tx: %+v", st)
+	}
+
+	if fi, err := os.Stat(profPath); err != nil || fi.Size() == 0 {
+		t.Errorf("no CPU profile written: %v", err)
+	}
+
+	svg, err := os.ReadFile(svgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(svg, []byte("<svg ")) || !bytes.Contains(svg, []byte("<polyline")) {
+		t.Errorf("SVG lacks a chart:\n%s", svg)
+	}
+	dec := xml.NewDecoder(bytes.NewReader(svg))
+	for {
+		if _, err := dec.Token(); err != nil {
+			if !errors.Is(err, io.EOF) {
+				t.Errorf("SVG is not well-formed XML: %v", err)
+			}
+			break
+		}
+	}
+	for _, s := range []string{"workload", "hot-tx", "idle-conns", "slot study", "verdict"} {
+		if !strings.Contains(stdout.String(), s) {
+			t.Errorf("stdout lacks %q", s)
+		}
+	}
+}
+
+func TestHist(t *testing.T) {
+	var h hist
+	for i := 1; i <= 1000; i++ {
+		h.record(time.Duration(i) * time.Microsecond)
+	}
+	for _, tc := range []struct {
+		q    float64
+		want float64
+	}{{0.5, 500e3}, {0.99, 990e3}, {1, 1000e3}} {
+		got := float64(h.quantile(tc.q))
+		if got < tc.want*0.98 || got > tc.want*1.02 {
+			t.Errorf("quantile(%v) = %v, want %v ± 2%%", tc.q, got, tc.want)
+		}
+	}
+	for i := range histBuckets - 1 {
+		if histValue(i) >= histValue(i+1) {
+			t.Fatalf("bucket %d value %d ≥ bucket %d value %d", i, histValue(i), i+1, histValue(i+1))
+		}
+	}
+	for _, d := range []time.Duration{-1, 0, 1, 127, 128, 129, 255, 256, 1e6, 1e9, 1e12, math.MaxInt64} {
+		i := histIndex(d)
+		if i < 0 || i >= histBuckets {
+			t.Errorf("histIndex(%d) = %d, out of range", d, i)
+			continue
+		}
+		if v := histValue(i); d > 0 && (float64(v) < float64(d)*0.98 || float64(v) > float64(d)*1.02) && d >= 128 {
+			t.Errorf("histValue(histIndex(%d)) = %d, more than 2%% off", d, v)
+		}
+	}
+}

@@ -1,0 +1,363 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/slotproxy/slotproxy/internal/config"
+	"github.com/slotproxy/slotproxy/rewrite"
+)
+
+// The statements of the workloads. The increments are text queries with a
+// literal key, as applications usually write them; the selects are
+// prepared statements (COM_STMT_PREPARE once per connection, then
+// COM_STMT_EXECUTE).
+const (
+	sqlIncrement   = "UPDATE repos SET downloads = downloads + 1 WHERE id = 1"
+	sqlRepoName    = "SELECT name FROM repos WHERE id = ?"
+	sqlPointSelect = "SELECT c FROM items WHERE id = ?"
+	sqlRangeSelect = "SELECT id, k, c FROM items WHERE id BETWEEN ? AND ?"
+	sqlCounterRead = "SELECT downloads FROM repos WHERE id = ?"
+	hotID          = 1
+)
+
+// runWorkload runs one workload and adds its results to the report.
+func (b *bench) runWorkload(ctx context.Context, name string) error {
+	before := b.srv.Stats()
+	defer func() { b.rep.addProxyStats(name, before, b.srv.Stats()) }()
+	switch name {
+	case wHotTx:
+		return b.hotTx(ctx)
+	case wHotAutocommit:
+		return b.hotAutocommit(ctx)
+	case wPointSelect:
+		return b.pointSelect(ctx)
+	case wRangeSelect:
+		return b.simple(ctx, wRangeSelect, b.opts.readClients, b.rangeOp)
+	case wCounterRead:
+		return b.counterRead(ctx)
+	case wIdleConns:
+		return b.idleConns(ctx)
+	}
+	return fmt.Errorf("unknown workload %q", name)
+}
+
+// counterCheck checks that the increments committed during a workload all
+// arrived: the true total of repos id 1 (base + slots) grew by exactly the
+// number of increments the clients saw succeed, and slotproxy reads it the
+// same.
+func (b *bench) counterCheck(ctx context.Context, name string, committed *atomic.Int64, uncertain bool, run func() error) error {
+	before, err := b.total(ctx, hotID)
+	if err != nil {
+		return err
+	}
+	runErr := run()
+	after, err := b.total(ctx, hotID)
+	if err != nil {
+		return errors.Join(runErr, err)
+	}
+	c := check{Name: name + ": every committed increment counted"}
+	got, want := after-before, committed.Load()
+	switch {
+	case got == want:
+		c.OK = true
+		c.Detail = fmt.Sprintf("total of repos id %d grew by %d = increments committed", hotID, got)
+	case uncertain:
+		c.OK = true
+		c.Detail = fmt.Sprintf("total grew by %d, %d increments committed; inexact because some statements failed", got, want)
+	default:
+		c.Detail = fmt.Sprintf("total of repos id %d grew by %d, but clients committed %d increments", hotID, got, want)
+	}
+	b.rep.Checks = append(b.rep.Checks, c)
+	rc := check{Name: name + ": slotproxy reads the true total"}
+	if err := b.checkRead(ctx, b.proxyAddr, hotID, -1); err != nil {
+		rc.Detail = err.Error()
+	} else {
+		rc.OK, rc.Detail = true, fmt.Sprintf("repos id %d downloads = %d (base + slots)", hotID, after)
+	}
+	b.rep.Checks = append(b.rep.Checks, rc)
+	return runErr
+}
+
+// hotTx: each transaction increments the hot row, reads one repo name by
+// primary key, works for --hold and commits.
+func (b *bench) hotTx(ctx context.Context) error {
+	var committed atomic.Int64
+	clients := slices.Clone(b.opts.sweep)
+	if !slices.Contains(clients, b.opts.clients) {
+		clients = append(clients, b.opts.clients)
+	}
+	slices.Sort(clients)
+	var results []*targetResult
+	err := b.counterCheck(ctx, wHotTx, &committed, false, func() error {
+		for _, n := range clients {
+			targets := []string{"direct", "slotproxy", "handwritten"}
+			if n == b.opts.clients {
+				// The same hand-written app through the plain relay: what
+				// an extra hop costs without any of the proxy's work.
+				targets = append(targets, "handwritten-relay")
+			}
+			res, err := b.runScenario(ctx, b.hotTxScenario(n, &committed, targets...))
+			if err != nil {
+				return err
+			}
+			for _, r := range res {
+				r.Sweep = n != b.opts.clients
+			}
+			results = append(results, res...)
+		}
+		return nil
+	})
+	b.rep.add(results...)
+	return err
+}
+
+// hotTxScenario is hot-tx at n clients on the named targets.
+func (b *bench) hotTxScenario(n int, committed *atomic.Int64, targets ...string) *scenario {
+	sc := &scenario{workload: wHotTx, clients: n, unit: "tx/s"}
+	for _, name := range targets {
+		switch name {
+		case "direct":
+			sc.targets = append(sc.targets, &target{name: name, addr: b.backendAddr, build: b.hotTxOp(committed, nil)})
+		case "slotproxy":
+			sc.targets = append(sc.targets, &target{name: name, addr: b.proxyAddr, build: b.hotTxOp(committed, nil)})
+		case "handwritten":
+			sc.targets = append(sc.targets, &target{name: name, addr: b.backendAddr, build: b.hotTxOp(committed, b.handwrittenIncrement)})
+		case "handwritten-relay":
+			sc.targets = append(sc.targets, &target{name: name, addr: b.relay.addr(), build: b.hotTxOp(committed, b.handwrittenIncrement)})
+		}
+	}
+	return sc
+}
+
+// handwrittenIncrement is what a developer writes by hand for the
+// slotted-counter pattern: an upsert into a random slot, sent as text.
+func (b *bench) handwrittenIncrement(rng *rand.Rand) string {
+	upd := "ON DUPLICATE KEY UPDATE count = count + VALUES(count)"
+	if b.rowAlias {
+		upd = "AS new ON DUPLICATE KEY UPDATE count = count + new.count"
+	}
+	return fmt.Sprintf("INSERT INTO %s (record_type, slot, count, record_id) VALUES (%d, %d, 1, %d) %s",
+		config.DefaultSlotsTable, b.recordType, rng.IntN(b.opts.slots), hotID, upd)
+}
+
+// hotTxOp returns the hot-tx transaction. increment makes the write
+// statement; nil means the plain UPDATE of the hot row. Transactions are
+// BEGIN ... COMMIT on the client's own connection; a deadlock or lock wait
+// timeout is rolled back and retried, as an application would.
+func (b *bench) hotTxOp(committed *atomic.Int64, increment func(*rand.Rand) string) func(context.Context, *sql.Conn) (opFunc, error) {
+	hold := b.opts.hold
+	rows := b.opts.rows
+	return func(ctx context.Context, conn *sql.Conn) (opFunc, error) {
+		sel, err := conn.PrepareContext(ctx, sqlRepoName)
+		if err != nil {
+			return nil, err
+		}
+		bg := context.Background() // a cancelled context would kill the connection mid-statement
+		var name []byte
+		once := func(rng *rand.Rand) error {
+			write := sqlIncrement
+			if increment != nil {
+				write = increment(rng)
+			}
+			if _, err := conn.ExecContext(bg, "BEGIN"); err != nil {
+				return err
+			}
+			if _, err := conn.ExecContext(bg, write); err != nil {
+				return err
+			}
+			if err := sel.QueryRowContext(bg, rng.IntN(rows)+1).Scan(&name); err != nil {
+				return err
+			}
+			if hold > 0 {
+				time.Sleep(hold)
+			}
+			_, err := conn.ExecContext(bg, "COMMIT")
+			return err
+		}
+		return func(rng *rand.Rand) (int, error) {
+			for retries := 0; ; retries++ {
+				err := once(rng)
+				if err == nil {
+					committed.Add(1)
+					return retries, nil
+				}
+				conn.ExecContext(bg, "ROLLBACK")
+				if !retryable(err) || retries == 10 {
+					return retries, err
+				}
+			}
+		}, nil
+	}
+}
+
+// hotAutocommit: autocommit increments of the hot row, no work. Plain
+// UPDATEs through the relay against the same UPDATEs through slotproxy.
+func (b *bench) hotAutocommit(ctx context.Context) error {
+	var committed atomic.Int64
+	op := func(ctx context.Context, conn *sql.Conn) (opFunc, error) {
+		return func(*rand.Rand) (int, error) {
+			for retries := 0; ; retries++ {
+				_, err := conn.ExecContext(context.Background(), sqlIncrement)
+				if err == nil {
+					committed.Add(1)
+					return retries, nil
+				}
+				if !retryable(err) || retries == 10 {
+					return retries, err
+				}
+			}
+		}, nil
+	}
+	sc := &scenario{workload: wHotAutocommit, clients: b.opts.clients, unit: "tx/s", targets: []*target{
+		{name: "relay", addr: b.relay.addr(), build: op},
+		{name: "slotproxy", addr: b.proxyAddr, build: op},
+	}}
+	var results []*targetResult
+	err := b.counterCheck(ctx, wHotAutocommit, &committed, false, func() error {
+		var err error
+		results, err = b.runScenario(ctx, sc)
+		return err
+	})
+	b.rep.add(results...)
+	return err
+}
+
+// simple runs a read workload at n clients on direct, relay and slotproxy.
+func (b *bench) simple(ctx context.Context, name string, n int, op func(context.Context, *sql.Conn) (opFunc, error)) error {
+	sc := &scenario{workload: name, clients: n, unit: "qps", targets: []*target{
+		{name: "direct", addr: b.backendAddr, build: op},
+		{name: "relay", addr: b.relay.addr(), build: op},
+		{name: "slotproxy", addr: b.proxyAddr, build: op},
+	}}
+	res, err := b.runScenario(ctx, sc)
+	b.rep.add(res...)
+	return err
+}
+
+// pointSelect: prepared primary-key lookups on items, a table without
+// rules (slotproxy's pass-through path), at --read-clients and 1 client.
+func (b *bench) pointSelect(ctx context.Context) error {
+	items := b.opts.items
+	op := func(ctx context.Context, conn *sql.Conn) (opFunc, error) {
+		st, err := conn.PrepareContext(ctx, sqlPointSelect)
+		if err != nil {
+			return nil, err
+		}
+		var c []byte
+		return func(rng *rand.Rand) (int, error) {
+			return 0, st.QueryRowContext(context.Background(), rng.IntN(items)+1).Scan(&c)
+		}, nil
+	}
+	counts := []int{b.opts.readClients}
+	if b.opts.readClients != 1 {
+		counts = append(counts, 1)
+	}
+	for _, n := range counts {
+		if err := b.simple(ctx, wPointSelect, n, op); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rangeOp: a prepared range select of --range-size (1000) consecutive rows,
+// every row read.
+func (b *bench) rangeOp(ctx context.Context, conn *sql.Conn) (opFunc, error) {
+	st, err := conn.PrepareContext(ctx, sqlRangeSelect)
+	if err != nil {
+		return nil, err
+	}
+	size, items := b.opts.rangeSize, b.opts.items
+	var (
+		id int64
+		k  int64
+		c  sql.RawBytes
+	)
+	return func(rng *rand.Rand) (int, error) {
+		lo := rng.IntN(items-size+1) + 1
+		rows, err := st.QueryContext(context.Background(), lo, lo+size-1)
+		if err != nil {
+			return 0, err
+		}
+		n := 0
+		for rows.Next() {
+			if err := rows.Scan(&id, &k, &c); err != nil {
+				rows.Close()
+				return 0, err
+			}
+			n++
+		}
+		if err := rows.Close(); err != nil {
+			return 0, err
+		}
+		if err := rows.Err(); err != nil {
+			return 0, err
+		}
+		if n != size {
+			return 0, fmt.Errorf("range select returned %d rows, want %d", n, size)
+		}
+		return 0, nil
+	}, nil
+}
+
+// counterReadOp reads a counter of a counter-read id with query (one
+// placeholder, the id) and checks the value (want: what this target must
+// return).
+func (b *bench) counterReadOp(query string, want int64) func(context.Context, *sql.Conn) (opFunc, error) {
+	lo, hi := b.counterIDRange()
+	return func(ctx context.Context, conn *sql.Conn) (opFunc, error) {
+		st, err := conn.PrepareContext(ctx, query)
+		if err != nil {
+			return nil, err
+		}
+		var v int64
+		return func(rng *rand.Rand) (int, error) {
+			if err := st.QueryRowContext(context.Background(), lo+rng.Int64N(hi-lo+1)).Scan(&v); err != nil {
+				return 0, err
+			}
+			if v != want {
+				return 0, fmt.Errorf("downloads = %d, want %d", v, want)
+			}
+			return 0, nil
+		}, nil
+	}
+}
+
+// counterRead: counter reads of ids with live slot rows through slotproxy
+// (base + SUM of the slots) against the plain base column through the relay.
+func (b *bench) counterRead(ctx context.Context) error {
+	res, err := b.counterReadAt(ctx, b.opts.counterSlots, true)
+	b.rep.add(res...)
+	return err
+}
+
+// counterReadAt runs counter-read with slotRows live slot rows per id.
+// withRewritten adds a third target: the SQL slotproxy sends for the read,
+// written by hand and sent through the plain relay, which separates what
+// the summing query costs the backend from what the proxy itself costs.
+func (b *bench) counterReadAt(ctx context.Context, slotRows int, withRewritten bool) ([]*targetResult, error) {
+	if err := b.seedCounterSlots(ctx, slotRows); err != nil {
+		return nil, err
+	}
+	sc := &scenario{workload: wCounterRead, clients: b.opts.readClients, unit: "qps", targets: []*target{
+		{name: "relay", addr: b.relay.addr(), build: b.counterReadOp(sqlCounterRead, 0)},
+		{name: "slotproxy", addr: b.proxyAddr, build: b.counterReadOp(sqlCounterRead, int64(slotRows))},
+	}}
+	if withRewritten {
+		plans, err := b.srv.Rewriter().Rewrite(sqlCounterRead, rewrite.Session{DB: schema})
+		if err != nil || len(plans) != 1 || plans[0].Kind != rewrite.KindRead {
+			return nil, fmt.Errorf("rewriting %q: %v (%s)", sqlCounterRead, err, rewrite.Explain(plans, err))
+		}
+		b.rep.RewrittenCounterRead = plans[0].SQL
+		sc.targets = append(sc.targets, &target{name: "relay-rewritten", addr: b.relay.addr(),
+			build: b.counterReadOp(plans[0].SQL, int64(slotRows))})
+	}
+	return b.runScenario(ctx, sc)
+}
