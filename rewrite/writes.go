@@ -240,7 +240,7 @@ func (r *Rewriter) guardWhere(t *Table, ref *tableRef, refs *ast.TableRefsClause
 	g := &Guard{}
 	if where != nil {
 		ws := where.OriginTextPosition()
-		we := exprEnd(w.sql, where, ws)
+		we := exprEnd(w.sql, w.sess, ws)
 		if we < 0 {
 			w.failed = "cannot locate the WHERE clause"
 			return g
@@ -496,30 +496,27 @@ func (r *Rewriter) restore(e ast.ExprNode, sess Session) string {
 // exprEnd finds where the expression starting at start ends: the end of the
 // statement's WHERE clause text, i.e. before ORDER BY, LIMIT, FOR, or the
 // statement's end. It scans tokens outside quotes and parentheses.
-func exprEnd(sql string, e ast.ExprNode, start int) int {
-	_ = e
+func exprEnd(sql string, sess Session, start int) int {
 	depth := 0
 	i := start
 	for i < len(sql) {
 		c := sql[i]
 		switch {
-		case c == '\'' || c == '"' || c == '`':
-			j := i + 1
-			for j < len(sql) {
-				if sql[j] == '\\' && c != '`' {
-					j += 2
-					continue
-				}
-				if sql[j] == c {
-					if j+1 < len(sql) && sql[j+1] == c {
-						j += 2
-						continue
-					}
-					break
-				}
-				j++
+		case c == '\'' || (c == '"' && !sess.ANSIQuotes):
+			// Strings end as the server reads them: backslash escapes only
+			// without NO_BACKSLASH_ESCAPES.
+			end := stringEnd(sql, i, !sess.NoBackslashEscapes)
+			if end < 0 {
+				return -1
 			}
-			i = j + 1
+			i = end
+			continue
+		case c == '`' || (c == '"' && sess.ANSIQuotes):
+			end := identEnd(sql, i, sess.ANSIQuotes)
+			if end < 0 {
+				return -1
+			}
+			i = end
 			continue
 		case c == '(':
 			depth++
