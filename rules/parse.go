@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/slotproxy/slotproxy/internal/yamlkeys"
 	"io"
 	"regexp"
 	"slices"
 	"strconv"
-	"strings"
 	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
@@ -78,7 +78,7 @@ func (p *parser) rule() *Rule {
 	keyLine := map[string]int{}
 	values := map[string]*yaml.Node{}
 	for i := 0; i+1 < len(root.Content); i += 2 {
-		k, v := resolve(root.Content[i]), resolve(root.Content[i+1])
+		k, v := yamlkeys.Resolve(root.Content[i]), yamlkeys.Resolve(root.Content[i+1])
 		if k.Kind != yaml.ScalarNode {
 			p.errorf(k.Line, "want a key name, got %s", describe(k))
 			continue
@@ -183,7 +183,7 @@ func (p *parser) counters(v *yaml.Node, r *Rule) bool {
 	}
 	ok := true
 	for i, item := range v.Content {
-		item = resolve(item)
+		item = yamlkeys.Resolve(item)
 		switch {
 		case isNull(item):
 			p.errorf(item.Line, "counters: item %d is empty; want a column name", i+1)
@@ -267,7 +267,7 @@ func (p *parser) document() *yaml.Node {
 		p.errorf(max(doc.Line, 1), "not a YAML document")
 		return nil
 	}
-	return resolve(doc.Content[0])
+	return yamlkeys.Resolve(doc.Content[0])
 }
 
 // lineAt returns the 1-based line holding byte offset i of p.data.
@@ -339,49 +339,7 @@ func (p *parser) syntaxError(err error) {
 
 // unknownKey describes the unknown key name, suggesting the nearest known
 // one or else listing them all.
-func unknownKey(name string) string {
-	// Suggest a key only if it is a plausible typo: one edit away for short
-	// names, up to a third of the name's length for longer ones.
-	best, bestDist := "", max(1, len(name)/3)+1
-	for _, k := range keys {
-		if d := editDistance(strings.ToLower(name), k); d < bestDist {
-			best, bestDist = k, d
-		}
-	}
-	if best != "" {
-		return fmt.Sprintf("unknown key %q (did you mean %q?)", name, best)
-	}
-	return fmt.Sprintf("unknown key %q (want one of: %s)", name, strings.Join(keys, ", "))
-}
-
-// editDistance is the Levenshtein distance between a and b, in bytes.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
-}
-
-// resolve follows an alias to the node it names.
-func resolve(n *yaml.Node) *yaml.Node {
-	for n.Kind == yaml.AliasNode && n.Alias != nil {
-		n = n.Alias
-	}
-	return n
-}
+func unknownKey(name string) string { return yamlkeys.Unknown(name, keys) }
 
 // isNull reports whether n is a null value ("key:", "key: ~", "key: null").
 func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.Tag == "!!null" }

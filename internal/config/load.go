@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/slotproxy/slotproxy/internal/yamlkeys"
 	"io"
 	"log/slog"
 	"os"
@@ -197,7 +198,7 @@ func (d *decoder) mapping(n *yaml.Node, path string, fs fields) error {
 	}
 	seen := map[string]int{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := resolve(n.Content[i]), resolve(n.Content[i+1])
+		k, v := yamlkeys.Resolve(n.Content[i]), yamlkeys.Resolve(n.Content[i+1])
 		if k.Kind != yaml.ScalarNode {
 			return d.errAt(k.Line, path, fmt.Errorf("want a key, got %s", describe(k)))
 		}
@@ -233,47 +234,7 @@ func unknownKey(name string, fs fields) error {
 		known = append(known, k)
 	}
 	slices.Sort(known)
-	// Suggest a key only if it is a plausible typo: one edit away for
-	// short names, up to a third of the name's length for longer ones.
-	best, bestDist := "", max(1, len(name)/3)+1
-	for _, k := range known {
-		if dist := editDistance(name, k); dist < bestDist {
-			best, bestDist = k, dist
-		}
-	}
-	if best != "" {
-		return fmt.Errorf("unknown key %q (did you mean %q?)", name, best)
-	}
-	return fmt.Errorf("unknown key %q (want one of: %s)", name, strings.Join(known, ", "))
-}
-
-// editDistance is the Levenshtein distance between a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
-}
-
-// resolve follows an alias to the node it names.
-func resolve(n *yaml.Node) *yaml.Node {
-	for n.Kind == yaml.AliasNode && n.Alias != nil {
-		n = n.Alias
-	}
-	return n
+	return errors.New(yamlkeys.Unknown(name, known))
 }
 
 // describe names the kind of n for error messages.
