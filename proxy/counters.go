@@ -174,23 +174,31 @@ func (s *session) handleOther(payload []byte) error {
 }
 
 // sessionMayChange reports whether a query can change the default database
-// or sql_mode, which the rewriter depends on: USE, or a SET naming sql_mode
-// (SET sql_mode, SET SESSION sql_mode, SET STATEMENT … FOR …).
+// or sql_mode, which the rewriter depends on. It is deliberately
+// conservative (a change can hide behind comments, in a multi-statement
+// query, or in dynamic SQL): any mention of sql_mode, the word USE, or
+// PREPARE/EXECUTE makes the proxy read the session state again before the
+// next ruled statement.
 func sessionMayChange(sql []byte) bool {
-	t := bytes.TrimLeft(sql, " \t\r\n(")
-	if len(t) < 4 {
-		return false
-	}
-	sep := t[3] == ' ' || t[3] == '\t' || t[3] == '\n' || t[3] == '\r' || t[3] == '`' || t[3] == '@'
-	switch {
-	case !sep:
-		return false
-	case strings.EqualFold(string(t[:3]), "use"):
-		return true
-	case strings.EqualFold(string(t[:3]), "set"):
-		return containsFold(t, "sql_mode")
+	return containsFold(sql, "sql_mode") || containsWord(sql, "use") ||
+		containsWord(sql, "execute") || containsWord(sql, "prepare")
+}
+
+// containsWord is containsFold for a whole word (not part of an identifier).
+func containsWord(s []byte, lower string) bool {
+	for i := 0; i+len(lower) <= len(s); i++ {
+		if (i > 0 && isWordByte(s[i-1])) || (i+len(lower) < len(s) && isWordByte(s[i+len(lower)])) {
+			continue
+		}
+		if containsFold(s[i:i+len(lower)], lower) {
+			return true
+		}
 	}
 	return false
+}
+
+func isWordByte(c byte) bool {
+	return c == '_' || c == '$' || c >= 0x80 || ('0' <= c && c <= '9') || ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z')
 }
 
 func isRollback(sql []byte) bool {
@@ -623,7 +631,10 @@ func (s *session) executeInternal(sql string, ep execParams, idx []int) (*respon
 	}
 	pkt, err := ep.executePacket(id, idx)
 	if err != nil {
-		return nil, err
+		// A parameter the proxy needs was sent as long data: the client
+		// gets an error for this statement; the connection stays.
+		return nil, &backendError{pkt: errPacket(proxyError(mysql.ER_UNKNOWN_ERROR,
+			"a key parameter of a rewritten statement cannot be sent with COM_STMT_SEND_LONG_DATA"))}
 	}
 	if err := s.backendCmd(pkt); err != nil {
 		return nil, err

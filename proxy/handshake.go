@@ -260,6 +260,10 @@ func (s *session) handshake(ctx context.Context) error {
 			return fmt.Errorf("read handshake response after TLS: %w", err)
 		}
 	}
+	if want := byte(1) + boolByte(clientTLS); cseq != want {
+		_ = s.client.sendError(cseq+1, proxyError(mysql.ER_NET_PACKETS_OUT_OF_ORDER, "Got packets out of order"))
+		return fmt.Errorf("%w: handshake response with sequence id %d", errMalformed, cseq)
+	}
 	hello, err := parseHandshakeResponse(resp)
 	if err != nil {
 		_ = s.client.sendError(cseq+1, proxyError(codeHandshake, "bad handshake"))
@@ -465,4 +469,11 @@ func unwrapNetErr(err error) error {
 		return oe.Err
 	}
 	return err
+}
+
+func boolByte(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
 }

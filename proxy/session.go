@@ -265,17 +265,45 @@ func (s *session) commandPump() error {
 		if rw == nil && (cmd == mysql.COM_QUERY || cmd == mysql.COM_STMT_EXECUTE) {
 			s.metrics().statement(PathPassThrough, "")
 		}
-		if rw != nil && h.length < maxPacketPayload && intercepted(cmd) {
-			buf := s.cmd[:0]
-			if cap(buf) < h.length {
-				buf = make([]byte, h.length)
-			}
-			buf = buf[:h.length]
-			if _, err := io.ReadFull(c.br, buf); err != nil {
-				return noEOF(err)
-			}
-			if cap(buf) <= 64<<10 {
-				s.cmd = buf
+		if rw != nil && intercepted(cmd) {
+			var buf []byte
+			if h.length < maxPacketPayload {
+				buf = s.cmd[:0]
+				if cap(buf) < h.length {
+					buf = make([]byte, h.length)
+				}
+				buf = buf[:h.length]
+				if _, err := io.ReadFull(c.br, buf); err != nil {
+					return noEOF(err)
+				}
+				if cap(buf) <= 64<<10 {
+					s.cmd = buf
+				}
+			} else {
+				// 16 MiB or more: the rest of the logical packet follows.
+				first := make([]byte, h.length)
+				if _, err := io.ReadFull(c.br, first); err != nil {
+					return noEOF(err)
+				}
+				buf = first
+				for seq, n := byte(1), h.length; n == maxPacketPayload; seq++ {
+					ch, err := c.readHeader()
+					if err != nil {
+						return noEOF(err)
+					}
+					if ch.seq != seq {
+						return fmt.Errorf("%w: continuation packet with sequence id %d, want %d", errMalformed, ch.seq, seq)
+					}
+					if len(buf)+ch.length > 1<<30 {
+						return fmt.Errorf("%w: command of more than 1 GiB", errMalformed)
+					}
+					start := len(buf)
+					buf = append(buf, make([]byte, ch.length)...)
+					if _, err := io.ReadFull(c.br, buf[start:]); err != nil {
+						return noEOF(err)
+					}
+					n = ch.length
+				}
 			}
 			if err := s.handleCommand(rw, buf); err != nil {
 				var be *backendError

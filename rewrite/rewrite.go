@@ -160,6 +160,10 @@ func (r *Rewriter) Rewrite(sql string, sess Session) ([]Plan, error) {
 	if !r.cat.Mentions(sql) {
 		return nil, nil
 	}
+	if hasMariaDBExecutableComment(sql) {
+		// The parser reads /*M! … */ as a comment; the server runs it.
+		return nil, fmt.Errorf("rewrite: MariaDB executable comment (/*M! … */) is not understood")
+	}
 	var keyBuf [512]byte
 	var spanBuf [16][2]int
 	key, spans, ok := templateKey(sql, sess, keyBuf[:0], spanBuf[:0])
@@ -202,11 +206,18 @@ func (r *Rewriter) rewrite(sql string, sess Session, slot func(int) int) ([]Plan
 		// Statement texts tile the input; expression offsets are absolute.
 		text := st.Text()
 		start := strings.Index(sql[pos:], text)
-		if start < 0 {
+		var end int
+		switch {
+		case start >= 0:
+			start += pos
+			end = start + len(text)
+		case len(stmts) == 1:
+			// The parser converted the text (a statement that is not
+			// UTF-8): the statement is the whole input.
+			start, end, text = 0, len(sql), sql
+		default:
 			return nil, fmt.Errorf("rewrite: cannot locate statement text")
 		}
-		start += pos
-		end := start + len(text)
 		pos = end
 		plan := r.plan(st, sql, start, end, sess, slot)
 		plan.Original = text
@@ -216,6 +227,20 @@ func (r *Rewriter) rewrite(sql string, sess Session, slot func(int) int) ([]Plan
 		plans = append(plans, plan)
 	}
 	return plans, nil
+}
+
+func hasMariaDBExecutableComment(sql string) bool {
+	for i := strings.Index(sql, "/*"); i >= 0 && i+3 < len(sql); {
+		if (sql[i+2] == 'M' || sql[i+2] == 'm') && sql[i+3] == '!' {
+			return true
+		}
+		j := strings.Index(sql[i+2:], "/*")
+		if j < 0 {
+			return false
+		}
+		i += 2 + j
+	}
+	return false
 }
 
 // sessionMode is the parser's sql_mode for a session.
