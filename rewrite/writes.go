@@ -251,7 +251,7 @@ func (r *Rewriter) guardWhere(t *Table, ref *tableRef, refs *ast.TableRefsClause
 				edits = append(edits, e)
 			}
 		}
-		q += " WHERE " + apply(w.sql, ws, we, edits)
+		q += " WHERE (" + apply(w.sql, ws, we, edits) + ")"
 		g.KeysParams = w.paramsIn(where)
 	}
 	g.KeysSQL = q + " FOR UPDATE"
