@@ -251,7 +251,7 @@ func (r *Rewriter) guardWhere(t *Table, ref *tableRef, refs *ast.TableRefsClause
 				edits = append(edits, e)
 			}
 		}
-		q += " WHERE (" + apply(w.sql, ws, we, edits) + ")"
+		q += " WHERE (" + apply(w.sql, ws, we, edits) + "\n)" // the newline ends a trailing # or -- comment
 		g.KeysParams = w.paramsIn(where)
 	}
 	g.KeysSQL = q + " FOR UPDATE"
