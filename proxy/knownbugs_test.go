@@ -126,3 +126,35 @@ func TestInjectionPreparedParams(t *testing.T) {
 		})
 	}
 }
+
+// TestInjectionRewriteModes runs the attacks in each session mode on both
+// sides of the differential and compares results and full table contents.
+func TestInjectionRewriteModes(t *testing.T) {
+	modes := []struct {
+		name    string
+		session []string
+	}{
+		{"default", nil},
+		{"NO_BACKSLASH_ESCAPES", []string{"SET SESSION sql_mode = CONCAT(@@sql_mode, ',NO_BACKSLASH_ESCAPES')"}},
+		{"ANSI_QUOTES", []string{"SET SESSION sql_mode = CONCAT(@@sql_mode, ',ANSI_QUOTES')"}},
+		{"non-strict NO_BACKSLASH_ESCAPES,ANSI_QUOTES", []string{"SET SESSION sql_mode = 'NO_BACKSLASH_ESCAPES,ANSI_QUOTES'"}},
+		{"non-strict", []string{"SET SESSION sql_mode = ''"}},
+		{"gbk", []string{"SET NAMES gbk"}},
+		{"gbk non-strict", []string{"SET NAMES gbk", "SET SESSION sql_mode = ''"}},
+		{"sjis non-strict", []string{"SET NAMES sjis", "SET SESSION sql_mode = ''"}},
+	}
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			p := startRuledProxy(t)
+			ip := newInjectionPair(t, p, m.session...)
+			for _, a := range injectionAttacks {
+				if strings.Contains(a, "; ") {
+					ip.check(t, multi(a))
+				} else {
+					ip.check(t, text(a))
+				}
+			}
+			noPanics(t, p)
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/pingcap/tidb/pkg/parser"
 	"github.com/pingcap/tidb/pkg/parser/ast"
@@ -159,6 +160,12 @@ func (r *Rewriter) Catalog() *Catalog { return r.cat }
 func (r *Rewriter) Rewrite(sql string, sess Session) ([]Plan, error) {
 	if !r.cat.Mentions(sql) {
 		return nil, nil
+	}
+	if !utf8.ValidString(sql) && strings.Contains(sql, "\\") {
+		// In GBK, SJIS and BIG5 a backslash can be the second byte of a
+		// character rather than an escape; not knowing the client's
+		// character set, the rewriter does not guess where strings end.
+		return nil, fmt.Errorf("rewrite: non-UTF-8 statement with a backslash (client character set unknown)")
 	}
 	if hasMariaDBExecutableComment(sql) {
 		// The parser reads /*M! … */ as a comment; the server runs it.
