@@ -284,29 +284,6 @@ func (p *parser) lines() int {
 	return max(n, 1)
 }
 
-// yamlErrorRE splits a gopkg.in/yaml.v3 syntax error: "yaml: line N: PROBLEM",
-// where "line N: " is absent when N is unknown or (see syntaxError) the
-// first line.
-var yamlErrorRE = regexp.MustCompile(`^yaml: (?:line (\d+): )?(.*)$`)
-
-// yamlParserProblems are the problems yaml.v3 v3.0.1 reports from its parser
-// rather than its scanner. For these it prints the 0-based line of the
-// construct being parsed (the scanner's lines are 1-based), and no line at
-// all when that is 0. gopkg.in/yaml.v3 is frozen, so the list is too.
-var yamlParserProblems = map[string]bool{
-	"did not find expected <stream-start>":   true,
-	"did not find expected <document start>": true,
-	"did not find expected node content":     true,
-	"did not find expected '-' indicator":    true,
-	"did not find expected key":              true,
-	"did not find expected ',' or ']'":       true,
-	"did not find expected ',' or '}'":       true,
-	"found undefined tag handle":             true,
-	"found duplicate %YAML directive":        true,
-	"found incompatible YAML document":       true,
-	"found duplicate %TAG directive":         true,
-}
-
 // unknownAnchorRE matches yaml.v3's error for an alias to an undefined
 // anchor, which carries no line.
 var unknownAnchorRE = regexp.MustCompile(`^unknown anchor '(.*)' referenced$`)
@@ -318,15 +295,10 @@ var unknownAnchorRE = regexp.MustCompile(`^unknown anchor '(.*)' referenced$`)
 // the end of the file (an error found at the end of the stream) becomes the
 // last line.
 func (p *parser) syntaxError(err error) {
-	m := yamlErrorRE.FindStringSubmatch(err.Error())
-	if m == nil {
+	line, problem, ok := yamlkeys.Syntax(err)
+	if !ok {
 		p.errorf(1, "invalid YAML: %v", err)
 		return
-	}
-	problem := m[2]
-	line, _ := strconv.Atoi(m[1]) // 0 when absent
-	if yamlParserProblems[problem] {
-		line++
 	}
 	if a := unknownAnchorRE.FindStringSubmatch(problem); a != nil && line == 0 {
 		if i := bytes.Index(p.data, []byte("*"+a[1])); i >= 0 {

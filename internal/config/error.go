@@ -1,7 +1,7 @@
 package config
 
 import (
-	"regexp"
+	"github.com/slotproxy/slotproxy/internal/yamlkeys"
 	"strconv"
 	"strings"
 )
@@ -62,44 +62,16 @@ func (s *source) errAt(line int, key string, err error) error {
 	return &Error{File: s.file, Line: line, Key: key, Err: err}
 }
 
-// yamlErrorRE splits a gopkg.in/yaml.v3 syntax error: "yaml: line N: PROBLEM",
-// where the "line N: " part is absent when the line is unknown or (see
-// syntaxError) the first.
-var yamlErrorRE = regexp.MustCompile(`^yaml: (?:line (\d+): )?(.*)$`)
-
-// yamlParserProblems are the problems yaml.v3 v3.0.1 reports from its parser
-// rather than its scanner. For these it prints the 0-based line of the
-// construct being parsed (the scanner's lines are 1-based), and nothing at
-// all when that is 0. gopkg.in/yaml.v3 is frozen, so the list is too.
-var yamlParserProblems = map[string]bool{
-	"did not find expected <stream-start>":   true,
-	"did not find expected <document start>": true,
-	"did not find expected node content":     true,
-	"did not find expected '-' indicator":    true,
-	"did not find expected key":              true,
-	"did not find expected ',' or ']'":       true,
-	"did not find expected ',' or '}'":       true,
-	"found undefined tag handle":             true,
-	"found duplicate %YAML directive":        true,
-	"found incompatible YAML document":       true,
-	"found duplicate %TAG directive":         true,
-}
-
 // syntaxError turns a yaml.v3 decoding error into an *Error with a 1-based
 // line. yaml.v3 leaves out "line N: " when N would be 1 (its marks are
 // 0-based and 0 means unknown), so a missing line means the first one,
 // except for errors about aliases, which carry no position at all.
 func (s *source) syntaxError(err error) error {
-	m := yamlErrorRE.FindStringSubmatch(err.Error())
-	if m == nil {
+	line, problem, ok := yamlkeys.Syntax(err)
+	if !ok {
 		return s.errAt(0, "", err)
 	}
-	problem := m[2]
-	line, _ := strconv.Atoi(m[1]) // 0 when absent
-	switch {
-	case yamlParserProblems[problem]:
-		line++
-	case line == 0 && !strings.HasPrefix(problem, "unknown anchor"):
+	if line == 0 && !strings.HasPrefix(problem, "unknown anchor") {
 		line = 1
 	}
 	return s.errAt(line, "", &yamlSyntaxError{problem: problem, err: err})

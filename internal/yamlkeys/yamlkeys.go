@@ -4,6 +4,8 @@ package yamlkeys
 
 import (
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -53,4 +55,41 @@ func Resolve(n *yaml.Node) *yaml.Node {
 		n = n.Alias
 	}
 	return n
+}
+
+// syntaxRE splits a gopkg.in/yaml.v3 syntax error: "yaml: line N: PROBLEM",
+// where "line N: " is absent when N is unknown or the first line.
+var syntaxRE = regexp.MustCompile(`^yaml: (?:line (\d+): )?(.*)$`)
+
+// parserProblems are the problems yaml.v3 v3.0.1 reports from its parser
+// rather than its scanner. For these it prints the 0-based line of the
+// construct being parsed (the scanner's lines are 1-based), and no line at
+// all when that is 0. gopkg.in/yaml.v3 is frozen, so the list is too.
+var parserProblems = map[string]bool{
+	"did not find expected <stream-start>":   true,
+	"did not find expected <document start>": true,
+	"did not find expected node content":     true,
+	"did not find expected '-' indicator":    true,
+	"did not find expected key":              true,
+	"did not find expected ',' or ']'":       true,
+	"did not find expected ',' or '}'":       true,
+	"found undefined tag handle":             true,
+	"found duplicate %YAML directive":        true,
+	"found incompatible YAML document":       true,
+	"found duplicate %TAG directive":         true,
+}
+
+// Syntax splits a yaml.v3 syntax error into its problem and its 1-based
+// line, 0 when the message names none (the first line, or unknown). ok is
+// false when err is not in yaml.v3's format.
+func Syntax(err error) (line int, problem string, ok bool) {
+	m := syntaxRE.FindStringSubmatch(err.Error())
+	if m == nil {
+		return 0, "", false
+	}
+	line, _ = strconv.Atoi(m[1]) // 0 when absent
+	if parserProblems[m[2]] {
+		line++
+	}
+	return line, m[2], true
 }
