@@ -286,9 +286,10 @@ func (s *session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 	if isRollback(sql) {
 		s.rw.sawRollback = true
 	}
-	changesSession := sessionMayChange(sql)
 	defer func() {
-		if changesSession {
+		// Only worth a scan while the session state is known (plan may
+		// just have learned it).
+		if s.rw.infoKnown && sessionMayChange(sql) {
 			s.rw.infoKnown = false
 		}
 	}()
