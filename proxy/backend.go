@@ -342,7 +342,7 @@ func (s *session) prepareHeld(sql []byte, relay bool) (id uint32, params int, er
 // readPrepareResponse reads a COM_STMT_PREPARE response while holding the
 // backend, relaying it to the client when relay is set.
 func (s *session) readPrepareResponse(relay bool) (id uint32, params int, errPkt []byte, err error) {
-	seq := byte(1)
+	seq := s.respSeq
 	out := func(p []byte) error {
 		if !relay {
 			return nil

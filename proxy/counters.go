@@ -30,6 +30,7 @@ type rewriteState struct {
 	db          string
 	ansiQuotes  bool
 	noBackslash bool
+	charset     string               // character_set_client
 	stmts       map[uint32]*stmtInfo // rewritten prepared statements by backend id
 	internal    map[string]uint32    // statements the proxy prepared for itself
 	txnKnown    []knownKey           // keys found inside the open transaction
@@ -128,6 +129,9 @@ func (s *session) forwardCommand(payload []byte, e expect) error {
 	if err := s.release(); err != nil {
 		return err
 	}
+	if packets := len(payload)/maxPacketPayload + 1; packets != int(s.respSeq) {
+		e.seqShift = s.respSeq - byte(packets)
+	}
 	s.pending.Add(1)
 	s.expects <- e
 	_, err := s.back.writePacket(payload, 0)
@@ -173,15 +177,17 @@ func (s *session) handleOther(payload []byte) error {
 	return s.forwardCommand(payload, expect{kind: kind})
 }
 
-// sessionMayChange reports whether a query can change the default database
-// or sql_mode, which the rewriter depends on. It is deliberately
-// conservative (a change can hide behind comments, in a multi-statement
-// query, or in dynamic SQL): any mention of sql_mode, the word USE, or
+// sessionMayChange reports whether a query can change the default
+// database, sql_mode or client character set, which the rewriter depends
+// on. It is deliberately conservative (a change can hide behind comments, in
+// a multi-statement query, or in dynamic SQL): any mention of sql_mode, a
+// character set (NAMES, CHARSET, CHARACTER), the word USE, or
 // PREPARE/EXECUTE makes the proxy read the session state again before the
 // next ruled statement.
 func sessionMayChange(sql []byte) bool {
 	return containsFold(sql, "sql_mode") || containsWord(sql, "use") ||
-		containsWord(sql, "execute") || containsWord(sql, "prepare")
+		containsWord(sql, "execute") || containsWord(sql, "prepare") ||
+		containsWord(sql, "names") || containsFold(sql, "charset") || containsFold(sql, "character")
 }
 
 // containsWord is containsFold for a whole word (not part of an identifier).
@@ -234,19 +240,20 @@ func (s *session) ensureSessionInfo() error {
 	if s.rw.infoKnown {
 		return nil
 	}
-	r, err := s.query("SELECT DATABASE(), @@SESSION.sql_mode")
+	r, err := s.query("SELECT DATABASE(), @@SESSION.sql_mode, @@SESSION.character_set_client")
 	if err != nil {
 		return err
 	}
 	if r.failed() || len(r.rows) != 1 {
-		return errors.New("cannot read the session's database and sql_mode")
+		return errors.New("cannot read the session's database, sql_mode and character set")
 	}
 	vals, err := textValues(r.rows[0])
-	if err != nil || len(vals) != 2 {
-		return errors.New("cannot read the session's database and sql_mode")
+	if err != nil || len(vals) != 3 {
+		return errors.New("cannot read the session's database, sql_mode and character set")
 	}
 	mode := strings.ToUpper(string(vals[1]))
 	s.rw.db = string(vals[0])
+	s.rw.charset = strings.ToLower(string(vals[2]))
 	s.rw.ansiQuotes = strings.Contains(mode, "ANSI_QUOTES")
 	s.rw.noBackslash = strings.Contains(mode, "NO_BACKSLASH_ESCAPES")
 	s.rw.infoKnown = true
@@ -254,7 +261,7 @@ func (s *session) ensureSessionInfo() error {
 }
 
 func (s *session) rewriteSession() rewrite.Session {
-	return rewrite.Session{DB: s.rw.db, ANSIQuotes: s.rw.ansiQuotes, NoBackslashEscapes: s.rw.noBackslash}
+	return rewrite.Session{DB: s.rw.db, ANSIQuotes: s.rw.ansiQuotes, NoBackslashEscapes: s.rw.noBackslash, Charset: s.rw.charset}
 }
 
 // plan rewrites sql when it names a ruled table. It returns nil plans for
@@ -347,7 +354,7 @@ func (s *session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 			return s.forwardCommand(queryPacket(p.SQL), expect{kind: respResults, patch: &incPatch{matched: 1, changed: boolInt(!p.Increment.Zero)}})
 		}
 	}
-	seq := byte(1)
+	seq := s.respSeq
 	for i, p := range plans {
 		more := i < len(plans)-1
 		failed, err := s.execPlan(p, nil, &seq, more)
@@ -861,7 +868,7 @@ func (s *session) handleExecute(payload []byte) error {
 			return s.forwardCommand(payload, expect{kind: respResults, patch: &incPatch{matched: 1, changed: boolInt(changed)}})
 		}
 	}
-	seq := byte(1)
+	seq := s.respSeq
 	_, err = s.execPlan(p, ex, &seq, false)
 	return err
 }

@@ -1571,6 +1571,10 @@ var injectionAttacks = []string{
 	"UPDATE repos SET downloads = 7 WHERE name = 'x\xbf\\'; UPDATE users SET downloads = downloads + 1 WHERE id = 3 -- '",
 	"UPDATE repos SET downloads = 7 WHERE name = 'x\x95\\'; UPDATE users SET downloads = downloads + 1 WHERE id = 3 -- '",
 	"UPDATE repos SET downloads = 8 WHERE id = 1 OR name = '\x95\\' OR id = 2 -- '",
+	// Valid UTF-8 whose last byte pairs with the backslash in GBK (中 is
+	// e4 b8 ad: GBK reads e4b8, ad5c).
+	"UPDATE repos SET downloads = 9 WHERE id = 3 OR name = '中\\' OR id = 4 -- '",
+	"SELECT id, downloads FROM repos WHERE name = '中\\' OR id = 4 -- '",
 	`UPDATE repos SET downloads = downloads + 1 WHERE id = X'31' OR 1=1`,
 	`UPDATE repos SET downloads = downloads + 1 WHERE id = \N`,
 	`SELECT downloads FROM repos WHERE id = 1 AND name = '\' UNION SELECT downloads FROM users -- '`,

@@ -25,6 +25,10 @@ type packetConn struct {
 	conn net.Conn
 	br   *bufio.Reader
 	bw   *bufio.Writer
+	// seqShift is added to the sequence id of every forwarded header
+	// (writeHeader), when the proxy sent a command in a different number of
+	// packets than the client did. Set only by the side writing to p.
+	seqShift byte
 }
 
 func newPacketConn(c net.Conn, readBuf, writeBuf int) *packetConn {
@@ -120,7 +124,7 @@ func (p *packetConn) flush() error { return p.bw.Flush() }
 
 // writeHeader buffers a wire packet header.
 func (p *packetConn) writeHeader(h header) error {
-	_, err := p.bw.Write([]byte{byte(h.length), byte(h.length >> 8), byte(h.length >> 16), h.seq})
+	_, err := p.bw.Write([]byte{byte(h.length), byte(h.length >> 8), byte(h.length >> 16), h.seq + p.seqShift})
 	return err
 }
 

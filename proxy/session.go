@@ -84,6 +84,9 @@ type session struct {
 	held bool         // the command pump holds the backend (see acquire)
 	rw   rewriteState // rewriting state
 	cmd  []byte       // reusable buffer for intercepted commands
+	// respSeq is the sequence id the response to the current intercepted
+	// command starts with: the number of packets the client sent it in.
+	respSeq byte
 }
 
 // respKind says how a command's response is delimited.
@@ -103,6 +106,10 @@ const (
 type expect struct {
 	kind  respKind
 	patch *incPatch // rewrite the final OK of a slotted increment
+	// seqShift renumbers the response when the command the backend got
+	// took a different number of packets than the client's (a rewrite that
+	// crossed a 16 MiB boundary).
+	seqShift byte
 }
 
 func newSession(srv *Server, id uint64, c net.Conn) *session {
@@ -267,6 +274,7 @@ func (s *session) commandPump() error {
 		}
 		if rw != nil && intercepted(cmd) {
 			var buf []byte
+			s.respSeq = 1
 			if h.length < maxPacketPayload {
 				buf = s.cmd[:0]
 				if cap(buf) < h.length {
@@ -286,6 +294,7 @@ func (s *session) commandPump() error {
 					return noEOF(err)
 				}
 				buf = first
+				s.respSeq = 1
 				for seq, n := byte(1), h.length; n == maxPacketPayload; seq++ {
 					ch, err := c.readHeader()
 					if err != nil {
@@ -303,6 +312,7 @@ func (s *session) commandPump() error {
 						return noEOF(err)
 					}
 					n = ch.length
+					s.respSeq++
 				}
 			}
 			if err := s.handleCommand(rw, buf); err != nil {
@@ -311,7 +321,7 @@ func (s *session) commandPump() error {
 					return err
 				}
 				// An internal statement failed: the client sees its error.
-				if werr := s.client.sendError(1, proxyError(codeUnknown, "%s", be.Error())); werr != nil {
+				if werr := s.client.sendError(s.respSeq, proxyError(codeUnknown, "%s", be.Error())); werr != nil {
 					return werr
 				}
 			}
@@ -449,6 +459,7 @@ func (s *session) responsePump() error {
 			}
 			continue
 		}
+		c.seqShift = e.seqShift
 		switch e.kind {
 		case respOne:
 			err = s.relayOne()
@@ -481,6 +492,7 @@ func (s *session) responsePump() error {
 			_, err := io.Copy(s.clientConn, b.br)
 			return err
 		}
+		c.seqShift = 0
 		if err != nil {
 			return err
 		}

@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"unicode/utf8"
 
 	"github.com/pingcap/tidb/pkg/parser"
 	"github.com/pingcap/tidb/pkg/parser/ast"
@@ -119,6 +118,10 @@ type Session struct {
 	DB string
 	// ANSIQuotes and NoBackslashEscapes mirror the session's sql_mode.
 	ANSIQuotes, NoBackslashEscapes bool
+	// Charset is the session's character_set_client (lower case); empty
+	// when unknown, and then statements that are not UTF-8 and contain a
+	// backslash or backquote are not rewritten.
+	Charset string
 }
 
 // Options tune generated SQL for the backend.
@@ -161,12 +164,19 @@ func (r *Rewriter) Rewrite(sql string, sess Session) ([]Plan, error) {
 	if !r.cat.Mentions(sql) {
 		return nil, nil
 	}
-	if !utf8.ValidString(sql) && strings.Contains(sql, "\\") {
-		// In GBK, SJIS and BIG5 a backslash can be the second byte of a
-		// character rather than an escape; not knowing the client's
-		// character set, the rewriter does not guess where strings end.
-		return nil, fmt.Errorf("rewrite: non-UTF-8 statement with a backslash (client character set unknown)")
+	sql, tc, err := toUTF8(sql, sess.Charset)
+	if err != nil {
+		return nil, err
 	}
+	plans, err := r.rewriteUTF8(sql, sess)
+	if err != nil {
+		return nil, err
+	}
+	return tc.plans(plans)
+}
+
+// rewriteUTF8 is Rewrite for a statement the rewriter can lex byte by byte.
+func (r *Rewriter) rewriteUTF8(sql string, sess Session) ([]Plan, error) {
 	if hasMariaDBExecutableComment(sql) {
 		// The parser reads /*M! … */ as a comment; the server runs it.
 		return nil, fmt.Errorf("rewrite: MariaDB executable comment (/*M! … */) is not understood")

@@ -1,0 +1,66 @@
+package rewrite
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestToUTF8(t *testing.T) {
+	for _, tc := range []struct {
+		name, sql, charset string
+		want               string // "" with wantErr
+		wantErr            bool
+	}{
+		{"ascii in gbk", `SELECT 'a\'b'`, "gbk", `SELECT 'a\'b'`, false},
+		{"gbk escape byte is a trail byte", "SELECT '\xbf\\' OR 1", "gbk", "SELECT '縗' OR 1", false},
+		{"gbk lone lead byte", "SELECT '\xbf' OR 1", "gbk", "", true},
+		{"utf-8 bytes read as gbk", "SELECT '中\\' OR 1", "gbk", "SELECT '涓璡' OR 1", false},
+		{"sjis 0x95 0x5c", "SELECT '\x95\\'", "sjis", "SELECT '表'", false},
+		{"cp932 like sjis", "SELECT '\x95\\'", "cp932", "SELECT '表'", false},
+		{"big5 0xa4 0x5c", "SELECT '\xa4\\'", "big5", "SELECT '么'", false},
+		{"latin1 keeps bytes", "SELECT '\x95\\' OR 1", "latin1", "SELECT '\x95\\' OR 1", false},
+		{"utf8mb4 keeps invalid bytes", "SELECT '\x95\\' OR 1", "utf8mb4", "SELECT '\x95\\' OR 1", false},
+		{"unknown charset, backslash", "SELECT '\x95\\' OR 1", "", "", true},
+		{"unknown charset, backquote", "SELECT `\x95`", "", "", true},
+		{"unknown charset, valid utf-8", "SELECT '中\\'", "", "SELECT '中\\'", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, tr, err := toUTF8(tc.sql, tc.charset)
+			if tc.wantErr {
+				if err == nil {
+					t.Fatalf("toUTF8(%q, %q) = %q, want an error", tc.sql, tc.charset, got)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("toUTF8(%q, %q) = %q, %v; want %q", tc.sql, tc.charset, got, err, tc.want)
+			}
+			back, err := tr.plans([]Plan{{SQL: got, Original: got}})
+			if err != nil || back[0].SQL != tc.sql || back[0].Original != tc.sql {
+				t.Fatalf("converting back: %+v, %v; want %q", back, err, tc.sql)
+			}
+		})
+	}
+}
+
+// TestRewriteGBK: a GBK statement whose string hides a backslash in a
+// two-byte character is rewritten by where the server ends its strings,
+// and comes back in GBK.
+func TestRewriteGBK(t *testing.T) {
+	r := testRewriter(false)
+	sql := "UPDATE repos SET downloads = 5 WHERE name = '\xbf\\' OR id = 2 -- '"
+	plans, err := r.Rewrite(sql, Session{DB: "app", Charset: "gbk"})
+	if err != nil || len(plans) != 1 {
+		t.Fatalf("Rewrite: %v, %v", plans, err)
+	}
+	p := plans[0]
+	if p.Kind != KindGuarded || p.Original != sql {
+		t.Fatalf("plan %v for %q, original %q", p.Kind, sql, p.Original)
+	}
+	if !strings.Contains(p.Guard.KeysSQL, "'\xbf\\' OR id = 2") {
+		t.Fatalf("guard does not read the statement as the server does: %q", p.Guard.KeysSQL)
+	}
+	if _, err := r.Rewrite(sql, Session{DB: "app"}); err == nil {
+		t.Fatalf("rewritten with the character set unknown")
+	}
+}
