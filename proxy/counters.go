@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 	"unsafe"
@@ -47,7 +48,38 @@ type stmtInfo struct {
 	params   int
 	types    []byte // parameter types last bound
 	longData []bool // parameters sent as long data since the last execute
+	// longVals keeps a copy of that long data, up to maxKeptLongData bytes
+	// per parameter (nil beyond), for the parameters the proxy may need: a
+	// key to check or lock, a delta, or every parameter when the statement
+	// may run as written instead of rewritten.
+	longVals [][]byte
 }
+
+// maxKeptLongData bounds the long data the proxy copies per parameter. Keys
+// and deltas are numbers; a longer value is never one.
+const maxKeptLongData = 4 << 10
+
+// keepLongData copies a COM_STMT_SEND_LONG_DATA chunk for parameter i.
+func (st *stmtInfo) keepLongData(i int, chunk []byte) {
+	if st.longData == nil {
+		st.longData = make([]bool, st.params)
+		st.longVals = make([][]byte, st.params)
+	}
+	if !st.longData[i] {
+		st.longData[i] = true
+		st.longVals[i] = []byte{}
+	}
+	if v := st.longVals[i]; v != nil {
+		if len(v)+len(chunk) > maxKeptLongData {
+			st.longVals[i] = nil
+		} else {
+			st.longVals[i] = append(v, chunk...)
+		}
+	}
+}
+
+// resetLongData forgets the long data (after an execute or COM_STMT_RESET).
+func (st *stmtInfo) resetLongData() { st.longData, st.longVals = nil, nil }
 
 // incPatch turns an upsert's OK into the OK the UPDATE would have sent.
 type incPatch struct {
@@ -150,10 +182,7 @@ func (s *session) handleOther(payload []byte) error {
 		if len(payload) >= 7 {
 			if st := s.rw.stmts[binary.LittleEndian.Uint32(payload[1:])]; st != nil {
 				if i := int(binary.LittleEndian.Uint16(payload[5:])); i < st.params {
-					if st.longData == nil {
-						st.longData = make([]bool, st.params)
-					}
-					st.longData[i] = true
+					st.keepLongData(i, payload[7:])
 				}
 			}
 		}
@@ -162,7 +191,7 @@ func (s *session) handleOther(payload []byte) error {
 	case mysql.COM_STMT_RESET:
 		if len(payload) >= 5 {
 			if st := s.rw.stmts[binary.LittleEndian.Uint32(payload[1:])]; st != nil {
-				st.longData = nil
+				st.resetLongData()
 			}
 		}
 	case mysql.COM_INIT_DB:
@@ -311,6 +340,14 @@ func (s *session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 	if s.log.Enabled(context.Background(), slog.LevelDebug) {
 		s.log.Debug("rewrite", "sql", string(sql), "plans", len(plans), "kind", plans[0].Kind.String())
 	}
+	seq := s.respSeq
+	if rewrite.SessionCut(plans) >= 0 {
+		if !s.multiStatements() {
+			s.metrics().statement(PathPassThrough, "")
+			return s.forwardCommand(payload, expect{kind: respResults})
+		}
+		return s.execCut(rw, plans, &seq)
+	}
 	// Reads only: one rewritten query, relayed as usual.
 	simple := true
 	for _, p := range plans {
@@ -354,7 +391,6 @@ func (s *session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 			return s.forwardCommand(queryPacket(p.SQL), expect{kind: respResults, patch: &incPatch{matched: 1, changed: boolInt(!p.Increment.Zero)}})
 		}
 	}
-	seq := s.respSeq
 	for i, p := range plans {
 		more := i < len(plans)-1
 		failed, err := s.execPlan(p, nil, &seq, more)
@@ -366,6 +402,47 @@ func (s *session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 		}
 	}
 	return nil
+}
+
+// execCut runs a multi-statement query in which a statement changes the
+// session state the rewrite depends on (USE, SET NAMES, SET sql_mode): the
+// statements up to that one run as planned, then the rest of the query is
+// planned again in the new state.
+func (s *session) execCut(rw *rewrite.Rewriter, plans []rewrite.Plan, seq *byte) error {
+	for {
+		cut := rewrite.SessionCut(plans)
+		run := plans
+		if cut >= 0 {
+			run = plans[:cut+1]
+		}
+		for i, p := range run {
+			failed, err := s.execPlan(p, nil, seq, cut >= 0 || i < len(run)-1)
+			if err != nil || failed {
+				return err // an error ends a multi-statement query
+			}
+		}
+		if cut < 0 {
+			return nil
+		}
+		s.rw.infoKnown = false
+		// Statement texts tile the query, separators included.
+		var rest strings.Builder
+		for _, p := range plans[cut+1:] {
+			rest.WriteString(p.Original)
+		}
+		next, err := s.plan(rw, []byte(rest.String()))
+		if err != nil {
+			return err
+		}
+		if next == nil {
+			if err := s.backendCmd(queryPacket(rest.String())); err != nil {
+				return err
+			}
+			_, err := s.relayHeld(seq, false)
+			return err
+		}
+		plans = next
+	}
 }
 
 // multiStatements reports whether the client may send several statements
@@ -506,6 +583,74 @@ func (s *session) afterSuccess(p rewrite.Plan) error {
 type execution struct {
 	payload []byte
 	params  execParams
+	stmtID  uint32
+}
+
+// incArgs returns an increment's key and whether its deltas change the
+// row, for a text statement (ex nil) or an execution. ok is false when the
+// key or a delta is a parameter that is not a plain integer: the statement
+// then runs as written.
+func incArgs(inc *rewrite.Increment, ex *execution) (key string, changed, ok bool) {
+	if ex == nil {
+		return inc.KeyLiteral, !inc.Zero, true
+	}
+	key = inc.KeyLiteral
+	if inc.KeyParam >= 0 {
+		if key, ok = ex.params.intParam(inc.KeyParam); !ok {
+			return "", false, false
+		}
+	}
+	for j, i := range inc.DeltaParams {
+		if i < 0 {
+			changed = changed || j >= len(inc.DeltaZero) || !inc.DeltaZero[j]
+			continue
+		}
+		v, ok := ex.params.intParam(i)
+		if !ok {
+			return "", false, false
+		}
+		changed = changed || v != "0"
+	}
+	return key, changed, true
+}
+
+// execAsWritten runs a prepared increment as the client wrote it: on the
+// base row, with the server's own conversions, warnings and errors. It is
+// the path for parameters the slotted upsert cannot take as they are.
+func (s *session) execAsWritten(p rewrite.Plan, ex *execution, seq *byte, more bool) (bool, error) {
+	s.metrics().statement(PathPassThrough, ruleName(p.Table))
+	id, err := s.internalStmt(p.Original)
+	if err != nil {
+		var be *backendError
+		if errors.As(err, &be) {
+			return true, s.writeErr(be.pkt, seq)
+		}
+		return false, err
+	}
+	idx := make([]int, ex.params.n)
+	for i := range idx {
+		idx[i] = i
+	}
+	if slices.Contains(ex.params.long, true) {
+		// The client's statement holds that long data on the backend too:
+		// drop it, as its execution would have.
+		reset := binary.LittleEndian.AppendUint32([]byte{mysql.COM_STMT_RESET}, ex.stmtID)
+		if err := s.backendCmd(reset); err != nil {
+			return false, err
+		}
+		if _, err := s.readResponse(); err != nil {
+			return false, err
+		}
+	}
+	pkt, err := ex.params.executePacket(id, idx)
+	if err != nil {
+		return true, s.writeErr(errPacket(proxyError(mysql.ER_UNKNOWN_ERROR,
+			"a parameter of a rewritten statement sent with COM_STMT_SEND_LONG_DATA is longer than %d bytes", maxKeptLongData)), seq)
+	}
+	if err := s.backendCmd(pkt); err != nil {
+		return false, err
+	}
+	return s.relayHeld(seq, more)
 }
 
 // writeOK sends a synthesized OK packet to the client.
@@ -526,21 +671,9 @@ func (s *session) writeErr(pkt []byte, seq *byte) error {
 
 func (s *session) execIncrement(p rewrite.Plan, ex *execution, seq *byte, more bool) (bool, error) {
 	inc := p.Increment
-	key := inc.KeyLiteral
-	changed := !inc.Zero
-	if ex != nil {
-		if inc.KeyParam >= 0 {
-			key, _ = ex.params.intParam(inc.KeyParam)
-		}
-		changed = false
-		for _, i := range inc.DeltaParams {
-			if i < 0 {
-				changed = changed || !inc.Zero
-				continue
-			}
-			v, ok := ex.params.intParam(i)
-			changed = changed || !ok || v != "0"
-		}
+	key, changed, plain := incArgs(inc, ex)
+	if !plain {
+		return s.execAsWritten(p, ex, seq, more)
 	}
 	if !s.keyKnown(p.Table, key) {
 		var r *response
@@ -639,10 +772,11 @@ func (s *session) executeInternal(sql string, ep execParams, idx []int) (*respon
 	}
 	pkt, err := ep.executePacket(id, idx)
 	if err != nil {
-		// A parameter the proxy needs was sent as long data: the client
-		// gets an error for this statement; the connection stays.
+		// A parameter the proxy needs was sent as long data too long to
+		// keep: the client gets an error for this statement; the
+		// connection stays.
 		return nil, &backendError{pkt: errPacket(proxyError(mysql.ER_UNKNOWN_ERROR,
-			"a key parameter of a rewritten statement cannot be sent with COM_STMT_SEND_LONG_DATA"))}
+			"a key parameter of a rewritten statement sent with COM_STMT_SEND_LONG_DATA is longer than %d bytes", maxKeptLongData))}
 	}
 	if err := s.backendCmd(pkt); err != nil {
 		return nil, err
@@ -844,25 +978,18 @@ func (s *session) handleExecute(payload []byte) error {
 		return s.forwardCommand(payload, expect{kind: respResults})
 	}
 	ep, err := parseExecute(payload, st.params, st.types, st.longData)
-	st.longData = nil
+	ep.longVals = st.longVals
+	st.resetLongData()
 	if err != nil {
 		return err
 	}
 	if len(ep.types) == 2*st.params && (len(st.types) == 0 || &ep.types[0] != &st.types[0]) {
 		st.types = bytes.Clone(ep.types)
 	}
-	ex := &execution{payload: payload, params: ep}
+	ex := &execution{payload: payload, params: ep, stmtID: binary.LittleEndian.Uint32(payload[1:])}
 	if p.Kind == rewrite.KindIncrement && !s.held && !s.autocommitted() {
-		key := p.Increment.KeyLiteral
-		if p.Increment.KeyParam >= 0 {
-			key, _ = ep.intParam(p.Increment.KeyParam)
-		}
-		if s.keyKnown(p.Table, key) {
-			changed := false
-			for _, i := range p.Increment.DeltaParams {
-				v, ok := ep.intParam(i)
-				changed = changed || (i < 0 && !p.Increment.Zero) || (i >= 0 && (!ok || v != "0"))
-			}
+		key, changed, ok := incArgs(p.Increment, ex)
+		if ok && !slices.Contains(ep.long, true) && s.keyKnown(p.Table, key) {
 			s.srv.stats.rewrittenWrites.Add(1)
 			s.metrics().statement(PathRewrittenWrite, ruleName(p.Table))
 			return s.forwardCommand(payload, expect{kind: respResults, patch: &incPatch{matched: 1, changed: boolInt(changed)}})

@@ -16,6 +16,9 @@ type execParams struct {
 	types  []byte // two bytes per parameter: type, flags (0x80 unsigned)
 	values [][]byte
 	long   []bool // value was sent with COM_STMT_SEND_LONG_DATA (absent here)
+	// longVals holds the long data the proxy kept a copy of (nil when it
+	// was too big to keep); see stmtInfo.
+	longVals [][]byte
 }
 
 // parseExecute decodes the parameters of a COM_STMT_EXECUTE payload
@@ -108,9 +111,18 @@ func paramSize(t byte, b []byte) (int, error) {
 }
 
 // intParam returns parameter i as a decimal integer string, or false when
-// it is NULL, long data, or not an integer.
+// it is NULL, long data the proxy did not keep, or not an integer written
+// the way the server would print it. A string such as ' 1', '01', '-0' or
+// '1abc' is not: the server converts it with its own rules and warnings,
+// so only the statement as the client wrote it gives the client's result.
 func (ep execParams) intParam(i int) (string, bool) {
-	if i < 0 || i >= ep.n || ep.null[i] || ep.long[i] {
+	if i < 0 || i >= ep.n || ep.null[i] {
+		return "", false
+	}
+	if ep.long[i] {
+		if i < len(ep.longVals) && ep.longVals[i] != nil && canonicalInt(ep.longVals[i]) {
+			return string(ep.longVals[i]), true
+		}
 		return "", false
 	}
 	v := ep.values[i]
@@ -142,15 +154,33 @@ func (ep execParams) intParam(i int) (string, bool) {
 	case mysql.MYSQL_TYPE_VARCHAR, mysql.MYSQL_TYPE_VAR_STRING, mysql.MYSQL_TYPE_STRING,
 		mysql.MYSQL_TYPE_NEWDECIMAL, mysql.MYSQL_TYPE_DECIMAL, mysql.MYSQL_TYPE_BLOB:
 		l, n, _ := lenEnc(v)
-		s := string(v[n : n+int(l)])
-		if _, err := strconv.ParseInt(s, 10, 64); err == nil {
-			return s, true
-		}
-		if _, err := strconv.ParseUint(s, 10, 64); err == nil {
-			return s, true
+		if s := v[n : n+int(l)]; canonicalInt(s) {
+			return string(s), true
 		}
 	}
 	return "", false
+}
+
+// canonicalInt reports whether s is a 64-bit integer in canonical decimal:
+// an optional minus, no leading zeros, not "-0".
+func canonicalInt(s []byte) bool {
+	d := s
+	if len(d) > 0 && d[0] == '-' {
+		d = d[1:]
+	}
+	if len(d) == 0 || len(d) > 20 || (d[0] == '0' && (len(d) > 1 || len(s) > 1)) {
+		return false
+	}
+	for _, c := range d {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	if _, err := strconv.ParseInt(string(s), 10, 64); err == nil {
+		return true
+	}
+	_, err := strconv.ParseUint(string(s), 10, 64)
+	return err == nil
 }
 
 // executePacket builds a COM_STMT_EXECUTE payload for stmtID carrying the
@@ -168,7 +198,7 @@ func (ep execParams) executePacket(stmtID uint32, idx []int) ([]byte, error) {
 		if i < 0 || i >= ep.n {
 			return nil, fmt.Errorf("parameter %d out of range", i)
 		}
-		if ep.long[i] {
+		if ep.long[i] && (i >= len(ep.longVals) || ep.longVals[i] == nil) {
 			return nil, fmt.Errorf("parameter %d was sent as long data", i)
 		}
 		if ep.null[i] {
@@ -178,12 +208,35 @@ func (ep execParams) executePacket(stmtID uint32, idx []int) ([]byte, error) {
 	b = append(b, bitmap...)
 	b = append(b, 1)
 	for _, i := range idx {
-		b = append(b, ep.types[2*i], ep.types[2*i+1])
+		t, flags := ep.types[2*i], ep.types[2*i+1]
+		if ep.long[i] && !ep.null[i] && !lenEncType(t) {
+			t, flags = mysql.MYSQL_TYPE_STRING, 0
+		}
+		b = append(b, t, flags)
 	}
 	for _, i := range idx {
-		if !ep.null[i] {
+		switch {
+		case ep.null[i]:
+		case ep.long[i]:
+			// The kept long data goes inline, as a length-encoded string.
+			b = mysql.AppendLengthEncodedInteger(b, uint64(len(ep.longVals[i])))
+			b = append(b, ep.longVals[i]...)
+		default:
 			b = append(b, ep.values[i]...)
 		}
 	}
 	return b, nil
+}
+
+// lenEncType reports whether values of binary-protocol type t are sent as
+// length-encoded strings.
+func lenEncType(t byte) bool {
+	switch t {
+	case mysql.MYSQL_TYPE_NULL, mysql.MYSQL_TYPE_TINY, mysql.MYSQL_TYPE_SHORT, mysql.MYSQL_TYPE_YEAR,
+		mysql.MYSQL_TYPE_LONG, mysql.MYSQL_TYPE_INT24, mysql.MYSQL_TYPE_FLOAT,
+		mysql.MYSQL_TYPE_LONGLONG, mysql.MYSQL_TYPE_DOUBLE,
+		mysql.MYSQL_TYPE_DATE, mysql.MYSQL_TYPE_DATETIME, mysql.MYSQL_TYPE_TIMESTAMP, mysql.MYSQL_TYPE_TIME:
+		return false
+	}
+	return true
 }

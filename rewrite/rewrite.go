@@ -59,6 +59,10 @@ type Plan struct {
 	// Shadow: Table's rule is in shadow mode; SQL is the original statement
 	// and the rest of the plan says what would have been done.
 	Shadow bool
+	// ChangesSession: the statement may change the default database,
+	// sql_mode or client character set, so statements after it in the same
+	// query must be planned again once it has run.
+	ChangesSession bool
 }
 
 // Increment describes a slotted upsert. The upsert keeps the original
@@ -76,6 +80,8 @@ type Increment struct {
 	// DeltaParams are the placeholder indexes of the deltas (-1 for a
 	// literal), so a prepared execution can tell a zero increment.
 	DeltaParams []int
+	// DeltaZero tells, for each delta, whether it is a literal 0.
+	DeltaZero []bool
 }
 
 // Guard finds the records a write may touch, so their slots can be folded
@@ -238,12 +244,30 @@ func (r *Rewriter) rewrite(sql string, sess Session, slot func(int) int) ([]Plan
 		pos = end
 		plan := r.plan(st, sql, start, end, sess, slot)
 		plan.Original = text
+		plan.ChangesSession = changesSession(st)
 		if plan.Kind == KindOriginal {
 			plan.SQL = text
 		}
 		plans = append(plans, plan)
 	}
 	return plans, nil
+}
+
+// changesSession reports whether st may change the session state a rewrite
+// depends on (Session).
+func changesSession(st ast.StmtNode) bool {
+	switch s := st.(type) {
+	case *ast.UseStmt, *ast.ExecuteStmt:
+		return true
+	case *ast.SetStmt:
+		for _, v := range s.Variables {
+			switch strings.ToLower(v.Name) {
+			case strings.ToLower(ast.SetNames), strings.ToLower(ast.SetCharset), "sql_mode", "character_set_client":
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func hasMariaDBExecutableComment(sql string) bool {
@@ -274,12 +298,27 @@ func sessionMode(sess Session) mysql.SQLMode {
 
 // Changed reports whether any plan differs from sending the text as is.
 func Changed(plans []Plan) bool {
-	for _, p := range plans {
+	for i, p := range plans {
 		if p.Kind != KindOriginal || p.After != "" || p.Invalidate || p.Reload {
 			return true
 		}
+		if p.ChangesSession && i < len(plans)-1 {
+			return true // what follows must be planned again
+		}
 	}
 	return false
+}
+
+// SessionCut returns the index of the first plan that changes the session
+// and is followed by another, or -1: the plans after it were made for the
+// session as it was before the query.
+func SessionCut(plans []Plan) int {
+	for i, p := range plans[:max(len(plans)-1, 0)] {
+		if p.ChangesSession {
+			return i
+		}
+	}
+	return -1
 }
 
 // plan decides one statement. sql[start:end] is its text.

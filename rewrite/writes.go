@@ -140,9 +140,11 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 				keyText := r.restore(key, w.sess)
 				ctrs := make([]*Counter, len(incs))
 				deltaParams := make([]int, len(incs))
+				deltaZero := make([]bool, len(incs))
 				for i := range incs {
 					ctrs[i] = incs[i].ctr
 					deltaParams[i] = w.paramIndex(incs[i].delta)
+					deltaZero[i] = isZero(incs[i].delta)
 				}
 				p.SQL = r.upsert(t, ctrs, deltas, keyText, w.slot)
 				p.Increment = &Increment{
@@ -150,6 +152,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 					CheckSQL:    fmt.Sprintf("SELECT 1 FROM %s WHERE %s = %s LIMIT 1", t.Qualified(), quoteIdent(t.Key), keyText),
 					Zero:        zero,
 					DeltaParams: deltaParams,
+					DeltaZero:   deltaZero,
 				}
 				if p.Increment.KeyParam < 0 {
 					p.Increment.KeyLiteral = keyText
