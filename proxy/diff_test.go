@@ -155,6 +155,23 @@ var diffCorpus = []step{
 	text("UPDATE repos SET downloads = downloads + 3 WHERE id = 4"),
 	text("INSERT INTO repos (id, name, downloads) VALUES (4, 'x', 9) ON DUPLICATE KEY UPDATE downloads = downloads + 1"),
 	text("SELECT * FROM repos WHERE id = 4"),
+	// Writes whose rows are known only once they run fold every slotted
+	// record of the table first.
+	text("UPDATE repos SET downloads = downloads + 2 WHERE id = 1"),
+	text("UPDATE repos SET stars = stars + 2 WHERE id = 2"),
+	text("UPDATE repos r JOIN users u ON u.id = r.owner_id SET r.downloads = 11 WHERE u.id = 1"),
+	text("SELECT id, downloads, stars FROM repos ORDER BY id"),
+	text("UPDATE repos SET downloads = downloads + 2 WHERE id = 4"),
+	text("INSERT INTO repos (id, name) SELECT id, name FROM users WHERE id = 4 ON DUPLICATE KEY UPDATE downloads = 1"),
+	text("UPDATE repos SET downloads = downloads + 2 WHERE id = 2"),
+	prep("INSERT INTO repos (id, name) VALUES (? + 0, 'x') ON DUPLICATE KEY UPDATE downloads = 3", 2),
+	text("SELECT id, downloads, stars FROM repos ORDER BY id"),
+	text("UPDATE repos SET downloads = downloads + 2 WHERE id = 4"),
+	text("DELETE r FROM repos r JOIN users u ON u.id = r.id WHERE u.id = 4"),
+	text("INSERT INTO repos (id, name) VALUES (4, 'back')"),
+	text("SELECT id, downloads, stars FROM repos ORDER BY id"),
+	text("UPDATE repos SET downloads = downloads + 2 WHERE id = 4"),
+	text("SELECT id, downloads, stars FROM repos ORDER BY id"),
 	// Errors are the server's.
 	text("UPDATE repos SET downloads = downloads + 1 WHERE id = 'x'"),
 	text("UPDATE repos SET nope = nope + 1 WHERE id = 1"),

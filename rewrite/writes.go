@@ -65,13 +65,18 @@ func (w *reads) readsCounter(e ast.ExprNode) bool {
 func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 	t, sc := w.singleTable(s.TableRefs)
 	if t == nil {
-		if len(w.tables) > 0 {
-			for _, a := range s.List {
-				for _, ref := range sc.refs {
-					if ref.table != nil && ref.table.counter(a.Column.Name.O) != nil &&
-						(a.Column.Table.O == "" || a.Column.Table.L == ref.match) {
-						return Plan{Kind: KindOriginal, Reason: "unsupported: multi-table UPDATE assigning a counter"}
+		// A multi-table UPDATE: which rows it assigns a counter of is known
+		// only once it runs, so the guard folds every slotted record of the
+		// table first.
+		var assigned *Table
+		for _, a := range s.List {
+			for _, ref := range sc.refs {
+				if ref.table != nil && ref.table.counter(a.Column.Name.O) != nil &&
+					(a.Column.Table.O == "" || a.Column.Table.L == ref.match) {
+					if assigned != nil && assigned != ref.table {
+						return Plan{Kind: KindOriginal, Reason: "unsupported: multi-table UPDATE assigning counters of two ruled tables"}
 					}
+					assigned = ref.table
 				}
 			}
 		}
@@ -85,7 +90,10 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 			w.visit(s.Order)
 		}
 		w.pop()
-		return w.readPlan(start, end)
+		if assigned == nil {
+			return w.readPlan(start, end)
+		}
+		return w.wideGuarded(assigned, start, end, false)
 	}
 	ref := &sc.refs[0]
 	w.push(sc)
@@ -191,17 +199,31 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 func (r *Rewriter) delete(s *ast.DeleteStmt, w *reads, start, end int) Plan {
 	if s.IsMultiTable {
 		sc := w.scopeOf(s.TableRefs)
-		for _, ref := range sc.refs {
-			if ref.table != nil {
-				return Plan{Kind: KindOriginal, Table: ref.table, Invalidate: true,
-					Reason: "unsupported: multi-table DELETE on a ruled table (orphaned slots are removed by roll-up)"}
+		// The ruled table rows are deleted from, if any: its slotted
+		// records are all folded first, so no deleted row leaves slots.
+		var target *Table
+		if s.Tables != nil {
+			for _, tn := range s.Tables.Tables {
+				for _, ref := range sc.refs {
+					if ref.table == nil || (tn.Name.L != ref.match && !strings.EqualFold(tn.Name.O, ref.table.Name)) {
+						continue
+					}
+					if target != nil && target != ref.table {
+						return Plan{Kind: KindOriginal, Table: ref.table, Invalidate: true,
+							Reason: "unsupported: multi-table DELETE from two ruled tables (orphaned slots are removed by roll-up)"}
+					}
+					target = ref.table
+				}
 			}
 		}
 		w.push(sc)
 		w.visitJoinConditions(s.TableRefs.TableRefs)
 		w.visit(s.Where)
 		w.pop()
-		return w.readPlan(start, end)
+		if target == nil {
+			return w.readPlan(start, end)
+		}
+		return w.wideGuarded(target, start, end, true)
 	}
 	t, sc := w.singleTable(s.TableRefs)
 	if t == nil {
@@ -228,6 +250,25 @@ func (r *Rewriter) delete(s *ast.DeleteStmt, w *reads, start, end int) Plan {
 		SQL:        apply(w.sql, start, end, w.edits),
 		Guard:      r.guardWhere(t, &sc.refs[0], s.TableRefs, s.Where, w),
 		Invalidate: true,
+	}
+}
+
+// wideGuarded is the plan for a write to t whose rows are known only once
+// it runs: every slotted record of t is folded first. The guard locks all
+// of t's slot rows, and the gaps between them, so no increment of t can
+// add a slot until the write commits.
+func (w *reads) wideGuarded(t *Table, start, end int, invalidate bool) Plan {
+	if w.failed != "" {
+		return Plan{Kind: KindOriginal, Table: t, Reason: "unsupported: " + w.failed}
+	}
+	return Plan{
+		Kind:  KindGuarded,
+		Table: t,
+		SQL:   apply(w.sql, start, end, w.edits),
+		Guard: &Guard{KeysSQL: fmt.Sprintf("SELECT DISTINCT `record_id` FROM %s WHERE `record_type` IN (%s) FOR UPDATE",
+			t.QualifiedSlots(), t.recordTypes())},
+		Invalidate: invalidate,
+		Reason:     "every slotted record of the table is folded first (the rows written are known only once it runs)",
 	}
 }
 
@@ -323,19 +364,16 @@ func (r *Rewriter) insert(s *ast.InsertStmt, w *reads, start, end int) Plan {
 		}
 	}
 	if s.Select != nil || keyCol < 0 || len(s.Lists) == 0 {
-		return Plan{Kind: KindOriginal, Table: t, Invalidate: s.IsReplace,
-			Reason: "unsupported: REPLACE or ON DUPLICATE KEY UPDATE without the key in a VALUES list"}
+		// The rows it may replace or update are known only once it runs.
+		return w.wideGuarded(t, start, end, s.IsReplace)
 	}
 	g := &Guard{}
 	var keys []string
 	for _, row := range s.Lists {
-		if keyCol >= len(row) {
-			return Plan{Kind: KindOriginal, Table: t, Reason: "unsupported: VALUES row without the key"}
+		if keyCol >= len(row) || !isIntLiteralOrParam(row[keyCol]) {
+			return w.wideGuarded(t, start, end, s.IsReplace)
 		}
 		e := row[keyCol]
-		if !isIntLiteralOrParam(e) {
-			return Plan{Kind: KindOriginal, Table: t, Reason: "unsupported: key value is not a literal or placeholder"}
-		}
 		keys = append(keys, r.restore(e, w.sess))
 		if i := w.paramIndex(e); i >= 0 {
 			g.KeysParams = append(g.KeysParams, i)

@@ -28,6 +28,16 @@ ALTER TABLE repos ADD COLUMN extra INT
 UPDATE repos r JOIN users u ON u.id = r.owner_id SET r.downloads = 0
 -- case: multi-table delete
 DELETE r FROM repos r JOIN users u ON u.id = r.owner_id WHERE u.name = 'gone'
+-- case: multi-table delete that only reads the ruled table
+DELETE u FROM users u JOIN repos r ON r.owner_id = u.id WHERE r.downloads > 5
+-- case: multi-table update assigning counters of two ruled tables passes through
+UPDATE repos r JOIN pages p ON p.page_id = r.id SET r.downloads = 0, p.views = 0
+-- case: INSERT … SELECT with ON DUPLICATE KEY UPDATE of a counter folds the whole table
+INSERT INTO repos (id, name) SELECT id, name FROM users ON DUPLICATE KEY UPDATE downloads = 0
+-- case: REPLACE without the key folds the whole table
+REPLACE INTO repos (name, downloads) VALUES ('x', 1)
+-- case: upsert whose key is an expression folds the whole table
+INSERT INTO repos (id, name) VALUES (1 + 1, 'x') ON DUPLICATE KEY UPDATE stars = 0
 -- case: rename reloads the catalog
 RENAME TABLE repos TO repos_old, users TO repos
 -- case: create index reloads the catalog
