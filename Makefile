@@ -1,5 +1,7 @@
 # slotproxy — common tasks.
 #
+#   make demo    the one-minute demo: a contended counter, direct and through
+#                slotproxy, on a throwaway MariaDB
 #   make build   build ./slotproxy
 #   make run     run the proxy locally in front of a throwaway MariaDB
 #   make test    install missing dependencies, vet, run all tests (race)
@@ -11,7 +13,7 @@ ifeq ($(shell command -v go 2>/dev/null),)
 export PATH := /usr/local/go/bin:$(PATH)
 endif
 
-.PHONY: build run test fuzz
+.PHONY: build run test fuzz demo
 
 # Fuzz targets: package and name. "make test" runs each for FUZZTIME;
 # "make fuzz FUZZTIME=10m" for a long run.
@@ -25,6 +27,12 @@ build:
 
 run:
 	scripts/run-local.sh
+
+demo:
+	@scripts/deps.sh >/dev/null
+	@echo "building slotbench..."
+	@go build -o .local/bin/slotbench ./cmd/slotbench
+	@.local/bin/slotbench --demo
 
 test:
 	scripts/deps.sh && go vet ./... && go test -race -count=1 -timeout 20m ./...

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,8 +27,9 @@ import (
 	"github.com/slotproxy/slotproxy/rules"
 )
 
-// schema is the benchmark's database.
-const schema = "bench"
+// schema is the benchmark's database: bench, or app for --demo (set once,
+// by parseOptions, before anything else runs).
+var schema = "bench"
 
 // bench is one benchmark run: the backend, the servers in front of it and
 // the report being filled in.
@@ -278,11 +280,25 @@ func adminConfig(backend, user, pass string) *config.Config {
 	return cfg
 }
 
-// ruleSet is the rule for bench.repos with the given slot count.
-func ruleSet(slots int) (*rules.Set, error) {
-	r, err := rules.Parse("slotbench/repos.yaml",
-		fmt.Appendf(nil, "table: %s.repos\nkey: id\ncounters: [downloads]\nslots: %d\n", schema, slots))
-	if err != nil {
+// ruleSet is the rule for repos: the rule file ruleFile when given (it must
+// rule repos.downloads of the benchmark's schema), else one with slots
+// slots.
+func ruleSet(slots int, ruleFile string) (*rules.Set, error) {
+	var r *rules.Rule
+	var err error
+	if ruleFile != "" {
+		data, rerr := os.ReadFile(ruleFile)
+		if rerr != nil {
+			return nil, rerr
+		}
+		if r, err = rules.Parse(ruleFile, data); err != nil {
+			return nil, err
+		}
+		if r.Schema != schema || r.Table != "repos" || !slices.ContainsFunc(r.Counters, func(c rules.Counter) bool { return c.Name == "downloads" }) {
+			return nil, fmt.Errorf("%s: want a rule for %s.repos with counter downloads", ruleFile, schema)
+		}
+	} else if r, err = rules.Parse("slotbench/repos.yaml",
+		fmt.Appendf(nil, "table: %s.repos\nkey: id\ncounters: [downloads]\nslots: %d\n", schema, slots)); err != nil {
 		return nil, err
 	}
 	return rules.NewSet(r)
@@ -291,8 +307,8 @@ func ruleSet(slots int) (*rules.Set, error) {
 // buildRewriter loads the catalog of bench.repos with slots slots, first
 // migrating (creating the slot tables and registering the record type) when
 // migrate is set.
-func buildRewriter(ctx context.Context, backend, user, pass string, slots int, migrate bool) (*rewrite.Rewriter, error) {
-	set, err := ruleSet(slots)
+func buildRewriter(ctx context.Context, backend, user, pass string, slots int, ruleFile string, migrate bool) (*rewrite.Rewriter, error) {
+	set, err := ruleSet(slots, ruleFile)
 	if err != nil {
 		return nil, err
 	}
@@ -315,7 +331,7 @@ func buildRewriter(ctx context.Context, backend, user, pass string, slots int, m
 }
 
 func (b *bench) loadRewriter(ctx context.Context, slots int, migrate bool) (*rewrite.Rewriter, error) {
-	return buildRewriter(ctx, b.backendAddr, b.adminUser, b.adminPass, slots, migrate)
+	return buildRewriter(ctx, b.backendAddr, b.adminUser, b.adminPass, slots, b.opts.ruleFile, migrate)
 }
 
 // total returns the true value of repos id's downloads: base + slots, read

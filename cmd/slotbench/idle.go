@@ -54,7 +54,7 @@ func childMain() int {
 		if err != nil {
 			return fail(fmt.Errorf("%s: %w", childSlotsEnv, err))
 		}
-		rw, err := buildRewriter(context.Background(), backend, os.Getenv(childUserEnv), os.Getenv(childPasswordEnv), slots, false)
+		rw, err := buildRewriter(context.Background(), backend, os.Getenv(childUserEnv), os.Getenv(childPasswordEnv), slots, "", false)
 		if err != nil {
 			return fail(err)
 		}

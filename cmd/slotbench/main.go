@@ -103,6 +103,9 @@ type options struct {
 	slotStudy  bool
 	studySlots []int
 
+	demo     bool   // the before/after demo (demo.go)
+	ruleFile string // rule file for repos instead of the built-in rule
+
 	smoke           bool
 	strict          bool
 	jsonPath        string
@@ -191,6 +194,10 @@ func parseOptions(args []string, stdout io.Writer) (*options, error) {
 	fs.BoolVar(&o.slotStudy, "slot-study", false, "run hot-tx and counter-read through slotproxy for each of --study-slots "+
 		"(only the study, unless --workloads is given too)")
 	fs.StringVar(&studySlots, "study-slots", "1,4,16,64,100,256", "slot counts of --slot-study")
+	fs.BoolVar(&o.demo, "demo", false, "the one-minute demo: hot-tx at --clients, direct (before) and through slotproxy with the example rule "+
+		"(after), on a throwaway MariaDB with schema app; prints a before/after table")
+	fs.StringVar(&o.ruleFile, "rule", "", "rule `FILE` for repos (it must rule repos.downloads of the benchmark's schema); "+
+		"default: a built-in rule with --slots, or testdata/rules/repos.yaml with --demo")
 	fs.BoolVar(&o.smoke, "smoke", false, "a seconds-long run of every workload (for CI); fails only on errors, never on ratios")
 	fs.BoolVar(&o.strict, "strict", false, "exit 1 when a gated ratio fails")
 	fs.StringVar(&o.jsonPath, "json", "", "write every number to `FILE` as JSON")
@@ -240,6 +247,30 @@ func parseOptions(args []string, stdout io.Writer) (*options, error) {
 		if !set["study-slots"] {
 			studySlots = "1,4"
 		}
+	}
+	schema = "bench"
+	if o.demo {
+		if o.backend != "" {
+			return nil, usageError{errors.New("--demo starts its own MariaDB (it would drop schema app on --backend)")}
+		}
+		schema = "app"
+		demo := map[string]func(){
+			"rounds":   func() { o.rounds = 2 },
+			"duration": func() { o.duration = 4 * time.Second },
+			"warmup":   func() { o.warmup = 300 * time.Millisecond },
+			"rows":     func() { o.rows = 1000 },
+			"items":    func() { o.items = 1000 },
+			"rule":     func() { o.ruleFile = "testdata/rules/repos.yaml" },
+		}
+		for name, apply := range demo {
+			if !set[name] {
+				apply()
+			}
+		}
+		if !set["workloads"] {
+			workloads = ""
+		}
+		sweep = ""
 	}
 	o.mariadbdArgs = mariadbdArgs
 
@@ -313,6 +344,9 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	defer b.close()
 	if err := b.setup(ctx); err != nil {
 		return err
+	}
+	if o.demo {
+		return b.demo(ctx, stdout)
 	}
 	for _, w := range o.workloads {
 		if err := ctx.Err(); err != nil {

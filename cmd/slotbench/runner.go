@@ -194,8 +194,12 @@ func (b *bench) runScenario(ctx context.Context, sc *scenario) ([]*targetResult,
 				return nil, err
 			}
 			status := func(ops int64, el time.Duration) {
-				b.cons.progress(fmt.Sprintf("%-14s c=%-3d %-11s round %d/%d  %4.1fs/%.1fs  ops %d",
-					sc.workload, sc.clients, p.t.name, round, o.rounds, el.Seconds(), o.duration.Seconds(), ops))
+				rate := 0.0
+				if el > 0 {
+					rate = float64(ops) / el.Seconds()
+				}
+				b.cons.progress(fmt.Sprintf("%-14s c=%-3d %-11s round %d/%d  %4.1fs/%.1fs  ops %d  %s %s",
+					sc.workload, sc.clients, p.t.name, round, o.rounds, el.Seconds(), o.duration.Seconds(), ops, fmtRate(rate), sc.unit))
 			}
 			rs := b.runFor(ctx, p, o.duration, true, status)
 			r := p.res
