@@ -37,6 +37,19 @@ RUN printf '%s\n' \
         'metrics: {listen: ":9307"}' \
         > /out/config.yaml
 
+# The demo load (docker-compose.yml, service "demo"): slotbench --demo
+# against the compose file's MySQL and slotproxy. Build it with
+# "docker build --target demo -t slotproxy-demo ."; the default target,
+# below, is the slotproxy image.
+FROM build AS demo-build
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/slotbench ./cmd/slotbench
+
+FROM gcr.io/distroless/static-debian12:nonroot AS demo
+COPY --from=demo-build /out/slotbench /slotbench
+COPY testdata/rules/repos.yaml /etc/slotproxy/rules/repos.yaml
+ENTRYPOINT ["/slotbench"]
+CMD ["--help"]
+
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/slotproxy /slotproxy
 COPY --from=build /out/config.yaml /etc/slotproxy/config.yaml

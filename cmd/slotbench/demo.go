@@ -22,7 +22,7 @@ func (b *bench) demo(ctx context.Context, w io.Writer) error {
 	}
 	fmt.Fprintf(w, "slotproxy demo: %d clients hammer one row. Each transaction runs\n\n", o.clients)
 	fmt.Fprintf(w, "    BEGIN; %s; %s; <%s of work>; COMMIT\n\n", sqlIncrement, strings.Replace(sqlRepoName, "?", "<random id>", 1), o.hold)
-	fmt.Fprintf(w, "first directly on MariaDB %s (before), then through slotproxy with %s (after),\n", b.version, rule)
+	fmt.Fprintf(w, "first directly on %s %s (before), then through slotproxy %s with %s (after),\n", b.backendAddr, b.version, b.proxyAddr, rule)
 	fmt.Fprintf(w, "%d rounds of %s each, alternating. The application code is the same; only the address differs.\n\n", o.rounds, o.duration)
 
 	var committed atomic.Int64
@@ -55,7 +55,9 @@ func (b *bench) demo(ctx context.Context, w io.Writer) error {
 		}
 		fmt.Fprintf(w, "%s %s: %s\n", mark, c.Name, c.Detail)
 	}
-	fmt.Fprintf(w, "\nTry it with your own client: make run, then connect to 127.0.0.1:3307 (see README.md, Quick start).\n")
+	if o.proxy == "" {
+		fmt.Fprintf(w, "\nTry it with your own client: make run, then connect to 127.0.0.1:3307 (see README.md, Quick start).\n")
+	}
 	if len(failed) > 0 {
 		return errors.New("demo: " + strings.Join(failed, "; "))
 	}

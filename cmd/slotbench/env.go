@@ -85,8 +85,11 @@ func (b *bench) setup(ctx context.Context) error {
 		}
 		b.backendAddr = o.backend
 		b.user, b.password = o.user, o.password
-		b.adminUser, b.adminPass = o.user, o.password
+		b.adminUser, b.adminPass = o.adminUser, o.adminPass
 		b.rep.Env.Backend = o.backend
+	}
+	if o.proxy != "" {
+		return b.setupExternal(ctx, t0)
 	}
 
 	var err error
@@ -147,6 +150,65 @@ func (b *bench) setup(ctx context.Context) error {
 	b.cons.clear()
 	b.cons.logf("slotbench: backend %s (%s), slotproxy %s, relay %s, record type %d, setup %s",
 		b.backendAddr, b.version, b.proxyAddr, b.relay.addr(), b.recordType, time.Since(t0).Round(time.Millisecond))
+	return nil
+}
+
+// setupExternal is setup with --proxy: the schema, the rule's slot table
+// and the proxy exist already; this only finds the record type and the
+// rows of repos, and starts the relay. The backend and the proxy may still
+// be starting (docker compose): connecting is retried for a minute.
+func (b *bench) setupExternal(ctx context.Context, t0 time.Time) error {
+	var err error
+	if b.admin, err = openDB(b.backendAddr, b.adminUser, b.adminPass, schema, 4); err != nil {
+		return err
+	}
+	b.cons.progress(fmt.Sprintf("waiting for the backend %s and slotproxy %s...", b.backendAddr, b.opts.proxy))
+	var rows int
+	for deadline := time.Now().Add(time.Minute); ; {
+		err = b.admin.QueryRowContext(ctx, "SELECT VERSION()").Scan(&b.version)
+		if err == nil {
+			err = b.admin.QueryRowContext(ctx, "SELECT COUNT(*) FROM repos").Scan(&rows)
+		}
+		if err == nil {
+			var db *sql.DB
+			if db, err = openDB(b.opts.proxy, b.user, b.password, schema, 1); err == nil {
+				err = db.PingContext(ctx)
+				db.Close()
+			}
+		}
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	if err != nil {
+		return fmt.Errorf("backend %s, slotproxy %s: %w", b.backendAddr, b.opts.proxy, err)
+	}
+	if rows < 2 {
+		return fmt.Errorf("%s.repos has %d rows; want ids 1 to N, N >= 2", schema, rows)
+	}
+	b.opts.rows = rows
+	b.rep.Env.BackendVersion = b.version
+	rw, err := b.loadRewriter(ctx, b.opts.slots, false)
+	if err != nil {
+		return err
+	}
+	t := rw.Catalog().Tables()
+	if len(t) != 1 || len(t[0].Counters) == 0 {
+		return fmt.Errorf("catalog: want one ruled table, got %d", len(t))
+	}
+	b.recordType = t[0].Counters[0].RecordType
+	b.rowAlias = catalog.RowAlias(b.version)
+	b.proxyAddr = b.opts.proxy
+	if b.relay, err = startRelay(b.backendAddr); err != nil {
+		return err
+	}
+	if err := b.checkRead(ctx, b.proxyAddr, 1, -1); err != nil {
+		return fmt.Errorf("sanity check through slotproxy: %w", err)
+	}
+	b.cons.clear()
+	b.cons.logf("slotbench: backend %s (%s), slotproxy %s (running), record type %d, setup %s",
+		b.backendAddr, b.version, b.proxyAddr, b.recordType, time.Since(t0).Round(time.Millisecond))
 	return nil
 }
 

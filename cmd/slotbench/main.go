@@ -83,6 +83,8 @@ var allWorkloads = []string{wHotTx, wHotAutocommit, wPointSelect, wRangeSelect, 
 // options are the parsed flags.
 type options struct {
 	backend, user, password string
+	adminUser, adminPass    string // --admin-user, --admin-password (default: --user, --password)
+	proxy                   string // --proxy: a slotproxy already running in front of --backend
 	mariadbdArgs            []string
 
 	workloads    []string
@@ -176,6 +178,10 @@ func parseOptions(args []string, stdout io.Writer) (*options, error) {
 	fs.StringVar(&o.backend, "backend", "", "use the existing MySQL/MariaDB at `HOST:PORT` instead of starting one (schema bench is dropped and re-created)")
 	fs.StringVar(&o.user, "user", "root", "account for --backend (clients and admin)")
 	fs.StringVar(&o.password, "password", "", "password for --user")
+	fs.StringVar(&o.adminUser, "admin-user", "", "account that reads the slot table and the record types with --proxy (default --user)")
+	fs.StringVar(&o.adminPass, "admin-password", "", "password for --admin-user (default --password)")
+	fs.StringVar(&o.proxy, "proxy", "", "with --demo and --backend: the slotproxy already serving --backend at `HOST:PORT`, "+
+		"with the --rule rule migrated; schema app and app.repos must exist (nothing is dropped or created)")
 	fs.Var(&mariadbdArgs, "mariadbd-arg", "extra mariadbd `FLAG` for the throwaway server (repeatable)")
 	fs.StringVar(&workloads, "workloads", "all", "comma-separated workloads to run, or all")
 	fs.IntVar(&o.clients, "clients", 32, "clients of hot-tx and hot-autocommit")
@@ -249,9 +255,15 @@ func parseOptions(args []string, stdout io.Writer) (*options, error) {
 		}
 	}
 	schema = "bench"
+	if o.proxy != "" && (!o.demo || o.backend == "") {
+		return nil, usageError{errors.New("--proxy needs --demo and --backend")}
+	}
+	if o.adminUser == "" {
+		o.adminUser, o.adminPass = o.user, o.password
+	}
 	if o.demo {
-		if o.backend != "" {
-			return nil, usageError{errors.New("--demo starts its own MariaDB (it would drop schema app on --backend)")}
+		if o.backend != "" && o.proxy == "" {
+			return nil, usageError{errors.New("--demo with --backend needs --proxy (without, it would drop and re-create schema app there)")}
 		}
 		schema = "app"
 		demo := map[string]func(){

@@ -6,7 +6,9 @@ import (
 	"encoding/xml"
 	"errors"
 	"io"
+	"log/slog"
 	"math"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +17,9 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/slotproxy/slotproxy/internal/testdb"
+	"github.com/slotproxy/slotproxy/proxy"
 )
 
 func TestMain(m *testing.M) {
@@ -173,7 +178,7 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("run: %v\nstderr:\n%s", err, strings.ReplaceAll(stderr.String(), "\r", "\n"))
 	}
 	for _, want := range []string{
-		"through slotproxy with ../../testdata/rules/repos.yaml",
+		"with ../../testdata/rules/repos.yaml (after)",
 		"direct (before)", "slotproxy (after)", "transactions/s", "p99 latency",
 		"ok   hot-tx: every committed increment counted",
 		"ok   hot-tx: slotproxy reads the true total",
@@ -184,5 +189,68 @@ func TestDemo(t *testing.T) {
 	}
 	if err := run([]string{"--demo", "--backend", "127.0.0.1:3306"}, io.Discard, io.Discard); err == nil {
 		t.Error("--demo with --backend was accepted")
+	}
+}
+
+// TestDemoExternalProxy runs the demo the way docker-compose.yml does: the
+// schema, the migrated rule and a slotproxy exist already (here an
+// in-process server), and slotbench only drives them.
+func TestDemoExternalProxy(t *testing.T) {
+	s, err := testdb.Start(testdb.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	if err := testdb.Setup(s); err != nil {
+		t.Fatal(err)
+	}
+	admin, err := openDB(s.Addr, s.RootUser, s.RootPassword, "", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	ctx := t.Context()
+	if err := execAll(ctx, admin, "CREATE DATABASE app",
+		"CREATE TABLE app.repos (id BIGINT PRIMARY KEY, name VARCHAR(100) NOT NULL DEFAULT '', downloads BIGINT NOT NULL DEFAULT 0)",
+		"INSERT INTO app.repos (id) SELECT seq FROM app.seq_1_to_200"); err != nil {
+		t.Fatal(err)
+	}
+	schema = "app"
+	defer func() { schema = "bench" }()
+	const rule = "../../testdata/rules/repos.yaml"
+	rw, err := buildRewriter(ctx, s.Addr, s.RootUser, s.RootPassword, 0, rule, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := proxy.NewServer(proxy.Config{Backend: s.Addr, Rewriter: rw, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Close()
+
+	var stdout, stderr bytes.Buffer
+	err = run([]string{"--demo", "--backend", s.Addr, "--proxy", ln.Addr().String(), "--rule", rule,
+		"--user", testdb.NativeUser, "--password", testdb.NativePassword,
+		"--admin-user", s.RootUser, "--admin-password", s.RootPassword,
+		"--clients", "4", "--hold", "1ms", "--rounds", "1", "--duration", "300ms", "--warmup", "50ms"}, &stdout, &stderr)
+	out := stdout.String()
+	t.Logf("stdout:\n%s", out)
+	if err != nil {
+		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
+	}
+	if !strings.Contains(out, "ok   hot-tx: every committed increment counted") || !strings.Contains(out, "slotproxy (after)") {
+		t.Errorf("demo output lacks the table or the check")
+	}
+	var n int
+	if err := admin.QueryRow("SELECT COUNT(*) FROM app.repos").Scan(&n); err != nil || n != 200 {
+		t.Errorf("app.repos has %d rows (%v) after the demo; it must be left as it was", n, err)
+	}
+	if err := run([]string{"--demo", "--backend", s.Addr}, io.Discard, io.Discard); err == nil {
+		t.Error("--demo with --backend and without --proxy was accepted")
 	}
 }

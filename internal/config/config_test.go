@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strconv"
@@ -593,4 +594,30 @@ func handshake(t *testing.T, client, server *tls.Config) (tls.ConnectionState, e
 	c.Close()
 	r := <-done
 	return r.state, err
+}
+
+// TestLoadDockerConfig keeps docker/slotproxy.yaml, the configuration of
+// docker-compose.yml (which CI cannot run), loadable and as documented.
+func TestLoadDockerConfig(t *testing.T) {
+	t.Setenv(AdminPasswordEnv, "root-pass")
+	// As in the container: the rules directory next to the file.
+	data, err := os.ReadFile("../../docker/slotproxy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	writeFile(t, dir, "rules/repos.yaml", []byte("# mounted from testdata/rules\n"))
+	writeFile(t, dir, "config.yaml", data)
+	c, err := Load(filepath.Join(dir, "config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Default()
+	want.Listen, want.Backend.Address = "0.0.0.0:3307", "mysql:3306"
+	want.Rules = filepath.Join(dir, "rules")
+	want.Admin = Admin{User: "root", Password: "root-pass"}
+	want.Metrics.Listen = "0.0.0.0:9307"
+	if !reflect.DeepEqual(c, want) {
+		t.Errorf("docker/slotproxy.yaml:\n got %+v\nwant %+v", c, want)
+	}
 }
