@@ -836,8 +836,9 @@ func TestMalformedCommandsDifferential(t *testing.T) {
 }
 
 // TestMalformedOverMaxAllowedPacket: a query larger than the backend
-// session's max_allowed_packet ends that connection (the server refuses it)
-// and nothing else. The global is lowered only while the victim connects.
+// session's max_allowed_packet ends that connection (the server refuses it
+// with ERR 1153, which the client must get through the proxy too) and
+// nothing else. The global is lowered only while the victim connects.
 func TestMalformedOverMaxAllowedPacket(t *testing.T) {
 	p := startProxy(t, nil)
 	healthy := mustLoginWire(t, p.addr, testdb.DBName)
@@ -874,13 +875,13 @@ func TestMalformedOverMaxAllowedPacket(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: connection not closed: %v", via, err)
 		}
-		for _, pkt := range pkts {
-			if pkt[0] != 0xff {
-				t.Fatalf("%s: got %q, want ERR 1153 or nothing", via, pkt)
-			}
-			if e := parseErrPacket(pkt); e.Code != gomysql.ER_NET_PACKET_TOO_LARGE {
-				t.Fatalf("%s: got %v, want ERR 1153", via, e)
-			}
+		// The server says why before it closes, and so must the proxy
+		// (the backend's ERR, relayed before the client is closed).
+		if len(pkts) != 1 || pkts[0][0] != 0xff {
+			t.Fatalf("%s: got %q, want one ERR 1153 then the close", via, pkts)
+		}
+		if e := parseErrPacket(pkts[0]); e.Code != gomysql.ER_NET_PACKET_TOO_LARGE {
+			t.Fatalf("%s: got %v, want ERR 1153", via, e)
 		}
 		t.Logf("%s: write error %v, %d ERR packets before the close", via, werr, len(pkts))
 	}
@@ -1877,5 +1878,68 @@ func TestMultiStatementSessionChange(t *testing.T) {
 	// The session ends in the ruled schema, and the proxy knows it.
 	ip.check(t, text("UPDATE repos SET downloads = downloads + 1 WHERE id = 2"))
 	ip.check(t, text("SELECT id, downloads FROM repos ORDER BY id"))
+	noPanics(t, p)
+}
+
+// TestStalledClientClosed: a client that stops reading while the proxy has
+// a response for it is closed after ClientWriteTimeout, and its backend
+// connection is released; a client that reads slowly but steadily is not
+// cut off.
+func TestStalledClientClosed(t *testing.T) {
+	p := startProxy(t, func(c *proxy.Config) { c.ClientWriteTimeout = time.Second })
+	admin := directDB(t, "")
+	backendThreads := func(id string) int {
+		var n int
+		if err := admin.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = " + id).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	stalled := mustLoginWire(t, p.addr, testdb.DBName)
+	_ = stalled.query("SELECT CONNECTION_ID()")
+	id := readScalar(t, stalled)
+	// 64 MiB: far more than the socket buffers hold, so the proxy's writes
+	// block once the client stops reading (it never reads at all).
+	if err := stalled.query("SELECT seq, REPEAT('x', 1000) FROM seq_1_to_65536"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for backendThreads(id) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("backend connection %s of a client that stopped reading still open after 15s", id)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	// Slow but steady: 512 bytes every 2 ms is far below the socket
+	// buffers' drain rate the timeout is about, and each write progresses.
+	w := mustLoginWire(t, p.addr, testdb.DBName)
+	_ = w.SetDeadline(time.Now().Add(time.Minute))
+	sr := &slowReader{r: w.Conn, chunk: 512, pause: 2 * time.Millisecond}
+	sr.slow.Store(true)
+	w.br = bufio.NewReaderSize(sr, 4096)
+	if err := w.query("SELECT seq, REPEAT('y', 1000) FROM seq_1_to_700"); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 { // column count and definitions
+		if _, _, err := w.readFull(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows := 0
+	for {
+		first, n, err := w.streamPacket(io.Discard)
+		if err != nil {
+			t.Fatalf("slow reader cut off after %d rows: %v", rows, err)
+		}
+		if first == 0xfe && n < wireMax {
+			break
+		}
+		rows++
+	}
+	if rows != 700 {
+		t.Fatalf("slow reader got %d rows, want 700", rows)
+	}
 	noPanics(t, p)
 }

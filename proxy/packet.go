@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"slices"
+	"time"
 )
 
 // maxPacketPayload is the largest payload one wire packet carries. A logical
@@ -25,6 +26,7 @@ type packetConn struct {
 	conn net.Conn
 	br   *bufio.Reader
 	bw   *bufio.Writer
+	sw   *sockWriter // bw's destination
 	// seqShift is added to the sequence id of every forwarded header
 	// (writeHeader), when the proxy sent a command in a different number of
 	// packets than the client did. Set only by the side writing to p.
@@ -32,7 +34,38 @@ type packetConn struct {
 }
 
 func newPacketConn(c net.Conn, readBuf, writeBuf int) *packetConn {
-	return &packetConn{conn: c, br: bufio.NewReaderSize(c, readBuf), bw: bufio.NewWriterSize(c, writeBuf)}
+	sw := &sockWriter{c: c}
+	return &packetConn{conn: c, br: bufio.NewReaderSize(c, readBuf), bw: bufio.NewWriterSize(sw, writeBuf), sw: sw}
+}
+
+// sockWriter is the socket end of a packetConn's write buffer. With a
+// timeout, every write must make progress within it: the deadline is
+// pushed out as writes succeed (refreshed once less than 7/8 of it is
+// left, so most writes cost no timer update). On the backend side, write
+// errors are marked (errBackendWrite).
+type sockWriter struct {
+	c       net.Conn
+	timeout time.Duration
+	until   time.Time
+	backend bool
+}
+
+// errBackendWrite marks a failed write to the backend: the backend may
+// have said why (ERR 1153 before closing) and that answer is worth relaying.
+var errBackendWrite = errors.New("writing to the backend")
+
+func (w *sockWriter) Write(p []byte) (int, error) {
+	if w.timeout > 0 {
+		if now := time.Now(); w.until.Sub(now) < w.timeout-w.timeout/8 {
+			w.until = now.Add(w.timeout)
+			_ = w.c.SetWriteDeadline(w.until)
+		}
+	}
+	n, err := w.c.Write(p)
+	if err != nil && w.backend {
+		err = fmt.Errorf("%w: %w", errBackendWrite, err)
+	}
+	return n, err
 }
 
 // header is the four-byte header of one wire packet.

@@ -33,6 +33,10 @@ type Config struct {
 	ConnectTimeout time.Duration
 	// HandshakeTimeout bounds the whole handshake (greeting to OK). Zero means 10s.
 	HandshakeTimeout time.Duration
+	// ClientWriteTimeout closes a connection whose client has not read
+	// for that long while the proxy had a response to write (a stalled
+	// client holds a backend connection). Zero means 8h.
+	ClientWriteTimeout time.Duration
 	// MaxUnauthenticated caps connections that have not finished the
 	// handshake; further connections get ERR 1040 and are closed. Zero means 1000.
 	MaxUnauthenticated int
@@ -88,6 +92,9 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	if cfg.ConnectTimeout <= 0 {
 		cfg.ConnectTimeout = 5 * time.Second
+	}
+	if cfg.ClientWriteTimeout <= 0 {
+		cfg.ClientWriteTimeout = 8 * time.Hour
 	}
 	if cfg.HandshakeTimeout <= 0 {
 		cfg.HandshakeTimeout = 10 * time.Second

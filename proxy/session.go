@@ -166,6 +166,8 @@ func (s *session) serve(ctx context.Context) {
 	}
 	_ = s.clientConn.SetDeadline(time.Time{})
 	_ = s.backConn.SetDeadline(time.Time{})
+	s.client.sw.timeout = s.srv.cfg.ClientWriteTimeout
+	s.back.sw.backend = true
 	s.log.Info("connection open", "tls", s.tls, "db", s.db)
 	s.authed.Store(true)
 	if s.draining.Load() {
@@ -176,19 +178,66 @@ func (s *session) serve(ctx context.Context) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		defer s.close()
 		defer s.recoverPanic("response pump")
-		if err := s.responsePump(); err != nil && !s.isClosed() {
-			s.log.Info("backend connection ended", "err", err)
+		err := s.responsePump()
+		if err == nil || s.isClosed() {
+			s.close()
+			return
+		}
+		s.log.Info("backend connection ended", "err", err)
+		// Like the server closing a connection: what was relayed is
+		// flushed, the client gets FIN, and what it still sends is read
+		// off for a moment by the command pump (which then fails to
+		// forward it, or sees the client's EOF, and closes), so the client
+		// reads the last packets (ERR 1153, say) instead of a reset.
+		if s.client.flush() != nil || s.halfClose() != nil {
+			s.close()
 		}
 	}()
+	pumpDone := make(chan struct{})
+	go func() { wg.Wait(); close(pumpDone) }()
 	err = s.commandPump()
-	if err != nil && !s.isClosed() && !errors.Is(err, io.EOF) {
+	if errors.Is(err, errBackendWrite) && !s.isClosed() {
+		// The backend closed on us mid-command. It may have said why
+		// first (ERR 1153 for a command over max_allowed_packet): let the
+		// response pump relay that before the client is closed.
+		s.log.Info("backend connection ended", "err", err)
+		s.lingerClose(pumpDone)
+	} else if err != nil && !s.isClosed() && !errors.Is(err, io.EOF) {
 		s.log.Info("client connection ended", "err", err)
 	}
 	s.close()
-	wg.Wait()
+	<-pumpDone
 	s.log.Info("connection closed", "duration", time.Since(s.started).Round(time.Millisecond), "commands", s.commands.Load())
+}
+
+// lingerClose waits (a little) for the response pump to relay what the
+// backend sent before it closed, then reads off what the client still
+// sends, for a moment, so that closing does not reset the connection
+// before the client read the last packets.
+func (s *session) lingerClose(pumpDone <-chan struct{}) {
+	select {
+	case <-pumpDone:
+	case <-time.After(2 * time.Second):
+		return
+	}
+	if s.halfClose() == nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(s.clientConn, 64<<20))
+	}
+}
+
+// lingerTime bounds reading off a client after the backend went away.
+const lingerTime = 2 * time.Second
+
+// halfClose ends the proxy's side of the client connection (FIN, or TLS
+// close_notify and FIN) and gives reads from the client lingerTime.
+func (s *session) halfClose() error {
+	cw, ok := s.clientConn.(interface{ CloseWrite() error })
+	if !ok {
+		return errors.New("no half-close")
+	}
+	_ = s.clientConn.SetReadDeadline(time.Now().Add(lingerTime))
+	return cw.CloseWrite()
 }
 
 // setRawBack records the backend socket so close can reach it. It fails

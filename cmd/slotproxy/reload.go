@@ -124,6 +124,7 @@ func restartKeys(cur, next *config.Config) []string {
 	diff("timeouts.connect", cur.Timeouts.Connect, next.Timeouts.Connect)
 	diff("timeouts.handshake", cur.Timeouts.Handshake, next.Timeouts.Handshake)
 	diff("timeouts.shutdown", cur.Timeouts.Shutdown, next.Timeouts.Shutdown)
+	diff("timeouts.client_write", cur.Timeouts.ClientWrite, next.Timeouts.ClientWrite)
 	diff("limits.max_unauthenticated", cur.Limits.MaxUnauthenticated, next.Limits.MaxUnauthenticated)
 	diff("log.level", cur.Log.Level, next.Log.Level)
 	diff("log.format", cur.Log.Format, next.Log.Format)

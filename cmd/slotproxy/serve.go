@@ -223,6 +223,7 @@ func proxyConfig(cfg *config.Config, logger *slog.Logger) (proxy.Config, error) 
 		ClientTLS:          clientTLS,
 		ConnectTimeout:     cfg.Timeouts.Connect,
 		HandshakeTimeout:   cfg.Timeouts.Handshake,
+		ClientWriteTimeout: cfg.Timeouts.ClientWrite,
 		MaxUnauthenticated: cfg.Limits.MaxUnauthenticated,
 		MaxRetries:         retries(cfg.Retries),
 		Logger:             logger,

@@ -172,6 +172,9 @@ type Timeouts struct {
 	// Shutdown is how long statements in flight may run after SIGTERM
 	// before their connections are closed.
 	Shutdown time.Duration
+	// ClientWrite bounds how long a write to a client may make no progress
+	// (a client that stopped reading) before its connection is closed.
+	ClientWrite time.Duration
 }
 
 // Limits protect the proxy from connection floods.
@@ -209,6 +212,10 @@ func Default() *Config {
 			Connect:   5 * time.Second,
 			Handshake: 10 * time.Second,
 			Shutdown:  30 * time.Second,
+			// The server's default wait_timeout, and the net_write_timeout
+			// mysqldump sets for itself: longer than anything the server
+			// itself would allow by default.
+			ClientWrite: 8 * time.Hour,
 		},
 		Limits:     Limits{MaxUnauthenticated: 1000},
 		Rollup:     Rollup{Enabled: true, Interval: time.Second, Batch: 1000},
@@ -268,6 +275,7 @@ func (c *Config) check(s *source) error {
 		{"timeouts.connect", c.Timeouts.Connect},
 		{"timeouts.handshake", c.Timeouts.Handshake},
 		{"timeouts.shutdown", c.Timeouts.Shutdown},
+		{"timeouts.client_write", c.Timeouts.ClientWrite},
 		{"rollup.interval", c.Rollup.Interval},
 	} {
 		if d.val <= 0 {

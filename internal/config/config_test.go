@@ -50,6 +50,7 @@ timeouts:
   connect: 1s
   handshake: 1m30s
   shutdown: 500ms
+  client_write: 2m
 limits:
   max_unauthenticated: 7
 log:
@@ -98,7 +99,7 @@ func TestLoadFull(t *testing.T) {
 			Key:        filepath.Join(certs, "key.pem"),
 			MinVersion: tls.VersionTLS13,
 		},
-		Timeouts:   Timeouts{Connect: time.Second, Handshake: 90 * time.Second, Shutdown: 500 * time.Millisecond},
+		Timeouts:   Timeouts{Connect: time.Second, Handshake: 90 * time.Second, Shutdown: 500 * time.Millisecond, ClientWrite: 2 * time.Minute},
 		Limits:     Limits{MaxUnauthenticated: 7},
 		Log:        Log{Level: slog.LevelDebug, Format: LogJSON},
 		Rules:      filepath.Join(dir, "rules.d"),

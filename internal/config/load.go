@@ -108,7 +108,8 @@ func (d *decoder) config(n *yaml.Node, c *Config) error {
 			return d.mapping(v, key, fields{
 				"connect":   d.duration(&c.Timeouts.Connect),
 				"handshake": d.duration(&c.Timeouts.Handshake),
-				"shutdown":  d.duration(&c.Timeouts.Shutdown),
+				"shutdown":     d.duration(&c.Timeouts.Shutdown),
+				"client_write": d.duration(&c.Timeouts.ClientWrite),
 			})
 		},
 		"limits": func(v *yaml.Node, key string) error {
