@@ -106,8 +106,8 @@ func (d *decoder) config(n *yaml.Node, c *Config) error {
 		},
 		"timeouts": func(v *yaml.Node, key string) error {
 			return d.mapping(v, key, fields{
-				"connect":   d.duration(&c.Timeouts.Connect),
-				"handshake": d.duration(&c.Timeouts.Handshake),
+				"connect":      d.duration(&c.Timeouts.Connect),
+				"handshake":    d.duration(&c.Timeouts.Handshake),
 				"shutdown":     d.duration(&c.Timeouts.Shutdown),
 				"client_write": d.duration(&c.Timeouts.ClientWrite),
 			})
