@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# sysbench.sh — sysbench directly against MariaDB vs through slotproxy.
+# sysbench.sh — sysbench directly against MariaDB, through a plain TCP relay
+# and through slotproxy.
 #
 #   scripts/sysbench.sh
 #   THREADS=16 TIME=20 ROUNDS=5 scripts/sysbench.sh
@@ -8,11 +9,13 @@
 # directory, on 127.0.0.1), builds slotproxy and runs
 # "slotproxy serve --listen 127.0.0.1:PORT --backend 127.0.0.1:PORT" in front
 # of it (no rules: every statement is relayed, which is the path all
-# non-counter traffic takes). It prepares the sysbench tables directly, then
-# runs each test ROUNDS times, alternating direct and proxied runs
-# (direct, proxy, direct, proxy, ...) so that machine noise hits both, and
-# prints tps, qps and p95 latency per run, the means, and the ratios
-# proxy/direct (throughput: higher is better; p95: lower is better).
+# non-counter traffic takes), and slotbench's plain TCP relay
+# ("slotbench --relay-listen": two io.Copy goroutines per connection), the
+# cost of any extra hop. It prepares the sysbench tables directly, then
+# runs each test ROUNDS times, alternating the targets (direct, relay,
+# proxy, direct, ...) so that machine noise hits all, and prints tps, qps
+# and p95 latency per run, the means, and the ratios proxy/direct and
+# proxy/relay (throughput: higher is better; p95: lower is better).
 # Everything it started is stopped and its directory removed on exit.
 #
 # sysbench uses server-side prepared statements (--db-ps-mode=auto) and
@@ -30,7 +33,7 @@
 #   ROUNDS      direct/proxy pairs per test [3]
 #   TABLES      sysbench tables [4]
 #   TABLE_SIZE  rows per table [10000]
-#   MARIADB_PORT, PROXY_PORT  first ports tried [13306, 13307]
+#   MARIADB_PORT, PROXY_PORT, RELAY_PORT  first ports tried [13306, 13307, 13308]
 #   KEEP=1      keep the temporary directory (logs, data) on exit
 set -euo pipefail
 
@@ -76,13 +79,17 @@ SOCKET="$WORK/mysqld.sock"
 OS_USER=$(id -un)
 MARIADB_PID=""
 PROXY_PID=""
+RELAY_PID=""
 
 cleanup() {
 	local status=$?
-	if [ -n "$PROXY_PID" ] && kill -0 "$PROXY_PID" 2>/dev/null; then
-		kill -TERM "$PROXY_PID" 2>/dev/null || true
-		wait "$PROXY_PID" 2>/dev/null || true
-	fi
+	local pid
+	for pid in "$PROXY_PID" "$RELAY_PID"; do
+		if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+			kill -TERM "$pid" 2>/dev/null || true
+			wait "$pid" 2>/dev/null || true
+		fi
+	done
 	if [ -n "$MARIADB_PID" ] && kill -0 "$MARIADB_PID" 2>/dev/null; then
 		kill -TERM "$MARIADB_PID" 2>/dev/null || true
 		for _ in $(seq 1 300); do
@@ -160,6 +167,20 @@ for i in $(seq 1 100); do
 	sleep 0.1
 done
 
+log "building slotbench (for its plain relay)"
+go build -o "$WORK/slotbench" ./cmd/slotbench
+RPORT=$(free_port "${RELAY_PORT:-13308}")
+while [ "$RPORT" -eq "$MPORT" ] || [ "$RPORT" -eq "$PPORT" ]; do RPORT=$(free_port $((RPORT + 1))); done
+log "starting the plain relay on 127.0.0.1:$RPORT"
+"$WORK/slotbench" --relay-listen "127.0.0.1:$RPORT" --backend "127.0.0.1:$MPORT" 2>"$WORK/relay.log" &
+RELAY_PID=$!
+for i in $(seq 1 100); do
+	port_in_use "$RPORT" && break
+	kill -0 "$RELAY_PID" 2>/dev/null || { cat "$WORK/relay.log" >&2; die "relay exited"; }
+	[ "$i" -eq 100 ] && die "relay not listening after 10s"
+	sleep 0.1
+done
+
 sb() { # sb PORT ARGS...
 	local port=$1
 	shift
@@ -190,15 +211,18 @@ printf '\nsysbench %s, MariaDB %s, %s threads, %ss per run, %s rounds (after %ss
 printf '%-18s %5s %-7s %10s %10s %9s %7s\n' test round target tps qps p95_ms errors
 for test in $TESTS; do
 	if [ "$WARMUP" -gt 0 ]; then
-		for port in "$MPORT" "$PPORT"; do
+		for port in "$MPORT" "$RPORT" "$PPORT"; do
 			sb "$port" --threads="$THREADS" --time="$WARMUP" "$test" run >"$WORK/$test-warmup.log" 2>&1 ||
 				{ tail -n 30 "$WORK/$test-warmup.log" >&2; die "sysbench $test warm-up failed"; }
 		done
 	fi
 	for round in $(seq 1 "$ROUNDS"); do
-		for target in direct proxy; do
-			port=$MPORT
-			[ "$target" = proxy ] && port=$PPORT
+		for target in direct relay proxy; do
+			case $target in
+			direct) port=$MPORT ;;
+			relay) port=$RPORT ;;
+			proxy) port=$PPORT ;;
+			esac
 			out="$WORK/$test-$round-$target.log"
 			if ! sb "$port" --threads="$THREADS" --time="$TIME" --percentile=95 "$test" run >"$out" 2>&1; then
 				tail -n 30 "$out" >&2
@@ -216,11 +240,13 @@ awk '
 	{ k = $1 " " $2; n[k]++; tps[k] += $3; qps[k] += $4; p95[k] += $5; err[k] += $6; tests[$1] = 1 }
 	END {
 		for (t in tests) {
-			d = t " direct"; p = t " proxy"
+			d = t " direct"; r = t " relay"; p = t " proxy"
 			printf "%-18s %-7s %10.1f %10.1f %9.2f %7d\n", t, "direct", tps[d]/n[d], qps[d]/n[d], p95[d]/n[d], err[d]
+			printf "%-18s %-7s %10.1f %10.1f %9.2f %7d\n", t, "relay", tps[r]/n[r], qps[r]/n[r], p95[r]/n[r], err[r]
 			printf "%-18s %-7s %10.1f %10.1f %9.2f %7d\n", t, "proxy", tps[p]/n[p], qps[p]/n[p], p95[p]/n[p], err[p]
-			printf "%-18s %-7s %9.3fx %9.3fx %8.3fx\n", t, "ratio", (tps[p]/n[p])/(tps[d]/n[d]), (qps[p]/n[p])/(qps[d]/n[d]), (p95[p]/n[p])/(p95[d]/n[d])
+			printf "%-18s %-7s %9.3fx %9.3fx %8.3fx\n", t, "p/direct", (tps[p]/n[p])/(tps[d]/n[d]), (qps[p]/n[p])/(qps[d]/n[d]), (p95[p]/n[p])/(p95[d]/n[d])
+			printf "%-18s %-7s %9.3fx %9.3fx %8.3fx\n", t, "p/relay", (tps[p]/n[p])/(tps[r]/n[r]), (qps[p]/n[p])/(qps[r]/n[r]), (p95[p]/n[p])/(p95[r]/n[r])
 		}
 	}
 ' "$RESULTS"
-printf '(ratio = proxy / direct; p95 is the mean of the runs'"'"' 95th percentiles)\n'
+printf '(p/direct = proxy / direct, p/relay = proxy / relay; p95 is the mean of the runs'"'"' 95th percentiles)\n'

@@ -85,6 +85,7 @@ type options struct {
 	backend, user, password string
 	adminUser, adminPass    string // --admin-user, --admin-password (default: --user, --password)
 	proxy                   string // --proxy: a slotproxy already running in front of --backend
+	relayListen             string // --relay-listen: only run the plain relay there
 	mariadbdArgs            []string
 
 	workloads    []string
@@ -180,6 +181,8 @@ func parseOptions(args []string, stdout io.Writer) (*options, error) {
 	fs.StringVar(&o.password, "password", "", "password for --user")
 	fs.StringVar(&o.adminUser, "admin-user", "", "account that reads the slot table and the record types with --proxy (default --user)")
 	fs.StringVar(&o.adminPass, "admin-password", "", "password for --admin-user (default --password)")
+	fs.StringVar(&o.relayListen, "relay-listen", "", "run nothing but the plain relay, listening on `HOST:PORT` and relaying to --backend, "+
+		"until interrupted (a baseline for other tools, e.g. scripts/sysbench.sh)")
 	fs.StringVar(&o.proxy, "proxy", "", "with --demo and --backend: the slotproxy already serving --backend at `HOST:PORT`, "+
 		"with the --rule rule migrated; schema app and app.repos must exist (nothing is dropped or created)")
 	fs.Var(&mariadbdArgs, "mariadbd-arg", "extra mariadbd `FLAG` for the throwaway server (repeatable)")
@@ -255,6 +258,9 @@ func parseOptions(args []string, stdout io.Writer) (*options, error) {
 		}
 	}
 	schema = "bench"
+	if o.relayListen != "" && o.backend == "" {
+		return nil, usageError{errors.New("--relay-listen needs --backend")}
+	}
 	if o.proxy != "" && (!o.demo || o.backend == "") {
 		return nil, usageError{errors.New("--proxy needs --demo and --backend")}
 	}
@@ -350,6 +356,16 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	o, err := parseOptions(args, stdout)
 	if err != nil {
 		return err
+	}
+	if o.relayListen != "" {
+		r, err := listenRelay(o.relayListen, o.backend)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "slotbench: relaying %s to %s until interrupted\n", r.addr(), o.backend)
+		<-ctx.Done()
+		r.close()
+		return nil
 	}
 	cons := newConsole(stderr)
 	b := &bench{opts: o, cons: cons, rep: newReport(o)}

@@ -24,8 +24,11 @@ type relay struct {
 
 // startRelay listens on a free loopback port and relays every connection to
 // backend until close.
-func startRelay(backend string) (*relay, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func startRelay(backend string) (*relay, error) { return listenRelay("127.0.0.1:0", backend) }
+
+// listenRelay is startRelay on the address addr.
+func listenRelay(addr, backend string) (*relay, error) {
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
