@@ -20,17 +20,17 @@ const (
 // Metrics are the proxy's Prometheus collectors. A nil *Metrics records
 // nothing; all methods are safe for concurrent use.
 type Metrics struct {
-	clientConns    prometheus.Gauge
-	backendConns   prometheus.Gauge
-	statements     *prometheus.CounterVec
+	clientConns  prometheus.Gauge
+	backendConns prometheus.Gauge
+	statements   *prometheus.CounterVec
 	// The series of every pass-through statement and every rewritten read,
 	// looked up once: the per-statement cost of a label lookup (hashing,
 	// a lock) is not paid on the hot path.
 	passThrough, rewrittenRead prometheus.Counter
 	rewriteSeconds             prometheus.Histogram
-	backendErrors  *prometheus.CounterVec
-	retries        prometheus.Counter
-	existsLookups  *prometheus.CounterVec
+	backendErrors              *prometheus.CounterVec
+	retries                    prometheus.Counter
+	existsLookups              *prometheus.CounterVec
 }
 
 // NewMetrics creates the proxy's collectors and registers them with reg,
