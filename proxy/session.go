@@ -184,7 +184,7 @@ func (s *session) serve(ctx context.Context) {
 			s.close()
 			return
 		}
-		s.log.Info("backend connection ended", "err", err)
+		s.log.Info("relaying responses ended", "err", err)
 		// Like the server closing a connection: what was relayed is
 		// flushed, the client gets FIN, and what it still sends is read
 		// off for a moment by the command pump (which then fails to
@@ -343,7 +343,6 @@ func (s *session) commandPump() error {
 					return noEOF(err)
 				}
 				buf = first
-				s.respSeq = 1
 				for seq, n := byte(1), h.length; n == maxPacketPayload; seq++ {
 					ch, err := c.readHeader()
 					if err != nil {

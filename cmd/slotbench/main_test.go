@@ -61,7 +61,7 @@ func TestSmoke(t *testing.T) {
 		wHotAutocommit: {"relay", "slotproxy"},
 		wPointSelect:   {"direct", "relay", "slotproxy"},
 		wRangeSelect:   {"direct", "relay", "slotproxy"},
-		wCounterRead:   {"relay", "slotproxy", "relay-rewritten"},
+		wCounterRead:   {"relay", "slotproxy", "relay-rewritten", "relay-join", "relay-slots"},
 	}
 	seen := map[string][]string{}
 	for _, r := range append(rep.Results, rep.StudyRuns...) {

@@ -285,6 +285,10 @@ func (r *report) compare() {
 	rate(5, wRangeSelect, 0, "slotproxy", "direct", 0.95, false)
 	rate(6, wCounterRead, 0, "slotproxy", "relay", 0.8, true)
 	rate(6, wCounterRead, 0, "slotproxy", "relay-rewritten", 0.95, false)
+	// Information: a join instead of the correlated subquery, and the
+	// slot table alone, against the base read (all through the relay).
+	rate(6, wCounterRead, 0, "relay-join", "relay", 0.8, false)
+	rate(6, wCounterRead, 0, "relay-slots", "relay", 0.8, false)
 	for _, idle := range r.Idle {
 		if idle.Target == "slotproxy" {
 			c := &comparison{Row: 7, Workload: wIdleConns, Op: "<=", Threshold: 64, Gated: true,
