@@ -275,6 +275,28 @@ func mustLoginWire(t *testing.T, addr, db string) *wireConn {
 	return w
 }
 
+// readRows reads the rest of a text result set after its column count:
+// cols column definitions, then rows (discarded, streamed) up to the
+// terminator. It returns the number of rows read.
+func (w *wireConn) readRows(cols int) (int, error) {
+	for range cols {
+		if _, _, err := w.readFull(); err != nil {
+			return 0, err
+		}
+	}
+	rows := 0
+	for {
+		first, n, err := w.streamPacket(io.Discard)
+		if err != nil {
+			return rows, err
+		}
+		if first == 0xfe && n < wireMax {
+			return rows, nil
+		}
+		rows++
+	}
+}
+
 // streamPacket reads one logical packet, copying its wire bytes (headers
 // included) to dst, and returns its first payload byte and its length.
 func (w *wireConn) streamPacket(dst io.Writer) (first byte, n int, err error) {
@@ -1398,21 +1420,9 @@ func TestSlowReaderMemoryBounded(t *testing.T) {
 	}
 	// Trickle for a second, then read the rest at full speed.
 	time.AfterFunc(time.Second, func() { sr.slow.Store(false) })
-	got := 0
-	for range 2 {
-		if _, _, err := w.readFull(); err != nil { // the column definitions
-			t.Fatal(err)
-		}
-	}
-	for {
-		first, n, err := w.streamPacket(io.Discard)
-		if err != nil {
-			t.Fatalf("after %d rows: %v", got, err)
-		}
-		if first == 0xfe && n < wireMax {
-			break
-		}
-		got++
+	got, err := w.readRows(2)
+	if err != nil {
+		t.Fatalf("after %d rows: %v", got, err)
 	}
 	close(stop)
 	<-sampled
@@ -1922,21 +1932,12 @@ func TestStalledClientClosed(t *testing.T) {
 	if err := w.query("SELECT seq, REPEAT('y', 1000) FROM seq_1_to_700"); err != nil {
 		t.Fatal(err)
 	}
-	for range 3 { // column count and definitions
-		if _, _, err := w.readFull(); err != nil {
-			t.Fatal(err)
-		}
+	if _, _, err := w.readFull(); err != nil { // column count
+		t.Fatal(err)
 	}
-	rows := 0
-	for {
-		first, n, err := w.streamPacket(io.Discard)
-		if err != nil {
-			t.Fatalf("slow reader cut off after %d rows: %v", rows, err)
-		}
-		if first == 0xfe && n < wireMax {
-			break
-		}
-		rows++
+	rows, err := w.readRows(2)
+	if err != nil {
+		t.Fatalf("slow reader cut off after %d rows: %v", rows, err)
 	}
 	if rows != 700 {
 		t.Fatalf("slow reader got %d rows, want 700", rows)

@@ -160,12 +160,17 @@ PPORT=$(free_port "${PROXY_PORT:-13307}")
 log "starting slotproxy on 127.0.0.1:$PPORT"
 "$WORK/slotproxy" serve --listen "127.0.0.1:$PPORT" --backend "127.0.0.1:$MPORT" 2>"$WORK/slotproxy.log" &
 PROXY_PID=$!
-for i in $(seq 1 100); do
-	port_in_use "$PPORT" && break
-	kill -0 "$PROXY_PID" 2>/dev/null || { cat "$WORK/slotproxy.log" >&2; die "slotproxy exited"; }
-	[ "$i" -eq 100 ] && die "slotproxy not listening after 10s"
-	sleep 0.1
-done
+# wait_listening NAME PORT PID LOG: wait until PID listens on PORT.
+wait_listening() {
+	local i
+	for i in $(seq 1 100); do
+		port_in_use "$2" && return
+		kill -0 "$3" 2>/dev/null || { cat "$4" >&2; die "$1 exited"; }
+		sleep 0.1
+	done
+	die "$1 not listening after 10s"
+}
+wait_listening slotproxy "$PPORT" "$PROXY_PID" "$WORK/slotproxy.log"
 
 log "building slotbench (for its plain relay)"
 go build -o "$WORK/slotbench" ./cmd/slotbench
@@ -174,12 +179,7 @@ while [ "$RPORT" -eq "$MPORT" ] || [ "$RPORT" -eq "$PPORT" ]; do RPORT=$(free_po
 log "starting the plain relay on 127.0.0.1:$RPORT"
 "$WORK/slotbench" --relay-listen "127.0.0.1:$RPORT" --backend "127.0.0.1:$MPORT" 2>"$WORK/relay.log" &
 RELAY_PID=$!
-for i in $(seq 1 100); do
-	port_in_use "$RPORT" && break
-	kill -0 "$RELAY_PID" 2>/dev/null || { cat "$WORK/relay.log" >&2; die "relay exited"; }
-	[ "$i" -eq 100 ] && die "relay not listening after 10s"
-	sleep 0.1
-done
+wait_listening relay "$RPORT" "$RELAY_PID" "$WORK/relay.log"
 
 sb() { # sb PORT ARGS...
 	local port=$1
