@@ -193,6 +193,9 @@ func (s *session) relayN(n uint64) error {
 // returns the terminator's status flags (0 after an ERR).
 func (s *session) relayRows() (uint16, error) {
 	for {
+		if err := s.forwardBufferedRows(); err != nil {
+			return 0, err
+		}
 		h, p, err := s.nextPacket()
 		if err != nil {
 			return 0, err
@@ -212,6 +215,39 @@ func (s *session) relayRows() (uint16, error) {
 			return status, nil
 		}
 	}
+}
+
+// forwardBufferedRows forwards, with one write into the client's buffer,
+// the complete row packets already read from the backend, stopping before
+// the first packet that needs a closer look: an ERR or a terminator (0xff,
+// or 0xfe in a packet under 16 MiB; neither can start a row), one of 16 MiB
+// or more, or one not yet complete. Rows are most of a large result, and
+// this spares them the packet-by-packet path.
+func (s *session) forwardBufferedRows() error {
+	br := s.back.br
+	if br.Buffered() < 5 || s.client.seqShift != 0 {
+		return nil
+	}
+	buf, _ := br.Peek(br.Buffered())
+	pos := 0
+	for pos+4 < len(buf) {
+		l := int(buf[pos]) | int(buf[pos+1])<<8 | int(buf[pos+2])<<16
+		if l == 0 || l >= maxPacketPayload || pos+4+l > len(buf) {
+			break
+		}
+		if first := buf[pos+4]; first == 0xff || first == 0xfe {
+			break
+		}
+		pos += 4 + l
+	}
+	if pos == 0 {
+		return nil
+	}
+	if _, err := s.client.bw.Write(buf[:pos]); err != nil {
+		return err
+	}
+	_, _ = br.Discard(pos)
+	return nil
 }
 
 // relayPrepare relays COM_STMT_PREPARE's response: ERR, or OK followed by
