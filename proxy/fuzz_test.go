@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -112,42 +113,110 @@ func FuzzResponseRelay(f *testing.F) {
 	f.Add(rs, byte(respRows), false)
 	f.Add([]byte{12, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0, 0}, byte(respPrepare), true)
 	f.Add([]byte{0xff, 0xff, 0xff, 1, 0}, byte(respOne), false)
+	f.Add(rs, byte(5+6*3), false) // results relayed unpatched, read 4 bytes at a time
 	f.Fuzz(func(t *testing.T, b []byte, kind byte, deprecateEOF bool) {
-		s := fuzzSession(b, deprecateEOF)
-		defer s.close()
+		// kind picks the response kind (and, at 5, results without a
+		// patch); its high bits how many bytes each backend read returns.
+		s, out := fuzzSession(b, deprecateEOF, 1+int(kind/6)*3)
 		var err error
-		switch respKind(kind % 5) {
-		case respOne:
+		identity := false
+		switch kind % 6 {
+		case byte(respOne):
 			err = s.relayOne()
-		case respResults:
+		case byte(respResults):
 			err = s.relayResults(&incPatch{matched: 1, changed: 1})
-		case respPrepare:
+		case byte(respPrepare):
 			err = s.relayPrepare()
-		case respRows:
+		case byte(respRows):
 			_, err = s.relayRows()
-		case respFieldList:
+			identity = true
+		case byte(respFieldList):
 			err = s.relayFieldList()
+		case 5:
+			err = s.relayResults(nil)
+			identity = true
 		}
-		_ = err
+		if err == nil {
+			err = s.client.flush()
+		}
+		got := out()
+		// Whatever is relayed without a patch goes out byte for byte.
+		if identity && err == nil && (len(got) == 0 || !bytes.Equal(got, b[:min(len(got), len(b))]) || len(got) > len(b)) {
+			t.Fatalf("relayed % x\nfrom      % x", got, b)
+		}
 	})
 }
 
-// fuzzSession is a session whose backend sends b and then closes, and whose
-// client discards everything.
-func fuzzSession(b []byte, deprecateEOF bool) *session {
+// TestRelayRowsVerbatim: a result set of many rows, arriving from the
+// backend in reads of every size, reaches the client byte for byte (the
+// bulk path for buffered rows and the packet-by-packet path agree).
+func TestRelayRowsVerbatim(t *testing.T) {
+	for _, deprecateEOF := range []bool{false, true} {
+		var rs []byte
+		rs = append(rs, 1, 0, 0, 1, 1)                   // one column
+		rs = append(rs, 5, 0, 0, 2, 3, 'd', 'e', 'f', 0) // column definition (truncated is fine)
+		seq := byte(3)
+		if !deprecateEOF {
+			rs = append(rs, 5, 0, 0, seq, 0xfe, 0, 0, 2, 0)
+			seq++
+		}
+		for i := range 200 {
+			v := strings.Repeat("x", i%40)
+			rs = append(rs, byte(1+len(v)), 0, 0, seq, byte(len(v)))
+			rs = append(rs, v...)
+			seq++
+		}
+		if deprecateEOF {
+			rs = append(rs, 7, 0, 0, seq, 0xfe, 0, 0, 2, 0, 0, 0)
+		} else {
+			rs = append(rs, 5, 0, 0, seq, 0xfe, 0, 0, 2, 0)
+		}
+		for chunk := 1; chunk <= 70; chunk++ {
+			s, out := fuzzSession(rs, deprecateEOF, chunk)
+			err := s.relayResults(nil)
+			if err == nil {
+				err = s.client.flush()
+			}
+			if got := out(); err != nil || !bytes.Equal(got, rs) {
+				t.Fatalf("deprecateEOF %v, reads of %d bytes: err %v, relayed %d of %d bytes", deprecateEOF, chunk, err, len(got), len(rs))
+			}
+		}
+	}
+}
+
+// fuzzSession is a session whose backend sends b, chunk bytes per read, and
+// then closes. out closes the session and returns what its client got.
+func fuzzSession(b []byte, deprecateEOF bool, chunk int) (*session, func() []byte) {
 	srv, _ := NewServer(Config{Backend: "127.0.0.1:1", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	clientSide, clientPeer := net.Pipe()
-	go func() { _, _ = io.Copy(io.Discard, clientPeer) }()
+	var got bytes.Buffer
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = io.Copy(&got, clientPeer)
+	}()
 	s := newSession(srv, 1, clientSide)
-	backSide := &bytesConn{r: bytes.NewReader(b)}
+	backSide := &bytesConn{r: &chunkReader{r: bytes.NewReader(b), n: chunk}}
 	s.backConn = backSide
 	s.back = newPacketConn(backSide, backendReadBuf, backendWriteBuf)
 	if deprecateEOF {
 		s.caps |= mysql.CLIENT_DEPRECATE_EOF
 	}
 	_ = clientSide.SetDeadline(time.Now().Add(time.Second))
-	return s
+	return s, func() []byte {
+		s.close()
+		<-done
+		return got.Bytes()
+	}
 }
+
+// chunkReader returns at most n bytes per Read.
+type chunkReader struct {
+	r io.Reader
+	n int
+}
+
+func (c *chunkReader) Read(p []byte) (int, error) { return c.r.Read(p[:min(len(p), c.n)]) }
 
 // bytesConn is a net.Conn that reads from r and discards writes.
 type bytesConn struct {
