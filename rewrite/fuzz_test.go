@@ -24,7 +24,7 @@ func FuzzRewrite(f *testing.F) {
 	f.Add("UPDATE repos SET downloads = downloads + 1 WHERE id = 'a\\' OR 1=1 -- '", false, false)
 	f.Add("UPDATE repos SET downloads = downloads + 1 WHERE id = 'a\\' OR 1=1 -- '", false, true)
 	f.Add(`SELECT "downloads" FROM "repos" WHERE "id" = 1`, true, false)
-	f.Add("UPDATE repos SET downloAds=?WHERE 0#0", false, false) // comment at the end of a guarded WHERE
+	f.Add("UPDATE repos SET downloAds=?WHERE 0#0", false, false)                               // comment at the end of a guarded WHERE
 	f.Add("UPDATE repos SET downloads = 0 WHERE name = '\xbf\\' OR id = 2 -- '", false, false) // GBK: 0xbf5c is one character
 	f.Fuzz(func(t *testing.T, sql string, ansi, noBackslash bool) {
 		sess := Session{DB: "app", ANSIQuotes: ansi, NoBackslashEscapes: noBackslash}
