@@ -21,24 +21,8 @@ log() { printf 'run-local: %s\n' "$*"; }
 die() { printf 'run-local: ERROR: %s\n' "$*" >&2; exit 1; }
 
 "$ROOT/scripts/deps.sh"
-if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
-	export PATH="/usr/local/go/bin:$PATH"
-fi
-
-find_bin() {
-	local name=$1 d
-	if command -v "$name" >/dev/null 2>&1; then
-		command -v "$name"
-		return
-	fi
-	for d in /usr/sbin /usr/local/sbin /usr/bin; do
-		if [ -x "$d/$name" ]; then
-			echo "$d/$name"
-			return
-		fi
-	done
-	die "$name not found"
-}
+# shellcheck source=scripts/lib.sh
+. "$ROOT/scripts/lib.sh"
 MARIADBD=$(find_bin mariadbd)
 INSTALL_DB=$(find_bin mariadb-install-db)
 MARIADB=$(find_bin mariadb)
@@ -63,8 +47,6 @@ fi
 # Root logs in over the unix socket as the OS user running this script
 # (unix_socket authentication); there is no password-less TCP root.
 sql() { "$MARIADB" --no-defaults --socket="$SOCKET" -u"$OS_USER" "$@"; }
-
-port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 mariadb_running() {
 	[ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null

@@ -51,23 +51,8 @@ TABLE_SIZE=${TABLE_SIZE:-10000}
 log() { printf 'sysbench.sh: %s\n' "$*" >&2; }
 die() { printf 'sysbench.sh: ERROR: %s\n' "$*" >&2; exit 1; }
 
-if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
-	export PATH="/usr/local/go/bin:$PATH"
-fi
-find_bin() {
-	local name=$1 d
-	if command -v "$name" >/dev/null 2>&1; then
-		command -v "$name"
-		return
-	fi
-	for d in /usr/sbin /usr/local/sbin /usr/bin /usr/local/bin; do
-		if [ -x "$d/$name" ]; then
-			echo "$d/$name"
-			return
-		fi
-	done
-	die "$name not found; run scripts/deps.sh"
-}
+# shellcheck source=scripts/lib.sh
+. "$ROOT/scripts/lib.sh"
 MARIADBD=$(find_bin mariadbd)
 INSTALL_DB=$(find_bin mariadb-install-db)
 MARIADB=$(find_bin mariadb)
@@ -109,7 +94,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 free_port() {
 	local p=$1
 	while port_in_use "$p"; do
