@@ -64,3 +64,34 @@ func TestRewriteGBK(t *testing.T) {
 		t.Fatalf("rewritten with the character set unknown")
 	}
 }
+
+// TestSessionCut: the first statement that changes what a rewrite depends
+// on, when more statements follow it in the same query.
+func TestSessionCut(t *testing.T) {
+	r := testRewriter(false)
+	for _, tc := range []struct {
+		sql  string
+		want int
+	}{
+		{"USE other; SELECT downloads FROM repos", 0},
+		{"SELECT 1; SET SESSION sql_mode = 'ANSI_QUOTES'; UPDATE repos SET downloads = 0 WHERE name = \"x\"", 1},
+		{"SET @@sql_mode = ''; SELECT downloads FROM repos", 0},
+		{"SET NAMES gbk; SELECT downloads FROM repos", 0},
+		{"SET CHARACTER SET gbk; SELECT downloads FROM repos", 0},
+		{"SET character_set_client = big5; SELECT downloads FROM repos", 0},
+		{"EXECUTE s; SELECT downloads FROM repos", 0},
+		{"SET @x = 1; SELECT downloads FROM repos", -1},
+		{"SELECT downloads FROM repos; USE other", -1}, // nothing after it
+	} {
+		plans, err := r.Rewrite(tc.sql, Session{DB: "app"})
+		if err != nil {
+			t.Fatalf("%q: %v", tc.sql, err)
+		}
+		if got := SessionCut(plans); got != tc.want {
+			t.Errorf("SessionCut(%q) = %d, want %d", tc.sql, got, tc.want)
+		}
+		if tc.want >= 0 && !Changed(plans) {
+			t.Errorf("%q: not Changed, so the proxy would send it as it is", tc.sql)
+		}
+	}
+}
