@@ -18,8 +18,8 @@ endif
 # Fuzz targets: package and name. "make test" runs each for FUZZTIME;
 # "make fuzz FUZZTIME=10m" for a long run.
 FUZZ_TARGETS := \
-	./proxy:FuzzParseGreeting ./proxy:FuzzParseHandshakeResponse ./proxy:FuzzParseExecute \
-	./proxy:FuzzOKPacket ./proxy:FuzzBinaryInt ./proxy:FuzzResponseRelay ./rewrite:FuzzRewrite
+	./proxy:FuzzParseGreeting ./proxy:FuzzParseHandshakeResponse ./executor:FuzzParseExecute \
+	./internal/wire:FuzzOKPacket ./executor:FuzzBinaryInt ./internal/wire:FuzzResponseRelay ./rewrite:FuzzRewrite
 FUZZTIME ?= 3s
 
 build:

@@ -1,49 +1,52 @@
 package proxy
 
 import (
-	"errors"
-	"fmt"
-
 	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/slotproxy/slotproxy/internal/wire"
 )
 
-// Error codes the proxy itself reports. Backend errors are relayed as they
-// are and never pass through here.
+// Errors the proxy reports itself. Every code is in the server's range:
+// client libraries refuse server-sent codes in their own 2000–2999 range
+// (the mariadb CLI then prints "2027 Received malformed packet"), so none is
+// used. SQLSTATE class 08 (connection exception) tells drivers and pools
+// that the connection is unusable. Backend errors are relayed as they are
+// and never pass through here.
 const (
-	codeCantConnect  = 2003 // CR_CONN_HOST_ERROR: the backend cannot be reached
-	codeTooManyConns = mysql.ER_CON_COUNT_ERROR
-	codeHandshake    = mysql.ER_HANDSHAKE_ERROR
-	codeUnknown      = mysql.ER_UNKNOWN_ERROR
+	// ErrCodeBackend is the error code of the proxy's errors about its
+	// backend connection (unreachable, TLS refused, lost), with SQLSTATE
+	// SQLStateBackend: ER_UNKNOWN_ERROR, as no server error says "upstream
+	// unreachable", with the connection-exception class.
+	ErrCodeBackend  = mysql.ER_UNKNOWN_ERROR
+	SQLStateBackend = "08S01"
 )
 
-// proxyError is an error the client should see as a MySQL ERR packet.
-func proxyError(code uint16, format string, args ...any) *mysql.MyError {
-	return mysql.NewError(code, "slotproxy: "+fmt.Sprintf(format, args...))
-}
+var (
+	// errBackendUnreachable: the backend cannot be dialed, refused TLS, or
+	// closed before its greeting.
+	errBackendUnreachable = func(format string, args ...any) *wire.Error {
+		return wire.Errorf(ErrCodeBackend, SQLStateBackend, format, args...)
+	}
+	// errBackendLost: the backend connection ended in the middle of a
+	// command.
+	errBackendLost = func(format string, args ...any) *wire.Error {
+		return wire.Errorf(ErrCodeBackend, SQLStateBackend, format, args...)
+	}
+	// errTooManyConns: more connections wait for the handshake than the
+	// proxy lets wait.
+	errTooManyConns = func(format string, args ...any) *wire.Error {
+		return wire.Errorf(mysql.ER_CON_COUNT_ERROR, "08004", format, args...)
+	}
+	// errHandshake: a handshake the proxy cannot relay.
+	errHandshake = func(format string, args ...any) *wire.Error {
+		return wire.Errorf(mysql.ER_HANDSHAKE_ERROR, "08S01", format, args...)
+	}
+)
 
-// errPacket turns err into the payload of an ERR packet. This is the one
-// place where Go errors become MySQL errors; errors that are not a
-// *mysql.MyError become ER_UNKNOWN_ERROR with a generic message so internal
-// details (addresses aside) do not leak.
-func errPacket(err error) []byte {
-	var me *mysql.MyError
-	if !errors.As(err, &me) {
-		me = proxyError(codeUnknown, "internal error")
+// sendError writes e as an ERR packet with sequence id seq and flushes.
+func sendError(c *wire.Conn, seq byte, e *wire.Error) error {
+	if _, err := c.WritePacket(e.Packet(), seq); err != nil {
+		return err
 	}
-	state := me.State
-	if len(state) != 5 {
-		state = mysql.DEFAULT_MYSQL_STATE
-	}
-	b := make([]byte, 0, 9+len(me.Message))
-	b = append(b, 0xff, byte(me.Code), byte(me.Code>>8), '#')
-	b = append(b, state...)
-	return append(b, me.Message...)
-}
-
-// sendError writes err as an ERR packet with sequence id seq and flushes.
-func (p *packetConn) sendError(seq byte, err error) error {
-	if _, werr := p.writePacket(errPacket(err), seq); werr != nil {
-		return werr
-	}
-	return p.flush()
+	return c.Flush()
 }

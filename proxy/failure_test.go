@@ -39,8 +39,8 @@ func TestBackendUnreachable(t *testing.T) {
 		start := time.Now()
 		err := db.Ping()
 		var me *mysql.MySQLError
-		if !errors.As(err, &me) || me.Number != 2003 || !strings.Contains(me.Message, dead) {
-			t.Fatalf("Ping with the backend down: %v, want error 2003 naming %s", err, dead)
+		if !errors.As(err, &me) || me.Number != proxy.ErrCodeBackend || string(me.SQLState[:]) != proxy.SQLStateBackend || !strings.Contains(me.Message, dead) {
+			t.Fatalf("Ping with the backend down: %v, want error %d (%s) naming %s", err, proxy.ErrCodeBackend, proxy.SQLStateBackend, dead)
 		}
 		if time.Since(start) > 3*time.Second {
 			t.Fatalf("error took %v", time.Since(start))
@@ -182,30 +182,47 @@ func TestHandshakeDeadline(t *testing.T) {
 	}
 }
 
+// TestMaxUnauthenticated: with both handshake slots held by silent
+// clients, a further client waits for its turn instead of being refused
+// (within the handshake deadline), one more than the queue holds gets ERR
+// 1040 at once, and the waiting client gets in as soon as a slot frees.
 func TestMaxUnauthenticated(t *testing.T) {
-	p := startProxy(t, func(c *proxy.Config) { c.MaxUnauthenticated = 2 })
+	p := startProxy(t, func(c *proxy.Config) {
+		c.MaxUnauthenticated = 2
+		c.MaxHandshakeQueue = 1
+	})
 	idle := []net.Conn{dialTCP(t, p.addr), dialTCP(t, p.addr)}
 	for _, c := range idle {
 		readPacket(t, c)
 	}
-	err := openDSN(t, p.dsn(testdb.NativeUser, testdb.NativePassword, "", "")).Ping()
-	var me *mysql.MySQLError
-	if !errors.As(err, &me) || me.Number != 1040 {
-		t.Fatalf("third connection while two are in the handshake: %v, want 1040", err)
-	}
-	for _, c := range idle {
-		_ = c.Close()
-	}
+	waited := make(chan error, 1)
+	go func() { waited <- openDSN(t, p.dsn(testdb.NativeUser, testdb.NativePassword, "", "timeout=9s")).Ping() }()
+	// The waiting client holds the only place in the queue; one more is
+	// refused at once.
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		err := openDSN(t, p.dsn(testdb.NativeUser, testdb.NativePassword, "", "")).Ping()
-		if err == nil {
+		var me *mysql.MySQLError
+		if errors.As(err, &me) && me.Number == 1040 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("still refused after the idle handshakes closed: %v", err)
+			t.Fatalf("a connection over the queue: %v, want 1040", err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	select {
+	case err := <-waited:
+		t.Fatalf("the waiting client did not wait: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	start := time.Now()
+	_ = idle[0].Close()
+	if err := <-waited; err != nil {
+		t.Fatalf("the waiting client after a slot freed: %v", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("the waiting client got in %v after a slot freed", d)
 	}
 }
 

@@ -13,6 +13,8 @@ import (
 	"net"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/slotproxy/slotproxy/internal/wire"
 )
 
 // passCaps are the capability flags the proxy understands and relays. Every
@@ -48,7 +50,7 @@ type greeting struct {
 }
 
 func parseGreeting(b []byte) (*greeting, error) {
-	bad := func(what string) error { return fmt.Errorf("%w: backend greeting: %s", errMalformed, what) }
+	bad := func(what string) error { return fmt.Errorf("%w: backend greeting: %s", wire.ErrMalformed, what) }
 	if len(b) == 0 || b[0] != 10 {
 		return nil, bad("not protocol version 10")
 	}
@@ -121,7 +123,7 @@ type clientHello struct {
 // parseHandshakeResponse reads the fields the proxy needs for logging and
 // routing decisions. It never keeps the auth response.
 func parseHandshakeResponse(b []byte) (clientHello, error) {
-	bad := func(what string) error { return fmt.Errorf("%w: handshake response: %s", errMalformed, what) }
+	bad := func(what string) error { return fmt.Errorf("%w: handshake response: %s", wire.ErrMalformed, what) }
 	var h clientHello
 	if len(b) < 32 {
 		return h, bad("too short")
@@ -138,7 +140,7 @@ func parseHandshakeResponse(b []byte) (clientHello, error) {
 	h.user, rest = string(rest[:nul]), rest[nul+1:]
 	switch {
 	case h.caps&mysql.CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA != 0:
-		n, w, ok := lenEnc(rest)
+		n, w, ok := wire.LenEnc(rest)
 		if !ok || uint64(len(rest)-w) < n {
 			return h, bad("truncated auth response")
 		}
@@ -182,7 +184,7 @@ func (s *session) handshake(ctx context.Context) error {
 	dialer := net.Dialer{Timeout: cfg.ConnectTimeout}
 	bc, err := dialer.DialContext(ctx, "tcp", cfg.Backend)
 	if err != nil {
-		_ = s.client.sendError(0, proxyError(codeCantConnect, "can't connect to backend %s: %v", cfg.Backend, unwrapNetErr(err)))
+		_ = sendError(s.client, 0, errBackendUnreachable("can't connect to backend %s: %v", cfg.Backend, unwrapNetErr(err)))
 		return fmt.Errorf("dial backend: %w", err)
 	}
 	if tc, ok := bc.(*net.TCPConn); ok {
@@ -194,27 +196,26 @@ func (s *session) handshake(ctx context.Context) error {
 	if dl, ok := ctx.Deadline(); ok {
 		_ = bc.SetDeadline(dl)
 	}
-	s.backConn = bc
-	s.back = newPacketConn(bc, backendReadBuf, backendWriteBuf)
+	s.back = wire.NewConn(bc, wire.Options{ReadBuf: backendReadBuf, WriteBuf: backendWriteBuf, Server: true})
 
-	g, _, err := s.back.readPacket(nil, handshakePacketLimit)
+	g, _, err := s.back.ReadPacket(nil, handshakePacketLimit)
 	if err != nil {
-		_ = s.client.sendError(0, proxyError(codeCantConnect, "backend %s closed the connection before its greeting", cfg.Backend))
+		_ = sendError(s.client, 0, errBackendUnreachable("backend %s closed the connection before its greeting", cfg.Backend))
 		return fmt.Errorf("read backend greeting: %w", err)
 	}
 	if len(g) > 0 && g[0] == 0xff { // the backend refused us (too many connections, host blocked): relay
-		_, _ = s.client.writePacket(g, 0)
-		_ = s.client.flush()
+		_, _ = s.client.WritePacket(g, 0)
+		_ = s.client.Flush()
 		return errors.New("backend refused the connection")
 	}
 	gr, err := parseGreeting(g)
 	if err != nil {
-		_ = s.client.sendError(0, proxyError(codeHandshake, "backend %s sent an invalid greeting", cfg.Backend))
+		_ = sendError(s.client, 0, errHandshake("backend %s sent an invalid greeting", cfg.Backend))
 		return err
 	}
 	backendTLS := cfg.BackendTLS != nil
 	if backendTLS && gr.caps&mysql.CLIENT_SSL == 0 {
-		_ = s.client.sendError(0, proxyError(codeCantConnect, "backend %s does not offer TLS, which the proxy is configured to require", cfg.Backend))
+		_ = sendError(s.client, 0, errBackendUnreachable("backend %s does not offer TLS, which the proxy is configured to require", cfg.Backend))
 		return errors.New("backend does not offer TLS")
 	}
 	backendCaps := gr.caps
@@ -225,52 +226,51 @@ func (s *session) handshake(ctx context.Context) error {
 	gr.setCaps(advertised)
 	s.serverVersion = gr.serverVersion
 	s.backendConnID = gr.connID
-	if _, err := s.client.writePacket(gr.raw, 0); err != nil {
+	if _, err := s.client.WritePacket(gr.raw, 0); err != nil {
 		return err
 	}
-	if err := s.client.flush(); err != nil {
+	if err := s.client.Flush(); err != nil {
 		return err
 	}
 
-	resp, cseq, err := s.client.readPacket(nil, handshakePacketLimit)
+	resp, cseq, err := s.client.ReadPacket(nil, handshakePacketLimit)
 	if err != nil {
 		return fmt.Errorf("read handshake response: %w", err)
 	}
 	if len(resp) < 32 {
-		return fmt.Errorf("%w: handshake response of %d bytes", errMalformed, len(resp))
+		return fmt.Errorf("%w: handshake response of %d bytes", wire.ErrMalformed, len(resp))
 	}
 	clientTLS := false
 	if caps := binary.LittleEndian.Uint32(resp); caps&mysql.CLIENT_SSL != 0 {
 		if cfg.ClientTLS == nil {
-			_ = s.client.sendError(cseq+1, proxyError(codeHandshake, "client requested TLS but slotproxy has no certificate configured"))
+			_ = sendError(s.client, cseq+1, errHandshake("client requested TLS but slotproxy has no certificate configured"))
 			return errors.New("client requested TLS, none configured")
 		}
 		if len(resp) != 32 {
-			return fmt.Errorf("%w: CLIENT_SSL set without an SSL request", errMalformed)
+			return fmt.Errorf("%w: CLIENT_SSL set without an SSL request", wire.ErrMalformed)
 		}
-		tc := tls.Server(s.client.detach(), cfg.ClientTLS)
+		tc := tls.Server(s.client.Detach(), cfg.ClientTLS)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			return fmt.Errorf("client TLS handshake: %w", err)
 		}
-		s.clientConn = tc
-		s.client = newPacketConn(tc, clientReadBuf, clientWriteBuf)
+		s.client = wire.NewConn(tc, wire.Options{ReadBuf: clientReadBuf, WriteBuf: clientWriteBuf})
 		s.tls = true
 		clientTLS = true
-		if resp, cseq, err = s.client.readPacket(nil, handshakePacketLimit); err != nil {
+		if resp, cseq, err = s.client.ReadPacket(nil, handshakePacketLimit); err != nil {
 			return fmt.Errorf("read handshake response after TLS: %w", err)
 		}
 	}
 	if want := byte(1) + boolByte(clientTLS); cseq != want {
-		_ = s.client.sendError(cseq+1, proxyError(mysql.ER_NET_PACKETS_OUT_OF_ORDER, "Got packets out of order"))
-		return fmt.Errorf("%w: handshake response with sequence id %d", errMalformed, cseq)
+		_ = sendError(s.client, cseq+1, wire.Errorf(mysql.ER_NET_PACKETS_OUT_OF_ORDER, "08S01", "Got packets out of order"))
+		return fmt.Errorf("%w: handshake response with sequence id %d", wire.ErrMalformed, cseq)
 	}
 	hello, err := parseHandshakeResponse(resp)
 	if err != nil {
-		_ = s.client.sendError(cseq+1, proxyError(codeHandshake, "bad handshake"))
+		_ = sendError(s.client, cseq+1, errHandshake("bad handshake"))
 		return err
 	}
 	if unsupported := hello.caps &^ advertised & (mysql.CLIENT_COMPRESS | mysql.CLIENT_ZSTD_COMPRESSION_ALGORITHM | mysql.CLIENT_SSL); unsupported != 0 {
-		_ = s.client.sendError(cseq+1, proxyError(codeHandshake, "client asked for capabilities the proxy did not offer (%#x)", unsupported))
+		_ = sendError(s.client, cseq+1, errHandshake("client asked for capabilities the proxy did not offer (%#x)", unsupported))
 		return errors.New("client used capabilities that were not offered")
 	}
 	s.caps = hello.caps & advertised
@@ -287,26 +287,25 @@ func (s *session) handshake(ctx context.Context) error {
 	}
 	bseq := byte(1)
 	if backendTLS {
-		if _, err := s.back.writePacket(resp[:32], bseq); err != nil {
+		if _, err := s.back.WritePacket(resp[:32], bseq); err != nil {
 			return err
 		}
-		if err := s.back.flush(); err != nil {
+		if err := s.back.Flush(); err != nil {
 			return err
 		}
-		tc := tls.Client(s.back.detach(), cfg.BackendTLS)
+		tc := tls.Client(s.back.Detach(), cfg.BackendTLS)
 		if err := tc.HandshakeContext(ctx); err != nil {
-			_ = s.client.sendError(cseq+1, proxyError(codeCantConnect, "TLS handshake with backend %s failed: %v", cfg.Backend, err))
+			_ = sendError(s.client, cseq+1, errBackendUnreachable("TLS handshake with backend %s failed: %v", cfg.Backend, err))
 			return fmt.Errorf("backend TLS handshake: %w", err)
 		}
-		s.backConn = tc
-		s.back = newPacketConn(tc, backendReadBuf, backendWriteBuf)
+		s.back = wire.NewConn(tc, wire.Options{ReadBuf: backendReadBuf, WriteBuf: backendWriteBuf, Server: true})
 		bseq = 2
 	}
-	if _, err := s.back.writePacket(resp, bseq); err != nil {
+	if _, err := s.back.WritePacket(resp, bseq); err != nil {
 		return err
 	}
 	clear(resp) // the auth response is a credential: do not keep it around
-	if err := s.back.flush(); err != nil {
+	if err := s.back.Flush(); err != nil {
 		return err
 	}
 	a := authRelay{
@@ -316,7 +315,9 @@ func (s *session) handshake(ctx context.Context) error {
 		clientTLS:  clientTLS,
 		backendTLS: backendTLS,
 	}
-	return a.run()
+	err = a.run()
+	s.authStatus = a.status
+	return err
 }
 
 // authRelay relays the auth exchange after the handshake response or
@@ -330,6 +331,7 @@ type authRelay struct {
 	clientTLS  bool
 	backendTLS bool
 	buf        []byte
+	status     uint16 // of the backend's final OK
 }
 
 // errAuthFailed means the backend rejected the credentials; its ERR packet
@@ -339,20 +341,20 @@ var errAuthFailed = errors.New("authentication failed")
 func (a *authRelay) run() error {
 	s := a.s
 	for {
-		pkt, seq, err := s.back.readPacket(a.buf, handshakePacketLimit)
+		pkt, seq, err := s.back.ReadPacket(a.buf, handshakePacketLimit)
 		if err != nil {
-			return fmt.Errorf("backend during auth: %w", noEOF(err))
+			return fmt.Errorf("backend during auth: %w", wire.NoEOF(err))
 		}
 		a.buf = pkt
 		if len(pkt) == 0 {
-			return fmt.Errorf("%w: empty auth packet from backend", errMalformed)
+			return fmt.Errorf("%w: empty auth packet from backend", wire.ErrMalformed)
 		}
 		if err := a.toClient(pkt, seq); err != nil {
 			return err
 		}
 		switch pkt[0] {
 		case 0x00:
-			s.noteStatus(okStatus(pkt))
+			a.status = wire.OKStatus(pkt)
 			return nil
 		case 0xff:
 			return errAuthFailed
@@ -372,29 +374,29 @@ func (a *authRelay) run() error {
 				continue
 			}
 		default:
-			return fmt.Errorf("%w: unexpected auth packet 0x%02x from backend", errMalformed, pkt[0])
+			return fmt.Errorf("%w: unexpected auth packet 0x%02x from backend", wire.ErrMalformed, pkt[0])
 		}
 		// The client answers the packet just relayed.
-		pkt, cseq, err := s.client.readPacket(a.buf, handshakePacketLimit)
+		pkt, cseq, err := s.client.ReadPacket(a.buf, handshakePacketLimit)
 		if err != nil {
-			return fmt.Errorf("client during auth: %w", noEOF(err))
+			return fmt.Errorf("client during auth: %w", wire.NoEOF(err))
 		}
 		a.buf = pkt
-		if _, err := s.back.writePacket(pkt, cseq+a.delta); err != nil {
+		if _, err := s.back.WritePacket(pkt, cseq+a.delta); err != nil {
 			return err
 		}
 		clear(pkt)
-		if err := s.back.flush(); err != nil {
+		if err := s.back.Flush(); err != nil {
 			return err
 		}
 	}
 }
 
 func (a *authRelay) toClient(pkt []byte, seq byte) error {
-	if _, err := a.s.client.writePacket(pkt, seq-a.delta); err != nil {
+	if _, err := a.s.client.WritePacket(pkt, seq-a.delta); err != nil {
 		return err
 	}
-	return a.s.client.flush()
+	return a.s.client.Flush()
 }
 
 // bridgeFullAuth completes caching_sha2_password full authentication for a
@@ -405,28 +407,28 @@ func (a *authRelay) toClient(pkt []byte, seq byte) error {
 // only in this function's buffers and is wiped before returning.
 func (a *authRelay) bridgeFullAuth() error {
 	s := a.s
-	pw, cseq, err := s.client.readPacket(nil, handshakePacketLimit)
+	pw, cseq, err := s.client.ReadPacket(nil, handshakePacketLimit)
 	if err != nil {
-		return fmt.Errorf("client during auth: %w", noEOF(err))
+		return fmt.Errorf("client during auth: %w", wire.NoEOF(err))
 	}
 	defer clear(pw)
 	bseq := cseq + a.delta
-	if _, err := s.back.writePacket([]byte{2}, bseq); err != nil { // request public key
+	if _, err := s.back.WritePacket([]byte{2}, bseq); err != nil { // request public key
 		return err
 	}
-	if err := s.back.flush(); err != nil {
+	if err := s.back.Flush(); err != nil {
 		return err
 	}
-	keyPkt, kseq, err := s.back.readPacket(nil, handshakePacketLimit)
+	keyPkt, kseq, err := s.back.ReadPacket(nil, handshakePacketLimit)
 	if err != nil {
-		return fmt.Errorf("backend public key: %w", noEOF(err))
+		return fmt.Errorf("backend public key: %w", wire.NoEOF(err))
 	}
 	if len(keyPkt) > 0 && keyPkt[0] == 0xff {
 		return a.toClient(keyPkt, kseq)
 	}
 	pub, err := parsePublicKey(keyPkt)
 	if err != nil {
-		_ = s.client.sendError(cseq+1, proxyError(mysql.ER_ACCESS_DENIED_ERROR, "backend sent no usable public key for caching_sha2_password"))
+		_ = sendError(s.client, cseq+1, wire.Errorf(mysql.ER_ACCESS_DENIED_ERROR, "28000", "backend sent no usable public key for caching_sha2_password"))
 		return err
 	}
 	password := string(bytes.TrimRight(pw, "\x00"))
@@ -434,21 +436,21 @@ func (a *authRelay) bridgeFullAuth() error {
 	if err != nil {
 		return fmt.Errorf("encrypt password for backend: %w", err)
 	}
-	if _, err := s.back.writePacket(enc, kseq+1); err != nil {
+	if _, err := s.back.WritePacket(enc, kseq+1); err != nil {
 		return err
 	}
 	// Two extra packets went to the backend: its replies are two ahead.
 	a.delta += 2
-	return s.back.flush()
+	return s.back.Flush()
 }
 
 func parsePublicKey(pkt []byte) (*rsa.PublicKey, error) {
 	if len(pkt) < 2 || pkt[0] != 0x01 {
-		return nil, fmt.Errorf("%w: expected public key packet", errMalformed)
+		return nil, fmt.Errorf("%w: expected public key packet", wire.ErrMalformed)
 	}
 	block, _ := pem.Decode(pkt[1:])
 	if block == nil {
-		return nil, fmt.Errorf("%w: public key is not PEM", errMalformed)
+		return nil, fmt.Errorf("%w: public key is not PEM", wire.ErrMalformed)
 	}
 	key, err := x509.ParsePKIXPublicKey(block.Bytes)
 	if err != nil {

@@ -1262,13 +1262,14 @@ func TestSlowIdleHandshakes(t *testing.T) {
 
 // TestSlowUnauthenticatedCap extends TestMaxUnauthenticated: the cap counts
 // only connections in the handshake (authenticated ones do not use it up),
-// every connection over it gets ERR 1040 at once even in a burst, and slots
-// held by silent clients come back at the handshake deadline without the
-// clients closing anything.
+// in a burst every connection beyond the queue gets ERR 1040 at once while
+// the queued ones wait, and slots held by silent clients come back at the
+// handshake deadline without the clients closing anything.
 func TestSlowUnauthenticatedCap(t *testing.T) {
 	const limit = 5
 	p := startProxy(t, func(c *proxy.Config) {
 		c.MaxUnauthenticated = limit
+		c.MaxHandshakeQueue = 1
 		c.HandshakeTimeout = 2 * time.Second
 	})
 	var authed []*wireConn
@@ -1281,6 +1282,9 @@ func TestSlowUnauthenticatedCap(t *testing.T) {
 		readPacket(t, c)
 		silent = append(silent, c)
 	}
+	time.Sleep(500 * time.Millisecond) // the queued client's deadline comes well after theirs
+	queued := dialTCP(t, p.addr)      // takes the one place in the queue
+	time.Sleep(100 * time.Millisecond)
 	var wg sync.WaitGroup
 	var refused atomic.Int32
 	errs := make(chan error, 20)
@@ -1320,6 +1324,9 @@ func TestSlowUnauthenticatedCap(t *testing.T) {
 	if refused.Load() != 20 {
 		t.Fatalf("%d of 20 connections over the cap refused", refused.Load())
 	}
+	// The queued client gets its greeting once the silent ones time out.
+	_ = queued.SetReadDeadline(time.Now().Add(5 * time.Second))
+	readPacket(t, queued)
 	for _, w := range authed {
 		stillServes(t, w)
 	}

@@ -277,11 +277,12 @@ func TestLeakBackendKilled(t *testing.T) {
 		}
 		victims = append(victims, v)
 	}
-	// Two goroutines per session (the command pump and the response pump).
+	// One goroutine per session, and an idle watcher for a session
+	// whose client is idle.
 	sessions := idle + busy + stalled
 	if n, ok := waitFor(5*time.Second, func() (int, bool) {
 		n := runtime.NumGoroutine()
-		return n, n >= baseG+2*sessions
+		return n, n >= baseG+sessions+idle
 	}); !ok {
 		t.Fatalf("%d goroutines with %d sessions open, %d before", n, sessions, baseG)
 	}

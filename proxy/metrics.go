@@ -2,19 +2,21 @@ package proxy
 
 import (
 	"strconv"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/slotproxy/slotproxy/executor"
 )
 
 // Statement paths, the "path" label of slotproxy_statements_total.
 const (
-	PathPassThrough    = "pass_through"
-	PathRewrittenRead  = "rewritten_read"
-	PathRewrittenWrite = "rewritten_write"
-	PathGuarded        = "guarded_write"
-	PathParseFailure   = "parse_failure"
-	PathShadow         = "shadow"
+	PathPassThrough    = executor.PathPassThrough
+	PathRewrittenRead  = executor.PathRewrittenRead
+	PathRewrittenWrite = executor.PathRewrittenWrite
+	PathGuarded        = executor.PathGuarded
+	PathParseFailure   = executor.PathParseFailure
+	PathShadow         = executor.PathShadow
+	PathRefused        = executor.PathRefused
 )
 
 // Metrics are the proxy's Prometheus collectors. A nil *Metrics records
@@ -69,7 +71,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 func RegisterCacheSize(reg prometheus.Registerer, srv *Server) {
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "slotproxy_exists_cache_keys", Help: "Keys known to exist in the existence cache."},
-		func() float64 { return float64(srv.exists.size()) }))
+		func() float64 { return float64(srv.env.ExistsCacheSize()) }))
 }
 
 func (m *Metrics) statement(path, rule string) {
@@ -84,11 +86,24 @@ func (m *Metrics) statement(path, rule string) {
 	}
 }
 
-func (m *Metrics) rewriteTook(d time.Duration) {
+// Statement implements executor.Recorder.
+func (m *Metrics) Statement(path, rule string) { m.statement(path, rule) }
+
+// RewriteTook implements executor.Recorder.
+func (m *Metrics) RewriteTook(seconds float64) {
 	if m != nil {
-		m.rewriteSeconds.Observe(d.Seconds())
+		m.rewriteSeconds.Observe(seconds)
 	}
 }
+
+// BackendError implements executor.Recorder.
+func (m *Metrics) BackendError(code uint16) { m.backendError(code) }
+
+// Retry implements executor.Recorder.
+func (m *Metrics) Retry() { m.retry() }
+
+// ExistsLookup implements executor.Recorder.
+func (m *Metrics) ExistsLookup(hit bool) { m.existsLookup(hit) }
 
 func (m *Metrics) backendError(code uint16) {
 	if m != nil {

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/slotproxy/slotproxy/executor"
 	"github.com/slotproxy/slotproxy/rewrite"
 )
 
@@ -37,9 +38,19 @@ type Config struct {
 	// for that long while the proxy had a response to write (a stalled
 	// client holds a backend connection). Zero means 8h.
 	ClientWriteTimeout time.Duration
-	// MaxUnauthenticated caps connections that have not finished the
-	// handshake; further connections get ERR 1040 and are closed. Zero means 1000.
+	// MaxUnauthenticated caps connections in the handshake at once (each
+	// holds a backend connection). Further connections wait their turn
+	// within HandshakeTimeout; beyond MaxHandshakeQueue waiting, they get
+	// ERR 1040 and are closed. Zero means 64, well under a default
+	// max_connections (151) of the backend.
 	MaxUnauthenticated int
+	// MaxHandshakeQueue caps connections waiting for a handshake slot
+	// (they hold no backend connection). Zero means 10,000.
+	MaxHandshakeQueue int
+	// MaxStatementBytes bounds the statements the proxy reads whole to plan
+	// them (with rules, every COM_QUERY and COM_STMT_PREPARE naming a ruled
+	// table, and executions of rewritten statements). Zero means 64 MiB.
+	MaxStatementBytes int
 	// Logger receives structured logs. Nil means slog.Default().
 	Logger *slog.Logger
 	// MaxRetries bounds how often a rewritten autocommit statement is
@@ -65,14 +76,15 @@ type Server struct {
 	ctx    context.Context // cancelled by Shutdown and Close: aborts dials and TLS handshakes
 	cancel context.CancelFunc
 
-	commandHook  func(cmd byte) // tests only: fault injection, set before Serve
-	rewriter     atomic.Pointer[rewrite.Rewriter]
-	exists       *existsCache
-	stats        Stats
-	shadowLogged atomic.Int64 // unix nanoseconds of the last shadow log line at info
+	commandHook func(cmd byte) // tests only: fault injection, set before Serve
+	rewriter    atomic.Pointer[rewrite.Rewriter]
+	env         *executor.Env
 
-	nextID          atomic.Uint64
-	unauthenticated atomic.Int64
+	nextID atomic.Uint64
+	// slots holds a token per connection in the handshake; queued counts
+	// connections waiting for one.
+	slots  chan struct{}
+	queued atomic.Int64
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
@@ -100,13 +112,25 @@ func NewServer(cfg Config) (*Server, error) {
 		cfg.HandshakeTimeout = 10 * time.Second
 	}
 	if cfg.MaxUnauthenticated <= 0 {
-		cfg.MaxUnauthenticated = 1000
+		cfg.MaxUnauthenticated = 64
+	}
+	if cfg.MaxHandshakeQueue <= 0 {
+		cfg.MaxHandshakeQueue = 10000
+	}
+	if cfg.MaxStatementBytes <= 0 {
+		cfg.MaxStatementBytes = 64 << 20
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.MaxRetries == 0 {
 		cfg.MaxRetries = 3
+	}
+	env := executor.NewEnv()
+	env.MaxRetries = max(cfg.MaxRetries, 0)
+	env.OnDDL = cfg.OnDDL
+	if cfg.Metrics != nil {
+		env.Metrics = cfg.Metrics
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	srv := &Server{
@@ -117,7 +141,8 @@ func NewServer(cfg Config) (*Server, error) {
 		listeners: make(map[net.Listener]struct{}),
 		sessions:  make(map[*session]struct{}),
 		allGone:   make(chan struct{}),
-		exists:    newExistsCache(1 << 20),
+		env:       env,
+		slots:     make(chan struct{}, cfg.MaxUnauthenticated),
 	}
 	srv.rewriter.Store(cfg.Rewriter)
 	return srv, nil
@@ -131,34 +156,25 @@ func (s *Server) SetRewriter(r *rewrite.Rewriter) { s.rewriter.Store(r) }
 // Rewriter returns the current rewriter (nil when rewriting is off).
 func (s *Server) Rewriter() *rewrite.Rewriter { return s.rewriter.Load() }
 
-// Stats are the server's counters since start. Safe for concurrent use.
-type Stats struct {
-	rewrittenReads  atomic.Uint64
-	rewrittenWrites atomic.Uint64
-	guardedWrites   atomic.Uint64
-	parseFailures   atomic.Uint64
-	shadowed        atomic.Uint64
-	existsHits      atomic.Uint64
-	retries         atomic.Uint64
-}
-
-// StatsSnapshot is a copy of the counters.
+// StatsSnapshot is a copy of the server's counters since start.
 type StatsSnapshot struct {
-	RewrittenReads, RewrittenWrites, GuardedWrites, ParseFailures, Shadowed, ExistsHits, Retries uint64
-	ExistsCacheSize                                                                              int
+	RewrittenReads, RewrittenWrites, GuardedWrites, ParseFailures, Shadowed, ExistsHits, Retries, Refused uint64
+	ExistsCacheSize                                                                                       int
 }
 
 // Stats returns the current counters.
 func (s *Server) Stats() StatsSnapshot {
+	st := &s.env.Stats
 	return StatsSnapshot{
-		RewrittenReads:  s.stats.rewrittenReads.Load(),
-		RewrittenWrites: s.stats.rewrittenWrites.Load(),
-		GuardedWrites:   s.stats.guardedWrites.Load(),
-		ParseFailures:   s.stats.parseFailures.Load(),
-		Shadowed:        s.stats.shadowed.Load(),
-		ExistsHits:      s.stats.existsHits.Load(),
-		Retries:         s.stats.retries.Load(),
-		ExistsCacheSize: s.exists.size(),
+		RewrittenReads:  st.RewrittenReads.Load(),
+		RewrittenWrites: st.RewrittenWrites.Load(),
+		GuardedWrites:   st.GuardedWrites.Load(),
+		ParseFailures:   st.ParseFailures.Load(),
+		Shadowed:        st.Shadowed.Load(),
+		ExistsHits:      st.ExistsHits.Load(),
+		Retries:         st.Retries.Load(),
+		Refused:         st.Refused.Load(),
+		ExistsCacheSize: s.env.ExistsCacheSize(),
 	}
 }
 
@@ -248,23 +264,46 @@ func closeOnce(ch chan struct{}) {
 
 func (s *Server) handle(sess *session) {
 	defer s.remove(sess)
-	c := sess.clientConn
-	if tc, ok := c.(*net.TCPConn); ok {
+	if tc, ok := sess.rawClient.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	if n := s.unauthenticated.Add(1); n > int64(s.cfg.MaxUnauthenticated) {
-		s.unauthenticated.Add(-1)
-		s.log.Warn("too many connections in handshake; refusing", "client", c.RemoteAddr().String(), "limit", s.cfg.MaxUnauthenticated)
-		_ = c.SetWriteDeadline(time.Now().Add(time.Second))
-		_ = sess.client.sendError(0, proxyError(codeTooManyConns, "too many connections in handshake"))
-		_ = c.Close()
+	if n := s.queued.Add(1); n > int64(s.cfg.MaxHandshakeQueue) {
+		s.queued.Add(-1)
+		s.log.Warn("too many connections waiting for the handshake; refusing", "client", sess.rawClient.RemoteAddr().String(), "limit", s.cfg.MaxHandshakeQueue)
+		_ = sess.rawClient.SetWriteDeadline(time.Now().Add(time.Second))
+		_ = sendError(sess.client, 0, errTooManyConns("too many connections waiting for the handshake"))
+		_ = sess.rawClient.Close()
 		return
 	}
-	sess.serve(s.ctx)
+	acquired := false
+	slot := func(deadline time.Time) bool {
+		defer s.queued.Add(-1)
+		select {
+		case s.slots <- struct{}{}:
+			acquired = true
+			return true
+		default:
+		}
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		select {
+		case s.slots <- struct{}{}:
+			acquired = true
+			return true
+		case <-t.C:
+		case <-sess.closed:
+		}
+		return false
+	}
+	release := func() {
+		if acquired {
+			acquired = false
+			<-s.slots
+		}
+	}
+	defer release()
+	sess.serve(s.ctx, slot, release)
 }
-
-// handshakeDone is called once per session when its handshake ends, however.
-func (s *Server) handshakeDone() { s.unauthenticated.Add(-1) }
 
 // beginShutdown stops accepting and returns the sessions alive now.
 func (s *Server) beginShutdown() []*session {

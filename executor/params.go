@@ -1,4 +1,4 @@
-package proxy
+package executor
 
 import (
 	"encoding/binary"
@@ -6,6 +6,8 @@ import (
 	"strconv"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/slotproxy/slotproxy/internal/wire"
 )
 
 // execParams is the decoded parameter block of a COM_STMT_EXECUTE packet.
@@ -27,7 +29,7 @@ type execParams struct {
 // (new-params-bound flag 0). longData marks parameters sent as long data.
 func parseExecute(p []byte, n int, prevTypes []byte, longData []bool) (execParams, error) {
 	ep := execParams{n: n}
-	bad := func(what string) error { return fmt.Errorf("%w: COM_STMT_EXECUTE: %s", errMalformed, what) }
+	bad := func(what string) error { return fmt.Errorf("%w: COM_STMT_EXECUTE: %s", wire.ErrMalformed, what) }
 	if len(p) < 10 {
 		return ep, bad("too short")
 	}
@@ -98,7 +100,7 @@ func paramSize(t byte, b []byte) (int, error) {
 		}
 		size = 1 + int(b[0])
 	default:
-		l, n, ok := lenEnc(b)
+		l, n, ok := wire.LenEnc(b)
 		if !ok || uint64(len(b)-n) < l {
 			return 0, fmt.Errorf("truncated value of type %d", t)
 		}
@@ -153,7 +155,7 @@ func (ep execParams) intParam(i int) (string, bool) {
 		return strconv.FormatInt(int64(u), 10), true
 	case mysql.MYSQL_TYPE_VARCHAR, mysql.MYSQL_TYPE_VAR_STRING, mysql.MYSQL_TYPE_STRING,
 		mysql.MYSQL_TYPE_NEWDECIMAL, mysql.MYSQL_TYPE_DECIMAL, mysql.MYSQL_TYPE_BLOB:
-		l, n, _ := lenEnc(v)
+		l, n, _ := wire.LenEnc(v)
 		if s := v[n : n+int(l)]; canonicalInt(s) {
 			return string(s), true
 		}

@@ -1,0 +1,224 @@
+package executor
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/slotproxy/slotproxy/internal/wire"
+)
+
+// This file is the executor's use of the backend connection: its own
+// statements (whose responses it reads into memory) and the client's
+// statements (whose responses it relays, renumbered or patched).
+
+func queryPacket(sql string) []byte {
+	b := make([]byte, 1+len(sql))
+	b[0] = mysql.COM_QUERY
+	copy(b[1:], sql)
+	return b
+}
+
+// send writes one command to the backend and flushes it.
+func (s *Session) send(payload []byte) error {
+	if _, err := s.link.Backend.WritePacket(payload, 0); err != nil {
+		return err
+	}
+	return s.link.Backend.Flush()
+}
+
+// read reads a whole response into memory and records its outcome.
+func (s *Session) read(kind wire.Kind) (*wire.Response, error) {
+	r, err := s.rd.ReadAll(kind)
+	if err != nil {
+		return nil, err
+	}
+	if r.Failed() {
+		s.noteErr(r.ErrCode)
+	} else {
+		s.noteStatus(r.Status)
+	}
+	return r, nil
+}
+
+// query runs sql, a statement of the proxy's own, and reads its response.
+func (s *Session) query(sql string) (*wire.Response, error) {
+	if err := s.send(queryPacket(sql)); err != nil {
+		return nil, err
+	}
+	return s.read(wire.Results)
+}
+
+// forward sends payload, the client's command or its rewrite, and relays
+// the response with the server's numbering. When the payload takes another
+// number of packets than the client's command did (a rewrite across a 16
+// MiB boundary), the response is renumbered to follow the client's.
+func (s *Session) forward(payload []byte, kind wire.Kind, patch func(*wire.OK)) (wire.Result, error) {
+	if packets := len(payload)/wire.MaxPayload + 1; packets != int(s.respSeq) {
+		s.link.Client.SeqShift = s.respSeq - byte(packets)
+	}
+	if err := s.send(payload); err != nil {
+		return wire.Result{}, err
+	}
+	sink := &wire.Forward{Client: s.link.Client, Server: s.link.Backend, Caps: s.link.Caps, PatchOK: patch}
+	res, err := s.rd.Read(kind, sink)
+	s.link.Client.SeqShift = 0
+	if err != nil {
+		return res, err
+	}
+	s.Observe(res)
+	return res, nil
+}
+
+// relayAs sends payload and relays its response to the client numbering
+// packets from *seq; with more, its last packet flags further results. It
+// is how a statement of a multi-statement query the proxy runs one by one
+// is answered.
+func (s *Session) relayAs(payload []byte, seq *byte, more bool) (wire.Result, error) {
+	if err := s.send(payload); err != nil {
+		return wire.Result{}, err
+	}
+	sink := &wire.Forward{Client: s.link.Client, Server: s.link.Backend, Caps: s.link.Caps, Seq: seq, More: more}
+	res, err := s.rd.Read(wire.Results, sink)
+	if err != nil {
+		return res, err
+	}
+	s.Observe(res)
+	return res, nil
+}
+
+// writeOK sends a synthesized OK packet to the client.
+func (s *Session) writeOK(ok wire.OK, seq *byte, more bool) error {
+	if more {
+		ok.Status |= mysql.SERVER_MORE_RESULTS_EXISTS
+	}
+	_, err := s.link.Client.WritePacket(ok.Bytes(s.link.Caps), *seq)
+	*seq++
+	return err
+}
+
+// writeErr sends an ERR packet to the client.
+func (s *Session) writeErr(pkt []byte, seq *byte) error {
+	_, err := s.link.Client.WritePacket(pkt, *seq)
+	*seq++
+	return err
+}
+
+// prepare prepares sql on the backend. With relay, the response goes to
+// the client (numbered from the client's command); otherwise it is read
+// and dropped. It returns the statement id and parameter count, or the ERR
+// packet.
+func (s *Session) prepare(sql []byte, relay bool) (id uint32, params int, errPkt []byte, err error) {
+	if err := s.send(append([]byte{mysql.COM_STMT_PREPARE}, sql...)); err != nil {
+		return 0, 0, nil, err
+	}
+	var sink wire.Sink = wire.Discard{}
+	var c *wire.Collect
+	seq := s.respSeq
+	switch {
+	case relay:
+		sink = &wire.Forward{Client: s.link.Client, Server: s.link.Backend, Caps: s.link.Caps, Seq: &seq}
+	default:
+		c = &wire.Collect{}
+		sink = c
+	}
+	res, err := s.rd.Read(wire.Prepare, sink)
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	if res.Failed() {
+		s.noteErr(res.ErrCode)
+		if c != nil {
+			errPkt = c.R.Err
+		} else {
+			errPkt = []byte{0xff} // relayed already
+		}
+		return 0, 0, errPkt, nil
+	}
+	return res.StmtID, res.Params, nil, nil
+}
+
+// internalStmt returns the id of a statement the proxy prepared for its own
+// use on this connection, preparing it on first use.
+func (s *Session) internalStmt(sql string) (uint32, error) {
+	if id, ok := s.rw.internal[sql]; ok {
+		return id, nil
+	}
+	id, _, errPkt, err := s.prepare([]byte(sql), false)
+	if err != nil {
+		return 0, err
+	}
+	if errPkt != nil {
+		return 0, &backendError{pkt: errPkt}
+	}
+	if s.rw.internal == nil {
+		s.rw.internal = map[string]uint32{}
+	}
+	s.rw.internal[sql] = id
+	return id, nil
+}
+
+// backendError carries an ERR packet from a statement of the proxy's own;
+// the client sees it as the error of its own statement.
+type backendError struct{ pkt []byte }
+
+func (e *backendError) Error() string {
+	me := wire.ParseErr(e.pkt)
+	return fmt.Sprintf("backend error %d: %s", me.Code, me.Message)
+}
+
+// executeInternal runs sql, prepared for the proxy's own use, with the
+// given parameters of the client's execution.
+func (s *Session) executeInternal(sql string, ep execParams, idx []int) (*wire.Response, error) {
+	id, err := s.internalStmt(sql)
+	if err != nil {
+		return nil, err
+	}
+	pkt, err := ep.executePacket(id, idx)
+	if err != nil {
+		// A parameter the proxy needs was sent as long data too long to
+		// keep: the client gets an error for this statement; the
+		// connection stays.
+		return nil, &backendError{pkt: wire.Errorf(mysql.ER_UNKNOWN_ERROR, "HY000",
+			"a key parameter of a rewritten statement sent with COM_STMT_SEND_LONG_DATA is longer than %d bytes", maxKeptLongData).Packet()}
+	}
+	if err := s.send(pkt); err != nil {
+		return nil, err
+	}
+	return s.read(wire.Results)
+}
+
+// binaryInt decodes the first column of a binary-protocol row as an integer
+// of the type given by its column definition.
+func binaryInt(col, row []byte) (string, bool) {
+	// Column definition: six length-encoded strings, a length-encoded
+	// 0x0c, charset(2), length(4), type(1), flags(2), decimals(1).
+	pos := 0
+	for range 6 {
+		_, n, ok := wire.LenEncString(col[pos:])
+		if !ok {
+			return "", false
+		}
+		pos += n
+	}
+	_, n, ok := wire.LenEnc(col[pos:])
+	if !ok || len(col) < pos+n+9 {
+		return "", false
+	}
+	pos += n
+	t := col[pos+6]
+	unsigned := binary.LittleEndian.Uint16(col[pos+7:])&mysql.UNSIGNED_FLAG != 0
+	if len(row) < 3 || row[1]&0x04 != 0 { // header, NULL bitmap (offset 2 bits)
+		return "", false
+	}
+	size, err := paramSize(t, row[2:])
+	if err != nil {
+		return "", false
+	}
+	ep := execParams{n: 1, null: []bool{false}, long: []bool{false}, types: []byte{t, 0}, values: [][]byte{row[2 : 2+size]}}
+	if unsigned {
+		ep.types[1] = 0x80
+	}
+	return ep.intParam(0)
+}

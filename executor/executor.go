@@ -1,0 +1,230 @@
+// Package executor runs the plans of the rewriter on a client's own backend
+// connection, so that the client sees exactly the response its original
+// statement would have produced: slotted increments answer like the UPDATE,
+// guarded writes fold slots first, rewritten reads return the true totals.
+//
+// The proxy package frames and relays; it hands the executor only the
+// commands that may need rewriting (Intercepts), one at a time, on the
+// session's goroutine, and reports the outcome of every other response
+// (Observe) so the executor always knows the transaction state. A Session
+// is not safe for concurrent use; an Env is shared by all sessions and is.
+package executor
+
+import (
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/slotproxy/slotproxy/internal/wire"
+	"github.com/slotproxy/slotproxy/rewrite"
+)
+
+// Statement paths: how a statement was handled (a metrics label).
+const (
+	PathPassThrough    = "pass_through"
+	PathRewrittenRead  = "rewritten_read"
+	PathRewrittenWrite = "rewritten_write"
+	PathGuarded        = "guarded_write"
+	PathParseFailure   = "parse_failure"
+	PathShadow         = "shadow"
+	PathRefused        = "refused"
+)
+
+// Recorder receives the executor's measurements. Implementations must be
+// safe for concurrent use.
+type Recorder interface {
+	Statement(path, rule string)
+	RewriteTook(seconds float64)
+	BackendError(code uint16)
+	Retry()
+	ExistsLookup(hit bool)
+}
+
+type nopRecorder struct{}
+
+func (nopRecorder) Statement(string, string) {}
+func (nopRecorder) RewriteTook(float64)      {}
+func (nopRecorder) BackendError(uint16)      {}
+func (nopRecorder) Retry()                   {}
+func (nopRecorder) ExistsLookup(bool)        {}
+
+// Stats are counters since start, shared by all sessions.
+type Stats struct {
+	RewrittenReads  atomic.Uint64
+	RewrittenWrites atomic.Uint64
+	GuardedWrites   atomic.Uint64
+	ParseFailures   atomic.Uint64
+	Shadowed        atomic.Uint64
+	ExistsHits      atomic.Uint64
+	Retries         atomic.Uint64
+	Refused         atomic.Uint64
+}
+
+// Env is what every session shares. Set its fields before the first
+// session; afterwards it is safe for concurrent use.
+type Env struct {
+	// Metrics receives measurements; nil records nothing.
+	Metrics Recorder
+	// MaxRetries bounds how often a rewritten statement the proxy runs in
+	// autocommit is retried after a deadlock (1213) or lock wait timeout
+	// (1205); 0 disables retries.
+	MaxRetries int
+	// OnDDL, when set, is called in a goroutine of its own after DDL on a
+	// ruled table succeeded.
+	OnDDL func()
+
+	Stats Stats
+
+	exists       *existsCache
+	shadowLogged atomic.Int64 // unix nanoseconds of the last shadow log line at info
+}
+
+// NewEnv returns an Env with its shared caches.
+func NewEnv() *Env { return &Env{exists: newExistsCache(1 << 20)} }
+
+// ExistsCacheSize is the number of keys in the existence cache.
+func (e *Env) ExistsCacheSize() int { return e.exists.size() }
+
+func (e *Env) metrics() Recorder {
+	if e.Metrics == nil {
+		return nopRecorder{}
+	}
+	return e.Metrics
+}
+
+// Link is a session's two connections, owned by the session's goroutine
+// and used by the executor only inside Handle.
+type Link struct {
+	Client, Backend *wire.Conn
+	// Caps are the capabilities negotiated with the client (and, minus
+	// CLIENT_SSL, with the backend).
+	Caps uint32
+}
+
+// Session is one client connection's rewriting state.
+type Session struct {
+	env  *Env
+	link Link
+	log  *slog.Logger
+	rd   wire.Reader
+
+	status     uint16 // server status after the last response
+	rolledBack bool   // a deadlock or lock wait timeout rolled the transaction back
+	rw         rewriteState
+	respSeq    byte // sequence id the current command's response starts with
+}
+
+// NewSession starts the executor's view of a session whose authentication
+// ended with server status status.
+func NewSession(env *Env, link Link, log *slog.Logger, status uint16, serverVersion string) *Session {
+	return &Session{
+		env:    env,
+		link:   link,
+		log:    log,
+		rd:     wire.Reader{Src: link.Backend, DeprecateEOF: link.Caps&mysql.CLIENT_DEPRECATE_EOF != 0},
+		status: status,
+	}
+}
+
+// Intercepts reports whether the proxy hands command cmd to Handle while a
+// rewriter is configured: the commands that carry SQL, executions of
+// prepared statements, and those that change state the executor keeps.
+func Intercepts(cmd byte) bool {
+	switch cmd {
+	case mysql.COM_QUERY, mysql.COM_STMT_PREPARE, mysql.COM_STMT_EXECUTE, mysql.COM_STMT_CLOSE,
+		mysql.COM_STMT_SEND_LONG_DATA, mysql.COM_STMT_RESET, mysql.COM_INIT_DB,
+		mysql.COM_RESET_CONNECTION, mysql.COM_SET_OPTION:
+		return true
+	}
+	return false
+}
+
+// Observe records the outcome of a response the proxy relayed itself.
+func (s *Session) Observe(res wire.Result) {
+	if res.Failed() {
+		s.noteErr(res.ErrCode)
+		return
+	}
+	if res.Status != 0 {
+		s.status = res.Status
+	}
+}
+
+// Reset forgets the session's state after COM_CHANGE_USER (the server
+// dropped its prepared statements and variables); status is the status of
+// the authentication's OK.
+func (s *Session) Reset(status uint16) {
+	s.rw = rewriteState{}
+	s.rolledBack = false
+	if status != 0 {
+		s.status = status
+	}
+}
+
+// Handle runs one client command (its whole payload, sent by the client in
+// packets packets) and writes the complete response to the client. It
+// always consumes the command: by forwarding it as it is, by executing its
+// rewrite, or by answering an error. An error return means the session
+// must end (a backend failure is marked wire.ErrServer).
+func (s *Session) Handle(rw *rewrite.Rewriter, payload []byte, packets byte) error {
+	s.respSeq = packets
+	s.link.Client.SeqShift = 0
+	s.settleTransaction()
+	var err error
+	switch payload[0] {
+	case mysql.COM_QUERY:
+		err = s.handleQuery(rw, payload)
+	case mysql.COM_STMT_PREPARE:
+		err = s.handlePrepare(rw, payload)
+	case mysql.COM_STMT_EXECUTE:
+		err = s.handleExecute(payload)
+	default:
+		err = s.handleOther(payload)
+	}
+	s.link.Client.SeqShift = 0
+	return err
+}
+
+func (s *Session) inTransaction() bool { return s.status&mysql.SERVER_STATUS_IN_TRANS != 0 }
+func (s *Session) autocommit() bool    { return s.status&mysql.SERVER_STATUS_AUTOCOMMIT != 0 }
+
+// autocommitted reports whether the next statement runs in a transaction of
+// its own (autocommit on, no transaction open): only then may the proxy
+// retry it after a deadlock or lock wait timeout, as nobody else's work is
+// rolled back with it.
+func (s *Session) autocommitted() bool { return s.autocommit() && !s.inTransaction() }
+
+// noteErr records errors that roll the transaction back.
+func (s *Session) noteErr(code uint16) {
+	s.env.metrics().BackendError(code)
+	if code == mysql.ER_LOCK_DEADLOCK || code == mysql.ER_LOCK_WAIT_TIMEOUT {
+		s.rolledBack = true
+	}
+}
+
+func (s *Session) noteStatus(st uint16) {
+	if st != 0 {
+		s.status = st
+	}
+}
+
+// refuse answers a statement the proxy will not run with an error naming
+// the rule and the reason.
+func (s *Session) refuse(t *rewrite.Table, reason string, seq *byte) error {
+	s.env.Stats.Refused.Add(1)
+	s.env.metrics().Statement(PathRefused, ruleName(t))
+	e := wire.Errorf(mysql.ER_NOT_SUPPORTED_YET, "42000", "rule %s: %s", ruleName(t), reason)
+	return s.writeErr(e.Packet(), seq)
+}
+
+// ruleName is the metrics label and error-message name of a ruled table.
+func ruleName(t *rewrite.Table) string {
+	if t == nil {
+		return ""
+	}
+	return t.Schema + "." + t.Name
+}
+
+func (s *Session) String() string { return fmt.Sprintf("executor session (status %#x)", s.status) }

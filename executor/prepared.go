@@ -1,0 +1,127 @@
+package executor
+
+import (
+	"bytes"
+	"encoding/binary"
+	"slices"
+
+	"github.com/slotproxy/slotproxy/internal/wire"
+	"github.com/slotproxy/slotproxy/rewrite"
+)
+
+// stmtInfo is a prepared statement whose executions need the proxy.
+type stmtInfo struct {
+	plan     rewrite.Plan
+	params   int
+	types    []byte // parameter types last bound
+	longData []bool // parameters sent as long data since the last execute
+	// longVals keeps a copy of that long data, up to maxKeptLongData bytes
+	// per parameter (nil beyond), for the parameters the proxy may need: a
+	// key to check or lock, a delta, or every parameter when the statement
+	// may run as written instead of rewritten.
+	longVals [][]byte
+}
+
+// maxKeptLongData bounds the long data the proxy copies per parameter. Keys
+// and deltas are numbers; a longer value is never one.
+const maxKeptLongData = 4 << 10
+
+// keepLongData copies a COM_STMT_SEND_LONG_DATA chunk for parameter i.
+func (st *stmtInfo) keepLongData(i int, chunk []byte) {
+	if st.longData == nil {
+		st.longData = make([]bool, st.params)
+		st.longVals = make([][]byte, st.params)
+	}
+	if !st.longData[i] {
+		st.longData[i] = true
+		st.longVals[i] = []byte{}
+	}
+	if v := st.longVals[i]; v != nil {
+		if len(v)+len(chunk) > maxKeptLongData {
+			st.longVals[i] = nil
+		} else {
+			st.longVals[i] = append(v, chunk...)
+		}
+	}
+}
+
+// resetLongData forgets the long data (after an execute or COM_STMT_RESET).
+func (st *stmtInfo) resetLongData() { st.longData, st.longVals = nil, nil }
+
+func (s *Session) handlePrepare(rw *rewrite.Rewriter, payload []byte) error {
+	plans, err := s.plan(rw, payload[1:])
+	if err != nil {
+		return err
+	}
+	if len(plans) != 1 {
+		_, err := s.forward(payload, wire.Prepare, nil)
+		return err
+	}
+	p := plans[0]
+	sql := p.SQL
+	switch {
+	case p.Shadow:
+		// Prepared as the client wrote it; executions are counted.
+		sql = p.Original
+	case p.Kind == rewrite.KindOriginal && p.After == "" && !p.Invalidate && !p.Reload:
+		_, err := s.forward(payload, wire.Prepare, nil)
+		return err
+	}
+	// Rewritten statements are prepared by the executor, to learn the
+	// statement id their executions will name.
+	id, params, errPkt, err := s.prepare([]byte(sql), true)
+	if err != nil || errPkt != nil {
+		return err
+	}
+	if s.rw.stmts == nil {
+		s.rw.stmts = map[uint32]*stmtInfo{}
+	}
+	s.rw.stmts[id] = &stmtInfo{plan: p, params: params}
+	return nil
+}
+
+func (s *Session) handleExecute(payload []byte) error {
+	var st *stmtInfo
+	if len(payload) >= 5 && len(s.rw.stmts) > 0 {
+		st = s.rw.stmts[binary.LittleEndian.Uint32(payload[1:])]
+	}
+	if st == nil {
+		s.env.metrics().Statement(PathPassThrough, "")
+		_, err := s.forward(payload, wire.Results, nil)
+		return err
+	}
+	p := st.plan
+	switch {
+	case p.Shadow:
+		s.countShadow(p)
+		_, err := s.forward(payload, wire.Results, nil)
+		return err
+	case p.Kind == rewrite.KindRead:
+		s.env.Stats.RewrittenReads.Add(1)
+		s.env.metrics().Statement(PathRewrittenRead, "")
+		_, err := s.forward(payload, wire.Results, nil)
+		return err
+	}
+	ep, err := parseExecute(payload, st.params, st.types, st.longData)
+	ep.longVals = st.longVals
+	st.resetLongData()
+	if err != nil {
+		return err
+	}
+	if len(ep.types) == 2*st.params && (len(st.types) == 0 || &ep.types[0] != &st.types[0]) {
+		st.types = bytes.Clone(ep.types)
+	}
+	ex := &execution{payload: payload, params: ep, stmtID: binary.LittleEndian.Uint32(payload[1:])}
+	if p.Kind == rewrite.KindIncrement && !s.autocommitted() {
+		key, changed, ok := incArgs(p.Increment, ex)
+		if ok && !slices.Contains(ep.long, true) && s.keyKnown(p.Table, key) {
+			s.env.Stats.RewrittenWrites.Add(1)
+			s.env.metrics().Statement(PathRewrittenWrite, ruleName(p.Table))
+			_, err := s.forward(payload, wire.Results, s.incPatch(1, boolInt(changed)))
+			return err
+		}
+	}
+	seq := s.respSeq
+	_, err = s.execPlan(p, ex, &seq, false)
+	return err
+}

@@ -1,0 +1,425 @@
+package executor
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"log/slog"
+	"strings"
+	"time"
+	"unsafe"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/slotproxy/slotproxy/internal/wire"
+	"github.com/slotproxy/slotproxy/rewrite"
+)
+
+// rewriteState is the executor's rewriting state for one session.
+type rewriteState struct {
+	infoKnown   bool // db, sql_mode and charset below are current
+	db          string
+	ansiQuotes  bool
+	noBackslash bool
+	charset     string               // character_set_client
+	stmts       map[uint32]*stmtInfo // rewritten prepared statements by backend id
+	internal    map[string]uint32    // statements the proxy prepared for itself
+	txnKnown    []knownKey           // keys found inside the open transaction
+	sawRollback bool
+	// COM_SET_OPTION turned multi-statements on or off after the handshake.
+	multiOn, multiOff bool
+}
+
+type knownKey struct{ table, key string }
+
+// settleTransaction promotes keys found inside a transaction to the shared
+// cache once it committed, and drops them when it rolled back.
+func (s *Session) settleTransaction() {
+	if len(s.rw.txnKnown) == 0 || s.inTransaction() {
+		return
+	}
+	if !s.rw.sawRollback && !s.rolledBack {
+		for _, k := range s.rw.txnKnown {
+			s.env.exists.add(k.table, k.key)
+		}
+	}
+	s.rw.txnKnown = s.rw.txnKnown[:0]
+	s.rw.sawRollback = false
+	s.rolledBack = false
+}
+
+func (s *Session) handleOther(payload []byte) error {
+	switch payload[0] {
+	case mysql.COM_STMT_CLOSE:
+		if len(payload) >= 5 {
+			delete(s.rw.stmts, binary.LittleEndian.Uint32(payload[1:]))
+		}
+		_, err := s.link.Backend.WritePacket(payload, 0)
+		return err
+	case mysql.COM_STMT_SEND_LONG_DATA:
+		if len(payload) >= 7 {
+			if st := s.rw.stmts[binary.LittleEndian.Uint32(payload[1:])]; st != nil {
+				if i := int(binary.LittleEndian.Uint16(payload[5:])); i < st.params {
+					st.keepLongData(i, payload[7:])
+				}
+			}
+		}
+		_, err := s.link.Backend.WritePacket(payload, 0)
+		return err
+	case mysql.COM_STMT_RESET:
+		if len(payload) >= 5 {
+			if st := s.rw.stmts[binary.LittleEndian.Uint32(payload[1:])]; st != nil {
+				st.resetLongData()
+			}
+		}
+	case mysql.COM_INIT_DB:
+		s.rw.infoKnown = false
+	case mysql.COM_RESET_CONNECTION:
+		s.rw = rewriteState{}
+		s.rolledBack = false
+	case mysql.COM_SET_OPTION:
+		if len(payload) >= 3 {
+			s.rw.multiOff = binary.LittleEndian.Uint16(payload[1:]) == 1 // MYSQL_OPTION_MULTI_STATEMENTS_OFF
+			s.rw.multiOn = !s.rw.multiOff
+		}
+	}
+	_, err := s.forward(payload, wire.KindOf(payload[0]), nil)
+	return err
+}
+
+// sessionMayChange reports whether a query can change the default
+// database, sql_mode or client character set, which the rewriter depends
+// on. It is deliberately conservative (a change can hide behind comments, in
+// a multi-statement query, or in dynamic SQL): any mention of sql_mode, a
+// character set (NAMES, CHARSET, CHARACTER), the word USE, or
+// PREPARE/EXECUTE makes the proxy read the session state again before the
+// next ruled statement.
+func sessionMayChange(sql []byte) bool {
+	// One pass over the words (runs of identifier bytes): the per-query
+	// cost is a few nanoseconds per byte.
+	for i := 0; i < len(sql); {
+		if !isWordByte(sql[i]) {
+			i++
+			continue
+		}
+		j := i + 1
+		for j < len(sql) && isWordByte(sql[j]) {
+			j++
+		}
+		w := sql[i:j]
+		i = j
+		switch len(w) {
+		case 3, 5, 7:
+			if equalFold(w, "use") || equalFold(w, "names") || equalFold(w, "execute") || equalFold(w, "prepare") {
+				return true
+			}
+		}
+		if len(w) >= 7 && (containsFold(w, "sql_mode") || containsFold(w, "charset") || containsFold(w, "character")) {
+			return true
+		}
+	}
+	return false
+}
+
+// equalFold reports whether w is the ASCII lower-case word lower, ignoring
+// case.
+func equalFold(w []byte, lower string) bool {
+	return len(w) == len(lower) && containsFold(w, lower)
+}
+
+func isWordByte(c byte) bool {
+	return c == '_' || c == '$' || c >= 0x80 || ('0' <= c && c <= '9') || ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z')
+}
+
+func isRollback(sql []byte) bool {
+	t := bytes.TrimLeft(sql, " \t\r\n")
+	return len(t) >= 8 && strings.EqualFold(string(t[:8]), "rollback")
+}
+
+// containsFold is a case-insensitive substring test for an ASCII lower-case
+// needle.
+func containsFold(s []byte, lower string) bool {
+	for i := 0; i+len(lower) <= len(s); i++ {
+		match := true
+		for j := 0; j < len(lower); j++ {
+			c := s[i+j]
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			if c != lower[j] {
+				match = false
+				break
+			}
+		}
+		if match {
+			return true
+		}
+	}
+	return false
+}
+
+// errSessionInfo: the session's database, sql_mode and character set could
+// not be read.
+var errSessionInfo = errors.New("cannot read the session's database, sql_mode and character set")
+
+// ensureSessionInfo learns the session's default database, sql_mode and
+// client character set (lazily: once, and again after a statement that may
+// change them).
+func (s *Session) ensureSessionInfo() error {
+	if s.rw.infoKnown {
+		return nil
+	}
+	r, err := s.query("SELECT DATABASE(), @@SESSION.sql_mode, @@SESSION.character_set_client")
+	if err != nil {
+		return err
+	}
+	if r.Failed() || len(r.Rows) != 1 {
+		return errSessionInfo
+	}
+	vals, err := wire.TextRow(r.Rows[0])
+	if err != nil || len(vals) != 3 {
+		return errSessionInfo
+	}
+	mode := strings.ToUpper(string(vals[1]))
+	s.rw.db = string(vals[0])
+	s.rw.charset = strings.ToLower(string(vals[2]))
+	s.rw.ansiQuotes = strings.Contains(mode, "ANSI_QUOTES")
+	s.rw.noBackslash = strings.Contains(mode, "NO_BACKSLASH_ESCAPES")
+	s.rw.infoKnown = true
+	return nil
+}
+
+func (s *Session) rewriteSession() rewrite.Session {
+	return rewrite.Session{DB: s.rw.db, ANSIQuotes: s.rw.ansiQuotes, NoBackslashEscapes: s.rw.noBackslash, Charset: s.rw.charset}
+}
+
+// plan rewrites sql when it names a ruled table. It returns nil plans for
+// statements to send unchanged.
+func (s *Session) plan(rw *rewrite.Rewriter, sql []byte) ([]rewrite.Plan, error) {
+	if len(sql) == 0 || !rw.Catalog().Mentions(unsafe.String(&sql[0], len(sql))) {
+		return nil, nil
+	}
+	if err := s.ensureSessionInfo(); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	plans, err := rw.Rewrite(string(sql), s.rewriteSession())
+	s.env.metrics().RewriteTook(time.Since(start).Seconds())
+	if err != nil {
+		s.env.Stats.ParseFailures.Add(1)
+		s.env.metrics().Statement(PathParseFailure, "")
+		s.log.Debug("statement does not parse; passing it through", "err", err)
+		return nil, nil
+	}
+	if !rewrite.Changed(plans) {
+		return nil, nil
+	}
+	return plans, nil
+}
+
+func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
+	sql := payload[1:]
+	if isRollback(sql) {
+		s.rw.sawRollback = true
+	}
+	defer func() {
+		// Only worth a scan while the session state is known (plan may
+		// just have learned it).
+		if s.rw.infoKnown && sessionMayChange(sql) {
+			s.rw.infoKnown = false
+		}
+	}()
+	plans, err := s.plan(rw, sql)
+	if errors.Is(err, errSessionInfo) {
+		seq := s.respSeq
+		return s.writeErr(wire.Errorf(mysql.ER_UNKNOWN_ERROR, "HY000", "%v", err).Packet(), &seq)
+	}
+	if err != nil {
+		return err
+	}
+	if plans == nil {
+		s.env.metrics().Statement(PathPassThrough, "")
+		_, err := s.forward(payload, wire.Results, nil)
+		return err
+	}
+	if s.log.Enabled(context.Background(), slog.LevelDebug) {
+		s.log.Debug("rewrite", "sql", string(sql), "plans", len(plans), "kind", plans[0].Kind.String())
+	}
+	seq := s.respSeq
+	if rewrite.SessionCut(plans) >= 0 {
+		if !s.multiStatements() {
+			s.env.metrics().Statement(PathPassThrough, "")
+			_, err := s.forward(payload, wire.Results, nil)
+			return err
+		}
+		return s.execCut(rw, plans, &seq)
+	}
+	// Reads only: one rewritten query, relayed as usual.
+	simple := true
+	for _, p := range plans {
+		if !p.Shadow && p.Kind != rewrite.KindRead && (p.Kind != rewrite.KindOriginal || p.After != "" || p.Invalidate || p.Reload) {
+			simple = false
+		}
+	}
+	if simple {
+		var text strings.Builder
+		for _, p := range plans {
+			switch {
+			case p.Shadow:
+				s.countShadow(p)
+				text.WriteString(p.Original)
+			case p.Kind == rewrite.KindRead:
+				s.env.Stats.RewrittenReads.Add(1)
+				s.env.metrics().Statement(PathRewrittenRead, "")
+				text.WriteString(p.SQL)
+			default:
+				s.env.metrics().Statement(PathPassThrough, "")
+				text.WriteString(p.SQL)
+			}
+		}
+		_, err := s.forward(queryPacket(text.String()), wire.Results, nil)
+		return err
+	}
+	// Several statements in one query need multi-statement support, which
+	// the proxy honours as the server would: without it, the server gets the
+	// text as it is and reports the error.
+	if len(plans) > 1 && !s.multiStatements() {
+		s.env.metrics().Statement(PathPassThrough, "")
+		_, err := s.forward(payload, wire.Results, nil)
+		return err
+	}
+	// A lone increment whose key is known to exist: one statement, relayed
+	// with the OK patched. (Autocommit increments take the path below,
+	// which can retry them.)
+	if len(plans) == 1 && plans[0].Kind == rewrite.KindIncrement && !s.autocommitted() {
+		p := plans[0]
+		if s.keyKnown(p.Table, p.Increment.KeyLiteral) {
+			s.env.Stats.RewrittenWrites.Add(1)
+			s.env.metrics().Statement(PathRewrittenWrite, ruleName(p.Table))
+			_, err := s.forward(queryPacket(p.SQL), wire.Results, s.incPatch(1, boolInt(!p.Increment.Zero)))
+			return err
+		}
+	}
+	for i, p := range plans {
+		more := i < len(plans)-1
+		failed, err := s.execPlan(p, nil, &seq, more)
+		if err != nil {
+			return err
+		}
+		if failed {
+			break // like the server: an error ends a multi-statement query
+		}
+	}
+	return nil
+}
+
+// execCut runs a multi-statement query in which a statement changes the
+// session state the rewrite depends on (USE, SET NAMES, SET sql_mode): the
+// statements up to that one run as planned, then the rest of the query is
+// planned again in the new state.
+func (s *Session) execCut(rw *rewrite.Rewriter, plans []rewrite.Plan, seq *byte) error {
+	for {
+		cut := rewrite.SessionCut(plans)
+		run := plans
+		if cut >= 0 {
+			run = plans[:cut+1]
+		}
+		for i, p := range run {
+			failed, err := s.execPlan(p, nil, seq, cut >= 0 || i < len(run)-1)
+			if err != nil || failed {
+				return err // an error ends a multi-statement query
+			}
+		}
+		if cut < 0 {
+			return nil
+		}
+		s.rw.infoKnown = false
+		// Statement texts tile the query, separators included.
+		var rest strings.Builder
+		for _, p := range plans[cut+1:] {
+			rest.WriteString(p.Original)
+		}
+		next, err := s.plan(rw, []byte(rest.String()))
+		if err != nil {
+			return err
+		}
+		if next == nil {
+			_, err := s.relayAs(queryPacket(rest.String()), seq, false)
+			return err
+		}
+		plans = next
+	}
+}
+
+// multiStatements reports whether the client may send several statements
+// in one query.
+func (s *Session) multiStatements() bool {
+	switch {
+	case s.rw.multiOn:
+		return true
+	case s.rw.multiOff:
+		return false
+	}
+	return s.link.Caps&mysql.CLIENT_MULTI_STATEMENTS != 0
+}
+
+func boolInt(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func tableKey(t *rewrite.Table) string { return t.Schema + "." + t.Name }
+
+func (s *Session) keyKnown(t *rewrite.Table, key string) bool {
+	known := s.lookupKey(t, key)
+	s.env.metrics().ExistsLookup(known)
+	return known
+}
+
+func (s *Session) lookupKey(t *rewrite.Table, key string) bool {
+	if key == "" {
+		return false
+	}
+	tk := tableKey(t)
+	if s.env.exists.has(tk, key) {
+		s.env.Stats.ExistsHits.Add(1)
+		return true
+	}
+	for _, k := range s.rw.txnKnown {
+		if k.table == tk && k.key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// countShadow counts and logs a statement a shadow-mode rule would have
+// rewritten.
+func (s *Session) countShadow(p rewrite.Plan) {
+	n := s.env.Stats.Shadowed.Add(1)
+	s.env.metrics().Statement(PathShadow, ruleName(p.Table))
+	// At most one line a second at info (with the running count); every
+	// statement at debug.
+	now := time.Now().UnixNano()
+	if last := s.env.shadowLogged.Load(); now-last >= int64(time.Second) && s.env.shadowLogged.CompareAndSwap(last, now) {
+		s.log.Info("shadow: would rewrite", "rule", ruleName(p.Table), "as", p.Kind.String(), "shadowed_so_far", n)
+	} else {
+		s.log.Debug("shadow: would rewrite", "rule", ruleName(p.Table), "as", p.Kind.String())
+	}
+}
+
+// rememberKey records that the base row of key exists: in the shared cache
+// when that is committed knowledge, else until the transaction ends.
+func (s *Session) rememberKey(t *rewrite.Table, key string, inTxn bool) {
+	if key == "" {
+		return
+	}
+	if inTxn {
+		s.rw.txnKnown = append(s.rw.txnKnown, knownKey{tableKey(t), key})
+		return
+	}
+	s.env.exists.add(tableKey(t), key)
+}

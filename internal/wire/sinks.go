@@ -1,0 +1,218 @@
+package wire
+
+import (
+	"fmt"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+)
+
+// Forward is the sink that relays a response to a client as it arrives.
+// By default every packet is forwarded verbatim (zero copy, its sequence id
+// shifted by Client.SeqShift); the optional fields change that for the
+// packets a rewrite must hide or renumber.
+type Forward struct {
+	// Client receives the response; Server is the connection it comes
+	// from (for LOCAL INFILE, whose file goes back to it).
+	Client, Server *Conn
+	// Caps are the capabilities negotiated with the client.
+	Caps uint32
+	// Seq, when non-nil, renumbers the packets: each is written with *Seq,
+	// which is then incremented. Nil keeps the server's numbering.
+	Seq *byte
+	// More sets SERVER_MORE_RESULTS_EXISTS on the response's last packet,
+	// so that further results can follow it (a multi-statement query the
+	// proxy runs statement by statement).
+	More bool
+	// PatchOK, when set, rewrites the payload of the response's final OK
+	// (an increment's OK made to look like the UPDATE's).
+	PatchOK func(ok *OK)
+	// Infiles counts LOCAL INFILE requests served.
+	Infiles int
+
+	infileSeq byte // the server's sequence id of its LOCAL INFILE request
+}
+
+// Wait flushes the client before the reader blocks on the server.
+func (f *Forward) Wait() error { return f.Client.Flush() }
+
+// ForwardRows implements RowForwarder when the numbering is the server's.
+func (f *Forward) ForwardRows(src *Conn) error {
+	if f.Seq != nil {
+		return nil
+	}
+	return src.ForwardBufferedRows(f.Client)
+}
+
+// Take forwards one packet.
+func (f *Forward) Take(src *Conn, p *Packet) error {
+	if p.Role == RoleInfile {
+		f.infileSeq = p.Header.Seq
+	}
+	patch := p.Last && ((p.Role == RoleOK && (f.PatchOK != nil || f.More)) || (p.Role == RoleEnd && f.More))
+	if !patch && f.Seq == nil {
+		return src.ForwardRest(f.Client, p.Header)
+	}
+	if !patch {
+		// Renumbered verbatim: header by header, payload streamed.
+		return src.CopyRest(f.Client, p.Header, f.nextSeq)
+	}
+	payload, _, err := src.ReadRest(nil, p.Header, MaxPayload-1)
+	if err != nil {
+		return err
+	}
+	if p.Role == RoleOK || f.Caps&mysql.CLIENT_DEPRECATE_EOF != 0 {
+		ok, err := ParseOK(payload)
+		if err != nil {
+			return err
+		}
+		if f.PatchOK != nil && p.Role == RoleOK {
+			f.PatchOK(&ok)
+		}
+		if f.More {
+			ok.Status |= mysql.SERVER_MORE_RESULTS_EXISTS
+		}
+		payload = ok.Bytes(f.Caps)
+	} else {
+		payload = SetEOFStatus(payload, p.Status|mysql.SERVER_MORE_RESULTS_EXISTS)
+	}
+	seq := p.Header.Seq + f.Client.SeqShift
+	if f.Seq != nil {
+		seq = f.nextSeq()
+	}
+	_, err = f.Client.WritePacket(payload, seq)
+	return err
+}
+
+func (f *Forward) nextSeq() byte {
+	s := *f.Seq
+	*f.Seq++
+	return s
+}
+
+// Infile serves a LOCAL INFILE request: the client, which was just sent
+// the request, answers with its file's packets ending with an empty one;
+// they go to the server as they are. The proxy never reads files itself.
+func (f *Forward) Infile() error {
+	f.Infiles++
+	if err := f.Client.Flush(); err != nil {
+		return err
+	}
+	seq := f.infileSeq
+	next := func() byte { seq++; return seq }
+	for {
+		h, err := f.Client.ReadHeader()
+		if err != nil {
+			return NoEOF(err)
+		}
+		if f.Seq != nil {
+			*f.Seq = h.Seq + 1
+		}
+		if err := f.Client.CopyRest(f.Server, h, next); err != nil {
+			return err
+		}
+		if h.Length == 0 {
+			return f.Server.Flush()
+		}
+	}
+}
+
+// Response is a whole response read into memory by Collect.
+type Response struct {
+	Result
+	// OK is the final OK packet, if the response ended with one.
+	OK *OK
+	// Err is the ERR packet payload, if the response ended with one.
+	Err []byte
+	// Columns and Rows are the first result set's column definitions and
+	// row payloads.
+	Columns, Rows [][]byte
+	// Sets counts the result sets.
+	Sets int
+	// Final is the payload of the response's last packet.
+	Final []byte
+}
+
+// Collect is the sink that reads a response into memory (the proxy's own
+// statements, whose results are small). Limit bounds each packet; zero
+// means 1 GiB.
+type Collect struct {
+	R     Response
+	Limit int
+}
+
+// Wait does nothing: nobody is waiting for a collected response.
+func (c *Collect) Wait() error { return nil }
+
+// Take reads one packet.
+func (c *Collect) Take(src *Conn, p *Packet) error {
+	limit := c.Limit
+	if limit <= 0 {
+		limit = 1 << 30
+	}
+	payload, _, err := src.ReadRest(nil, p.Header, limit)
+	if err != nil {
+		return err
+	}
+	switch p.Role {
+	case RoleOK:
+		ok, err := ParseOK(payload)
+		if err != nil {
+			return err
+		}
+		c.R.OK = &ok
+	case RoleErr:
+		c.R.Err = payload
+	case RoleColumnCount:
+		c.R.Sets++
+	case RoleColumn:
+		if c.R.Sets == 1 {
+			c.R.Columns = append(c.R.Columns, payload)
+		}
+	case RoleRow:
+		if c.R.Sets == 1 {
+			c.R.Rows = append(c.R.Rows, payload)
+		}
+	case RoleInfile:
+		return fmt.Errorf("wire: LOCAL INFILE request to a statement of the proxy's own")
+	}
+	if p.Last {
+		c.R.Final = payload
+	}
+	return nil
+}
+
+// Discard is the sink that drops a response.
+type Discard struct{}
+
+// Wait does nothing.
+func (Discard) Wait() error { return nil }
+
+// Take drops one packet.
+func (Discard) Take(src *Conn, p *Packet) error { return src.DiscardRest(p.Header) }
+
+// ReadAll reads a whole response of kind with Collect.
+func (r Reader) ReadAll(kind Kind) (*Response, error) {
+	c := &Collect{}
+	res, err := r.Read(kind, c)
+	c.R.Result = res
+	return &c.R, err
+}
+
+// TextRow decodes a text-protocol row; NULL is nil.
+func TextRow(row []byte) ([][]byte, error) {
+	var out [][]byte
+	for len(row) > 0 {
+		if row[0] == 0xfb {
+			out = append(out, nil)
+			row = row[1:]
+			continue
+		}
+		v, n, ok := LenEncString(row)
+		if !ok {
+			return nil, fmt.Errorf("%w: text row", ErrMalformed)
+		}
+		out = append(out, v)
+		row = row[n:]
+	}
+	return out, nil
+}
