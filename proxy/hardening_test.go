@@ -1283,7 +1283,7 @@ func TestSlowUnauthenticatedCap(t *testing.T) {
 		silent = append(silent, c)
 	}
 	time.Sleep(500 * time.Millisecond) // the queued client's deadline comes well after theirs
-	queued := dialTCP(t, p.addr)      // takes the one place in the queue
+	queued := dialTCP(t, p.addr)       // takes the one place in the queue
 	time.Sleep(100 * time.Millisecond)
 	var wg sync.WaitGroup
 	var refused atomic.Int32

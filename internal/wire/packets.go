@@ -86,7 +86,9 @@ func (ok *OK) Append(b []byte, caps uint32) []byte {
 }
 
 // Bytes is Append to a new slice.
-func (ok *OK) Bytes(caps uint32) []byte { return ok.Append(make([]byte, 0, 16+len(ok.Info)+len(ok.State)), caps) }
+func (ok *OK) Bytes(caps uint32) []byte {
+	return ok.Append(make([]byte, 0, 16+len(ok.Info)+len(ok.State)), caps)
+}
 
 // UpdateInfo is the info string MySQL and MariaDB send for UPDATE.
 func UpdateInfo(matched, changed uint64, warnings uint16) []byte {
