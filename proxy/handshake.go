@@ -3,11 +3,8 @@ package proxy
 import (
 	"bytes"
 	"context"
-	"crypto/rsa"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/binary"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
@@ -118,6 +115,54 @@ type clientHello struct {
 	user   string
 	db     string
 	plugin string
+	// authStart and authEnd locate the auth data; authForm is how its
+	// length is given (see the CLIENT_* flags in parseHandshakeResponse).
+	authStart, authEnd int
+	authForm           authForm
+}
+
+// authForm is how a handshake response encodes its auth data's length.
+type authForm uint8
+
+const (
+	authLenEnc authForm = iota // CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA
+	authByte                   // CLIENT_SECURE_CONNECTION: one length byte
+	authNUL                    // NUL-terminated
+)
+
+// withAuth returns the handshake response resp with its auth data replaced
+// by data, encoded the same way.
+func (h clientHello) withAuth(resp, data []byte) []byte {
+	out := make([]byte, 0, len(resp)+len(data))
+	switch h.authForm {
+	case authLenEnc:
+		prefixStart := h.authStart - lenEncSize(uint64(h.authEnd-h.authStart))
+		out = append(out, resp[:prefixStart]...)
+		out = mysql.AppendLengthEncodedInteger(out, uint64(len(data)))
+		out = append(out, data...)
+		return append(out, resp[h.authEnd:]...)
+	case authByte:
+		out = append(out, resp[:h.authStart-1]...)
+		out = append(out, byte(len(data)))
+		out = append(out, data...)
+		return append(out, resp[h.authEnd:]...)
+	default:
+		out = append(out, resp[:h.authStart]...)
+		out = append(out, data...)
+		return append(out, resp[h.authEnd:]...)
+	}
+}
+
+func lenEncSize(n uint64) int {
+	switch {
+	case n < 0xfb:
+		return 1
+	case n < 1<<16:
+		return 3
+	case n < 1<<24:
+		return 4
+	}
+	return 9
 }
 
 // parseHandshakeResponse reads the fields the proxy needs for logging and
@@ -138,23 +183,30 @@ func parseHandshakeResponse(b []byte) (clientHello, error) {
 		return h, bad("unterminated user name")
 	}
 	h.user, rest = string(rest[:nul]), rest[nul+1:]
+	at := func(r []byte) int { return len(b) - len(r) }
 	switch {
 	case h.caps&mysql.CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA != 0:
 		n, w, ok := wire.LenEnc(rest)
 		if !ok || uint64(len(rest)-w) < n {
 			return h, bad("truncated auth response")
 		}
+		h.authForm, h.authStart = authLenEnc, at(rest)+w
+		h.authEnd = h.authStart + int(n)
 		rest = rest[w+int(n):]
 	case h.caps&mysql.CLIENT_SECURE_CONNECTION != 0:
 		if len(rest) < 1 || len(rest) < 1+int(rest[0]) {
 			return h, bad("truncated auth response")
 		}
+		h.authForm, h.authStart = authByte, at(rest)+1
+		h.authEnd = h.authStart + int(rest[0])
 		rest = rest[1+int(rest[0]):]
 	default:
 		i := bytes.IndexByte(rest, 0)
 		if i < 0 {
 			return h, bad("unterminated auth response")
 		}
+		h.authForm, h.authStart = authNUL, at(rest)
+		h.authEnd = h.authStart + i
 		rest = rest[i+1:]
 	}
 	if h.caps&mysql.CLIENT_CONNECT_WITH_DB != 0 && len(rest) > 0 {
@@ -285,6 +337,30 @@ func (s *session) handshake(ctx context.Context) error {
 	if hello.caps&mysql.CLIENT_LONG_PASSWORD == 0 {
 		clear(resp[28:32]) // MariaDB extended capabilities: none offered
 	}
+	s.scramble = gr.scramble
+	s.plugin = hello.plugin
+	if s.plugin == "" {
+		s.plugin = gr.plugin
+	}
+	a := authRelay{
+		s:          s,
+		scramble:   append([]byte(nil), gr.scramble...),
+		plugin:     s.plugin,
+		clientTLS:  clientTLS,
+		backendTLS: backendTLS,
+	}
+	if cleartextPlugin(a.plugin) && !backendTLS {
+		clear(resp)
+		_ = sendError(s.client, cseq+1, errCleartext(a.plugin))
+		return fmt.Errorf("refused auth plugin %s over a plaintext backend connection", a.plugin)
+	}
+	if data := resp[hello.authStart:hello.authEnd]; len(data) > 0 {
+		if held := a.holdPassword(data); !bytes.Equal(held, data) {
+			old := resp
+			resp = hello.withAuth(resp, held)
+			clear(old)
+		}
+	}
 	bseq := byte(1)
 	if backendTLS {
 		if _, err := s.back.WritePacket(resp[:32], bseq); err != nil {
@@ -308,159 +384,10 @@ func (s *session) handshake(ctx context.Context) error {
 	if err := s.back.Flush(); err != nil {
 		return err
 	}
-	a := authRelay{
-		s:          s,
-		delta:      bseq - cseq,
-		scramble:   gr.scramble,
-		clientTLS:  clientTLS,
-		backendTLS: backendTLS,
-	}
+	a.delta = bseq - cseq
 	err = a.run()
 	s.authStatus = a.status
 	return err
-}
-
-// authRelay relays the auth exchange after the handshake response or
-// COM_CHANGE_USER, translating sequence ids between the two hops (TLS on one
-// hop and not the other shifts them) and bridging caching_sha2_password full
-// authentication when the client's hop is TLS and the backend's is not.
-type authRelay struct {
-	s          *session
-	delta      byte // backend sequence id minus client sequence id
-	scramble   []byte
-	clientTLS  bool
-	backendTLS bool
-	buf        []byte
-	status     uint16 // of the backend's final OK
-}
-
-// errAuthFailed means the backend rejected the credentials; its ERR packet
-// was relayed to the client.
-var errAuthFailed = errors.New("authentication failed")
-
-func (a *authRelay) run() error {
-	s := a.s
-	for {
-		pkt, seq, err := s.back.ReadPacket(a.buf, handshakePacketLimit)
-		if err != nil {
-			return fmt.Errorf("backend during auth: %w", wire.NoEOF(err))
-		}
-		a.buf = pkt
-		if len(pkt) == 0 {
-			return fmt.Errorf("%w: empty auth packet from backend", wire.ErrMalformed)
-		}
-		if err := a.toClient(pkt, seq); err != nil {
-			return err
-		}
-		switch pkt[0] {
-		case 0x00:
-			a.status = wire.OKStatus(pkt)
-			return nil
-		case 0xff:
-			return errAuthFailed
-		case 0xfe: // auth switch request: plugin name, NUL, new scramble
-			if rest := pkt[1:]; bytes.IndexByte(rest, 0) >= 0 {
-				data := rest[bytes.IndexByte(rest, 0)+1:]
-				a.scramble = append(a.scramble[:0], bytes.TrimRight(data, "\x00")...)
-			}
-		case 0x01: // extra auth data
-			if len(pkt) == 2 && pkt[1] == 3 { // caching_sha2 fast auth succeeded: OK follows
-				continue
-			}
-			if len(pkt) == 2 && pkt[1] == 4 && a.clientTLS && !a.backendTLS {
-				if err := a.bridgeFullAuth(); err != nil {
-					return err
-				}
-				continue
-			}
-		default:
-			return fmt.Errorf("%w: unexpected auth packet 0x%02x from backend", wire.ErrMalformed, pkt[0])
-		}
-		// The client answers the packet just relayed.
-		pkt, cseq, err := s.client.ReadPacket(a.buf, handshakePacketLimit)
-		if err != nil {
-			return fmt.Errorf("client during auth: %w", wire.NoEOF(err))
-		}
-		a.buf = pkt
-		if _, err := s.back.WritePacket(pkt, cseq+a.delta); err != nil {
-			return err
-		}
-		clear(pkt)
-		if err := s.back.Flush(); err != nil {
-			return err
-		}
-	}
-}
-
-func (a *authRelay) toClient(pkt []byte, seq byte) error {
-	if _, err := a.s.client.WritePacket(pkt, seq-a.delta); err != nil {
-		return err
-	}
-	return a.s.client.Flush()
-}
-
-// bridgeFullAuth completes caching_sha2_password full authentication for a
-// client on TLS in front of a plaintext backend. The client, believing its
-// connection secure, sends its password in clear; the backend, seeing an
-// insecure connection, expects it RSA-encrypted. The proxy asks the backend
-// for its public key and encrypts the password with it. The password exists
-// only in this function's buffers and is wiped before returning.
-func (a *authRelay) bridgeFullAuth() error {
-	s := a.s
-	pw, cseq, err := s.client.ReadPacket(nil, handshakePacketLimit)
-	if err != nil {
-		return fmt.Errorf("client during auth: %w", wire.NoEOF(err))
-	}
-	defer clear(pw)
-	bseq := cseq + a.delta
-	if _, err := s.back.WritePacket([]byte{2}, bseq); err != nil { // request public key
-		return err
-	}
-	if err := s.back.Flush(); err != nil {
-		return err
-	}
-	keyPkt, kseq, err := s.back.ReadPacket(nil, handshakePacketLimit)
-	if err != nil {
-		return fmt.Errorf("backend public key: %w", wire.NoEOF(err))
-	}
-	if len(keyPkt) > 0 && keyPkt[0] == 0xff {
-		return a.toClient(keyPkt, kseq)
-	}
-	pub, err := parsePublicKey(keyPkt)
-	if err != nil {
-		_ = sendError(s.client, cseq+1, wire.Errorf(mysql.ER_ACCESS_DENIED_ERROR, "28000", "backend sent no usable public key for caching_sha2_password"))
-		return err
-	}
-	password := string(bytes.TrimRight(pw, "\x00"))
-	enc, err := mysql.EncryptPassword(password, a.scramble, pub)
-	if err != nil {
-		return fmt.Errorf("encrypt password for backend: %w", err)
-	}
-	if _, err := s.back.WritePacket(enc, kseq+1); err != nil {
-		return err
-	}
-	// Two extra packets went to the backend: its replies are two ahead.
-	a.delta += 2
-	return s.back.Flush()
-}
-
-func parsePublicKey(pkt []byte) (*rsa.PublicKey, error) {
-	if len(pkt) < 2 || pkt[0] != 0x01 {
-		return nil, fmt.Errorf("%w: expected public key packet", wire.ErrMalformed)
-	}
-	block, _ := pem.Decode(pkt[1:])
-	if block == nil {
-		return nil, fmt.Errorf("%w: public key is not PEM", wire.ErrMalformed)
-	}
-	key, err := x509.ParsePKIXPublicKey(block.Bytes)
-	if err != nil {
-		return nil, fmt.Errorf("parse backend public key: %w", err)
-	}
-	rk, ok := key.(*rsa.PublicKey)
-	if !ok {
-		return nil, errors.New("backend public key is not RSA")
-	}
-	return rk, nil
 }
 
 // unwrapNetErr keeps dial errors short: "connection refused" rather than

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"errors"
 	"io"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -12,10 +11,13 @@ import (
 // relay forwards one command whose header h was read, as it is, and relays
 // its whole response.
 func (s *session) relay(cmd byte, h wire.Header) error {
+	kind := wire.KindOf(cmd)
+	if kind == wire.Auth {
+		return s.changeUser(h)
+	}
 	if err := s.client.ForwardRest(s.back, h); err != nil {
 		return err
 	}
-	kind := wire.KindOf(cmd)
 	switch kind {
 	case wire.None:
 		if cmd == mysql.COM_QUIT {
@@ -23,8 +25,6 @@ func (s *session) relay(cmd byte, h wire.Header) error {
 			return io.EOF
 		}
 		return nil // flushed with the next command, or before idling
-	case wire.Auth:
-		return s.changeUser()
 	case wire.Stream:
 		return s.stream()
 	}
@@ -44,22 +44,6 @@ func (s *session) relayResponse(kind wire.Kind) error {
 	}
 	s.ex.Observe(res)
 	return nil
-}
-
-// changeUser relays the re-authentication of COM_CHANGE_USER like the
-// handshake's authentication phase; the server forgets the session's
-// state, and so does the executor.
-func (s *session) changeUser() error {
-	if err := s.back.Flush(); err != nil {
-		return err
-	}
-	a := authRelay{s: s, clientTLS: s.tls, backendTLS: s.srv.cfg.BackendTLS != nil}
-	err := a.run()
-	s.ex.Reset(a.status)
-	if errors.Is(err, errAuthFailed) {
-		return nil // the client saw the ERR; the server closes the connection if it wants to
-	}
-	return err
 }
 
 // stream relays a replication stream: raw bytes both ways until either side

@@ -78,6 +78,8 @@ type session struct {
 	user, db      string
 	tls           bool
 	authStatus    uint16
+	scramble      []byte // the greeting's, which COM_CHANGE_USER's auth data is computed over
+	plugin        string // the auth plugin the handshake started with
 
 	ex       *executor.Session
 	commands uint64

@@ -1,0 +1,81 @@
+package proxy_test
+
+import (
+	"crypto/tls"
+	"errors"
+	"strings"
+	"testing"
+
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/slotproxy/slotproxy/internal/fakebackend"
+	"github.com/slotproxy/slotproxy/proxy"
+)
+
+// Passwords never cross the proxy's backend hop in clear: plugins that send
+// the password as it is are refused when that hop is plaintext.
+
+const clearUser, clearPass = "clearuser", "clear-secret"
+
+func startPluginBackend(t *testing.T, withTLS bool) *fakebackend.Backend {
+	t.Helper()
+	opts := fakebackend.Options{
+		Users:          map[string]string{clearUser: clearPass, sha2User: sha2Pass},
+		UserAuthPlugin: map[string]string{clearUser: gomysql.AUTH_CLEAR_PASSWORD},
+	}
+	if withTLS {
+		opts.TLS = certs.ServerTLS()
+	}
+	b, err := fakebackend.Start(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+// currentUser logs in through p and returns CURRENT_USER() or the error.
+func currentUser(t *testing.T, p *testProxy, user, pass, params string) (string, error) {
+	t.Helper()
+	db := openDSN(t, p.dsn(user, pass, "", params))
+	defer db.Close()
+	var u string
+	err := db.QueryRow("SELECT CURRENT_USER()").Scan(&u)
+	return u, err
+}
+
+func TestCleartextPluginRefusedOverPlaintextBackend(t *testing.T) {
+	registerTLS(t, "clear-client", certs.ClientTLS("127.0.0.1"))
+	for _, backendTLS := range []bool{false, true} {
+		backend := startPluginBackend(t, backendTLS)
+		p := startProxy(t, func(c *proxy.Config) {
+			c.Backend = backend.Addr()
+			c.ClientTLS = certs.ServerTLS()
+			if backendTLS {
+				c.BackendTLS = &tls.Config{RootCAs: certs.CA.Pool(), ServerName: "127.0.0.1"}
+			}
+		})
+		_, err := currentUser(t, p, clearUser, clearPass, "tls=clear-client&allowCleartextPasswords=true")
+		var me *mysql.MySQLError
+		if backendTLS {
+			// Over TLS the exchange is relayed (the fake backend itself
+			// cannot switch to this plugin: go-mysql's server lacks it).
+			if errors.As(err, &me) && strings.Contains(me.Message, "slotproxy") {
+				t.Fatalf("backend over TLS: the proxy refused: %v", err)
+			}
+			continue
+		}
+		if !errors.As(err, &me) || me.Number != gomysql.ER_NOT_SUPPORTED_AUTH_MODE || !strings.Contains(me.Message, "backend.tls") {
+			t.Fatalf("plaintext backend: %v, want error %d saying to set backend.tls", err, gomysql.ER_NOT_SUPPORTED_AUTH_MODE)
+		}
+		for _, ev := range backend.Events() {
+			if ev.User == clearUser && ev.Err == nil {
+				t.Fatal("the backend verified the cleartext password over plaintext")
+			}
+		}
+		if strings.Contains(p.logs.String(), clearPass) {
+			t.Fatal("the password reached the proxy's log")
+		}
+	}
+}
