@@ -139,11 +139,37 @@ func (s *Session) prepare(sql []byte, relay bool) (id uint32, params int, errPkt
 	return res.StmtID, res.Params, nil, nil
 }
 
+// maxInternalStmts bounds the statements the proxy keeps prepared for its
+// own use on one connection (they count against the server's
+// max_prepared_stmt_count); the least recently used one is closed first.
+const maxInternalStmts = 8
+
+// internalStmts are the statements the proxy prepared for its own use on a
+// connection, most recently used last.
+type internalStmts struct {
+	sql []string
+	id  []uint32
+}
+
 // internalStmt returns the id of a statement the proxy prepared for its own
 // use on this connection, preparing it on first use.
 func (s *Session) internalStmt(sql string) (uint32, error) {
-	if id, ok := s.rw.internal[sql]; ok {
-		return id, nil
+	in := &s.rw.internal
+	for i, q := range in.sql {
+		if q == sql {
+			id := in.id[i]
+			copy(in.sql[i:], in.sql[i+1:])
+			copy(in.id[i:], in.id[i+1:])
+			in.sql[len(in.sql)-1], in.id[len(in.id)-1] = sql, id
+			return id, nil
+		}
+	}
+	if len(in.sql) == maxInternalStmts {
+		// COM_STMT_CLOSE has no response.
+		if _, err := s.link.Backend.WritePacket(binary.LittleEndian.AppendUint32([]byte{mysql.COM_STMT_CLOSE}, in.id[0]), 0); err != nil {
+			return 0, err
+		}
+		in.sql, in.id = in.sql[1:], in.id[1:]
 	}
 	id, _, errPkt, err := s.prepare([]byte(sql), false)
 	if err != nil {
@@ -152,10 +178,7 @@ func (s *Session) internalStmt(sql string) (uint32, error) {
 	if errPkt != nil {
 		return 0, &backendError{pkt: errPkt}
 	}
-	if s.rw.internal == nil {
-		s.rw.internal = map[string]uint32{}
-	}
-	s.rw.internal[sql] = id
+	in.sql, in.id = append(in.sql, sql), append(in.id, id)
 	return id, nil
 }
 

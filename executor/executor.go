@@ -11,6 +11,7 @@
 package executor
 
 import (
+	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
@@ -228,3 +229,43 @@ func ruleName(t *rewrite.Table) string {
 }
 
 func (s *Session) String() string { return fmt.Sprintf("executor session (status %#x)", s.status) }
+
+// NeedsPayload reports whether Handle needs the whole payload of a
+// command the proxy would hand it, from the command's first bytes (head)
+// and its first packet's length. It does not for executions of statements
+// it did not rewrite and for long data too large to keep: the proxy relays
+// those as they stream, and tells the executor with Relayed.
+func (s *Session) NeedsPayload(head []byte, length int) bool {
+	if len(head) == 0 {
+		return true
+	}
+	switch head[0] {
+	case mysql.COM_STMT_EXECUTE:
+		return len(head) < 5 || s.rw.stmts[binary.LittleEndian.Uint32(head[1:])] != nil
+	case mysql.COM_STMT_SEND_LONG_DATA:
+		return length <= maxKeptLongData+7
+	}
+	return true
+}
+
+// Relayed records a command the proxy relayed without Handle (see
+// NeedsPayload); head is its first bytes.
+func (s *Session) Relayed(head []byte) {
+	if len(head) >= 7 && head[0] == mysql.COM_STMT_SEND_LONG_DATA {
+		if st := s.rw.stmts[binary.LittleEndian.Uint32(head[1:])]; st != nil {
+			if i := int(binary.LittleEndian.Uint16(head[5:])); i < st.params {
+				st.keepLongData(i, make([]byte, maxKeptLongData+1)) // too long to keep
+			}
+		}
+	}
+}
+
+// Refuse answers a command the proxy cannot plan (its text is too large to
+// read whole) with an error naming the reason; packets is how many packets
+// the client sent it in.
+func (s *Session) Refuse(packets byte, format string, args ...any) error {
+	s.env.Stats.Refused.Add(1)
+	s.env.metrics().Statement(PathRefused, "")
+	seq := packets
+	return s.writeErr(wire.Errorf(mysql.ER_NOT_SUPPORTED_YET, "42000", format, args...).Packet(), &seq)
+}

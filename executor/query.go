@@ -24,7 +24,7 @@ type rewriteState struct {
 	noBackslash bool
 	charset     string               // character_set_client
 	stmts       map[uint32]*stmtInfo // rewritten prepared statements by backend id
-	internal    map[string]uint32    // statements the proxy prepared for itself
+	internal    internalStmts        // statements the proxy prepared for itself
 	txnKnown    []knownKey           // keys found inside the open transaction
 	sawRollback bool
 	// COM_SET_OPTION turned multi-statements on or off after the handshake.

@@ -197,6 +197,9 @@ func TestMaxUnauthenticated(t *testing.T) {
 	}
 	waited := make(chan error, 1)
 	go func() { waited <- openDSN(t, p.dsn(testdb.NativeUser, testdb.NativePassword, "", "timeout=9s")).Ping() }()
+	for p.srv.HandshakesWaiting() < 1 {
+		time.Sleep(5 * time.Millisecond)
+	}
 	// The waiting client holds the only place in the queue; one more is
 	// refused at once.
 	deadline := time.Now().Add(5 * time.Second)

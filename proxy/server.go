@@ -178,6 +178,11 @@ func (s *Server) Stats() StatsSnapshot {
 	}
 }
 
+// HandshakesWaiting is how many connections wait for a handshake slot.
+func (s *Server) HandshakesWaiting() int {
+	return int(s.queued.Load())
+}
+
 // ErrServerClosed is returned by Serve after Shutdown or Close.
 var ErrServerClosed = errors.New("proxy: server closed")
 

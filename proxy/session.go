@@ -289,6 +289,11 @@ func (s *session) nextCommand() (wire.Header, error) {
 	if err := s.client.Flush(); err != nil {
 		return wire.Header{}, err
 	}
+	// Commands without a response (COM_STMT_CLOSE) wait in the backend's
+	// buffer for the next one; not longer than this.
+	if err := s.back.Flush(); err != nil {
+		return wire.Header{}, fmt.Errorf("%w: %w", errBackendEnded, err)
+	}
 	if !s.setPhase(phaseIdle) {
 		return wire.Header{}, io.EOF
 	}
@@ -347,13 +352,28 @@ func (s *session) command(h wire.Header) error {
 	if s.srv.commandHook != nil {
 		s.srv.commandHook(cmd)
 	}
-	if rw := s.srv.rewriter.Load(); rw != nil && executor.Intercepts(cmd) {
-		payload, packets, err := s.readCommand(h)
+	rw := s.srv.rewriter.Load()
+	if rw != nil && executor.Intercepts(cmd) {
+		head, err := s.client.PeekPayload(h, 16)
 		if err != nil {
-			return err
+			return wire.NoEOF(err)
 		}
 		s.client.MarkSeq()
-		return s.backendErr(s.ex.Handle(rw, payload, packets))
+		if !s.ex.NeedsPayload(head, h.Length) {
+			s.ex.Relayed(head)
+			if cmd == mysql.COM_STMT_EXECUTE {
+				s.metrics().statement(PathPassThrough, "")
+			}
+			return s.backendErr(s.relay(cmd, h))
+		}
+		if h.Length >= wire.MaxPayload || h.Length > s.srv.cfg.MaxStatementBytes {
+			return s.backendErr(s.bigCommand(rw, cmd, h))
+		}
+		payload := make([]byte, h.Length)
+		if err := s.client.ReadFull(payload); err != nil {
+			return err
+		}
+		return s.backendErr(s.ex.Handle(rw, payload, 1))
 	}
 	if cmd == mysql.COM_QUERY || cmd == mysql.COM_STMT_EXECUTE {
 		s.metrics().statement(PathPassThrough, "")
@@ -400,33 +420,4 @@ func (s *session) salvage() bool {
 	}
 	_ = s.client.Flush()
 	return relayed
-}
-
-// readCommand reads a whole command the executor may need to rewrite: the
-// payload (joined across packets of 16 MiB or more) and how many packets
-// the client sent it in.
-func (s *session) readCommand(h wire.Header) ([]byte, byte, error) {
-	buf := make([]byte, 0, h.Length)
-	packets := byte(0)
-	for {
-		if len(buf)+h.Length > s.srv.cfg.MaxStatementBytes {
-			return nil, 0, fmt.Errorf("%w: command of more than %d bytes", wire.ErrMalformed, s.srv.cfg.MaxStatementBytes)
-		}
-		start := len(buf)
-		buf = append(buf, make([]byte, h.Length)...)
-		if err := s.client.ReadFull(buf[start:]); err != nil {
-			return nil, 0, err
-		}
-		packets++
-		if h.Length < wire.MaxPayload {
-			return buf, packets, nil
-		}
-		var err error
-		if h, err = s.client.ReadHeader(); err != nil {
-			return nil, 0, wire.NoEOF(err)
-		}
-		if h.Seq != packets {
-			return nil, 0, fmt.Errorf("%w: continuation packet with sequence id %d, want %d", wire.ErrMalformed, h.Seq, packets)
-		}
-	}
 }

@@ -151,6 +151,17 @@ func (c *Catalog) Mentions(sql string) bool {
 	return false
 }
 
+// LongestName is the length of the longest ruled table name: a scan of a
+// text in chunks must carry that many bytes less one from a chunk to the
+// next so that Mentions sees every name whole.
+func (c *Catalog) LongestName() int {
+	n := 0
+	for _, name := range c.names {
+		n = max(n, len(name))
+	}
+	return n
+}
+
 // equalFoldASCII compares s with the lower-case string lower, folding ASCII
 // letters only (identifiers outside ASCII compare exactly).
 func equalFoldASCII(s, lower string) bool {
