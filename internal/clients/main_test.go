@@ -196,11 +196,18 @@ func startProxy(t *testing.T, backend string, rw *rewrite.Rewriter) *proxyServer
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	t.Cleanup(func() {
-		_ = srv.Close()
+		// Close waits for every session to end; a session stuck in the
+		// proxy would block it forever, so it gets a deadline too.
+		closed := make(chan struct{})
+		go func() {
+			_ = srv.Close()
+			<-done
+			close(closed)
+		}()
 		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Errorf("the proxy did not stop within 30s of Close")
+		case <-closed:
+		case <-time.After(closeLimit):
+			t.Errorf("the proxy's Close did not return within %s: a session is stuck inside the proxy (left running)", closeLimit)
 		}
 		if t.Failed() {
 			t.Logf("end of the proxy's log:\n%s", tail(logs.String(), 60))
@@ -308,9 +315,12 @@ const (
 	runLimit = 120 * time.Second
 	// stallGrace is how much longer than the direct run the run through the
 	// proxy may take (on top of stallFactor times the direct run's time).
-	stallGrace  = 30 * time.Second
+	stallGrace  = 20 * time.Second
 	stallFactor = 4
 )
+
+// closeLimit bounds how long closing a test's proxy may take.
+const closeLimit = 15 * time.Second
 
 // errStalled kills a run through the proxy that goes on long after the
 // same program finished directly.
