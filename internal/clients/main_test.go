@@ -320,7 +320,7 @@ const (
 )
 
 // closeLimit bounds how long closing a test's proxy may take.
-const closeLimit = 15 * time.Second
+const closeLimit = 10 * time.Second
 
 // errStalled kills a run through the proxy that goes on long after the
 // same program finished directly.
@@ -438,6 +438,27 @@ func transcriptPart(s string, meta bool) string {
 	return b.String()
 }
 
+// longDiff compares inputs too long for lineDiff line by line: it shows
+// the first differing pairs of lines and counts them all.
+func longDiff(x, y []string) string {
+	var out []string
+	differ := 0
+	for i := range min(len(x), len(y)) {
+		if x[i] == y[i] {
+			continue
+		}
+		differ++
+		if len(out) < maxDiffLines {
+			out = append(out, fmt.Sprintf("line %d:", i+1), "- "+x[i], "+ "+y[i])
+		}
+	}
+	head := fmt.Sprintf("(too long for a diff: compared line by line, %d of %d lines differ", differ, min(len(x), len(y)))
+	if len(x) != len(y) {
+		head += fmt.Sprintf("; %d lines directly, %d through the proxy", len(x), len(y))
+	}
+	return head + ")\n" + strings.Join(out, "\n") + "\n"
+}
+
 // maxDiffLines caps the diff shown for one transcript.
 const maxDiffLines = 150
 
@@ -455,23 +476,7 @@ func lineDiff(a, b string) string {
 	}
 	const context = 3
 	if len(x)*len(y) > 16<<20 {
-		i := 0
-		for i < len(x) && i < len(y) && x[i] == y[i] {
-			i++
-		}
-		from := max(0, i-context)
-		var out strings.Builder
-		fmt.Fprintf(&out, "(too long for a diff: first difference at line %d)\n", i+1)
-		for j := from; j < i; j++ {
-			out.WriteString("  " + x[j] + "\n")
-		}
-		for j := i; j < min(len(x), i+10); j++ {
-			out.WriteString("- " + x[j] + "\n")
-		}
-		for j := i; j < min(len(y), i+10); j++ {
-			out.WriteString("+ " + y[j] + "\n")
-		}
-		return out.String()
+		return longDiff(x, y)
 	}
 	// lcs[i][j] is the length of the longest common subsequence of x[i:]
 	// and y[j:].
