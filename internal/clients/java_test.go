@@ -5,21 +5,22 @@ import "testing"
 // connectorJ is the MariaDB Connector/J 2.x jar of Debian's libmariadb-java.
 const connectorJ = "/usr/share/java/mariadb-java-client.jar"
 
-// requireJava fails the test unless java can run a single-file program
+// javaClient is testdata/java/Scenario.java, run as a single-file program
 // with Connector/J on the class path.
-func requireJava(t *testing.T) {
-	t.Helper()
-	require(t, "Java (a JDK) with MariaDB Connector/J 2.x (Debian: default-jdk-headless libmariadb-java)",
-		"java", "-cp", connectorJ, "java/Probe.java")
-}
-
-// javaCmd runs testdata/java/Scenario.java in mode.
-func javaCmd(t *testing.T, tg target, mode string) clientCmd {
-	return clientCmd{
-		argv: []string{"java", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto",
-			"-cp", connectorJ, testdataPath(t, "java", "Scenario.java")},
-		env: clientEnv(t, tg, mode),
-	}
+var javaClient = clientSpec{
+	what: "Connector/J",
+	require: func(t *testing.T) {
+		require(t, "Java (a JDK) with MariaDB Connector/J 2.x (Debian: default-jdk-headless libmariadb-java)",
+			"java", "-cp", connectorJ, "java/Probe.java")
+	},
+	cmd: func(t *testing.T, tg target, mode string) clientCmd {
+		return clientCmd{
+			// A small, quickly started JVM: the programs are short.
+			argv: []string{"java", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+				"-cp", connectorJ, testdataPath(t, "java", "Scenario.java")},
+			env: clientEnv(t, tg, mode),
+		}
+	},
 }
 
 // TestConnectorJ runs the scenario with MariaDB Connector/J: Statement,
@@ -27,9 +28,7 @@ func javaCmd(t *testing.T, tg target, mode string) clientCmd {
 // client-side prepares. The transcript has ResultSetMetaData's column type
 // names and the classes getObject() returns.
 func TestConnectorJ(t *testing.T) {
-	t.Parallel()
-	requireJava(t)
-	scenarioTest(t, "Connector/J", []string{"statement", "server-prepared", "client-prepared"}, javaCmd)
+	scenarioTest(t, javaClient, "statement", "server-prepared", "client-prepared")
 }
 
 // TestConnectorJBatch runs executeBatch() of 1,000 rows with Connector/J:
@@ -39,7 +38,5 @@ func TestConnectorJ(t *testing.T) {
 // useServerPrepStmts=true (the driver pipelines COM_STMT_EXECUTEs) and once
 // with rewriteBatchedStatements=true.
 func TestConnectorJBatch(t *testing.T) {
-	t.Parallel()
-	requireJava(t)
-	scenarioTest(t, "Connector/J executeBatch()", []string{"batch-server-prepared", "batch-rewrite"}, javaCmd)
+	scenarioTest(t, javaClient, "batch-server-prepared", "batch-rewrite")
 }

@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -104,8 +103,21 @@ type env struct {
 }
 
 // newEnv creates fresh schemas named after the test and starts a proxy
-// for them. Everything is removed when the test ends.
+// that rules the counters of one of them. Everything is removed when the
+// test ends.
 func newEnv(t *testing.T) *env {
+	t.Helper()
+	return newEnvWith(t, true)
+}
+
+// newRelayEnv is newEnv with a proxy that rewrites nothing: a pure relay.
+// Its tests tell relay bugs from rewrite bugs.
+func newRelayEnv(t *testing.T) *env {
+	t.Helper()
+	return newEnvWith(t, false)
+}
+
+func newEnvWith(t *testing.T, rules bool) *env {
 	t.Helper()
 	base := schemaBase(t.Name())
 	e := &env{t: t, plain: base + "_plain", ruled: base + "_ruled"}
@@ -129,7 +141,11 @@ func newEnv(t *testing.T) *env {
 			t.Errorf("drop the test schemas: %v", err)
 		}
 	})
-	e.proxy = startProxy(t, db.Addr, catalog.NewRewriter(ruledCatalog(e.ruled), serverVersion))
+	var rw *rewrite.Rewriter
+	if rules {
+		rw = catalog.NewRewriter(ruledCatalog(e.ruled), serverVersion)
+	}
+	e.proxy = startProxy(t, db.Addr, rw)
 	return e
 }
 
@@ -544,25 +560,29 @@ func lineDiff(a, b string) string {
 	return strings.Join(out, "\n") + "\n"
 }
 
-// scenarioTest runs a scenario program in each of its modes, each mode a
+// clientSpec is a client program that runs the scenario in modes.
+type clientSpec struct {
+	what    string                                               // for messages, e.g. "php"
+	require func(t *testing.T)                                   // fails the test if the client is missing
+	cmd     func(t *testing.T, tg target, mode string) clientCmd // one run of the program
+}
+
+// scenarioTest runs a client program in each of its modes, each mode a
 // parallel subtest with its own schemas and proxy.
-func scenarioTest(t *testing.T, what string, modes []string, mk func(t *testing.T, tg target, mode string) clientCmd) {
+func scenarioTest(t *testing.T, c clientSpec, modes ...string) {
+	t.Parallel()
+	c.require(t)
 	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t)
-			direct, proxied := e.runBoth(func(tg target) clientCmd { return mk(t, tg, mode) })
-			compareRuns(t, what+" "+mode, direct, proxied)
+			runScenario(t, newEnv(t), c, mode)
 		})
 	}
 }
 
-// atoi is strconv.Atoi for values the test itself produced.
-func atoi(t *testing.T, s string) int {
+// runScenario runs c in mode directly and through e's proxy and compares.
+func runScenario(t *testing.T, e *env, c clientSpec, mode string) {
 	t.Helper()
-	n, err := strconv.Atoi(strings.TrimSpace(s))
-	if err != nil {
-		t.Fatalf("not a number: %q", s)
-	}
-	return n
+	direct, proxied := e.runBoth(func(tg target) clientCmd { return c.cmd(t, tg, mode) })
+	compareRuns(t, c.what+" "+mode, direct, proxied)
 }

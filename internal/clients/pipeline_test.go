@@ -41,7 +41,13 @@ const (
 // after pipelineLimit, naming the first response that did not come.
 func TestRawPipeline(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	comparePipelines(t, newEnv(t))
+}
+
+// comparePipelines runs the pipeline directly and through e's proxy and
+// compares the responses.
+func comparePipelines(t *testing.T, e *env) {
+	t.Helper()
 	dt, pt := e.targets()
 	var direct, proxied pipelineRun
 	var wg sync.WaitGroup

@@ -7,22 +7,29 @@ import "testing"
 // neither).
 const python = "/usr/bin/python3"
 
-// pythonTest runs testdata/python/scenario.py with driver in both
-// autocommit modes.
-func pythonTest(t *testing.T, driver, module, pkg string) {
-	t.Parallel()
-	require(t, driver+" for /usr/bin/python3 (Debian: "+pkg+")", python, "-c", "import "+module)
-	script := testdataPath(t, "python", "scenario.py")
-	scenarioTest(t, driver, []string{"autocommit", "no-autocommit"},
-		func(t *testing.T, tg target, mode string) clientCmd {
-			return clientCmd{argv: []string{python, script, module}, env: clientEnv(t, tg, mode)}
-		})
+// pythonClient is testdata/python/scenario.py with the DB-API driver
+// module (pymysql or MySQLdb) from the Debian package pkg.
+func pythonClient(what, module, pkg string) clientSpec {
+	return clientSpec{
+		what: what,
+		require: func(t *testing.T) {
+			require(t, what+" for /usr/bin/python3 (Debian: "+pkg+")", python, "-c", "import "+module)
+		},
+		cmd: func(t *testing.T, tg target, mode string) clientCmd {
+			return clientCmd{argv: []string{python, testdataPath(t, "python", "scenario.py"), module}, env: clientEnv(t, tg, mode)}
+		},
+	}
 }
+
+var (
+	pymysqlClient = pythonClient("PyMySQL", "pymysql", "python3-pymysql")
+	mysqldbClient = pythonClient("mysqlclient", "MySQLdb", "python3-mysqldb")
+)
 
 // TestPyMySQL runs the scenario with PyMySQL, with autocommit on and with
 // its default (off).
-func TestPyMySQL(t *testing.T) { pythonTest(t, "PyMySQL", "pymysql", "python3-pymysql") }
+func TestPyMySQL(t *testing.T) { scenarioTest(t, pymysqlClient, "autocommit", "no-autocommit") }
 
 // TestMySQLdb runs the scenario with mysqlclient (MySQLdb, on libmariadb),
 // with autocommit on and with its default (off).
-func TestMySQLdb(t *testing.T) { pythonTest(t, "mysqlclient", "MySQLdb", "python3-mysqldb") }
+func TestMySQLdb(t *testing.T) { scenarioTest(t, mysqldbClient, "autocommit", "no-autocommit") }
