@@ -96,7 +96,6 @@ func ruledCatalog(schema string) *rewrite.Catalog {
 // env is one test's pair of identical schemas and the proxy that rules the
 // counters of one of them.
 type env struct {
-	t     *testing.T
 	plain string // read and written directly on the server
 	ruled string // read and written through the proxy
 	proxy *proxyServer
@@ -120,7 +119,7 @@ func newRelayEnv(t *testing.T) *env {
 func newEnvWith(t *testing.T, rules bool) *env {
 	t.Helper()
 	base := schemaBase(t.Name())
-	e := &env{t: t, plain: base + "_plain", ruled: base + "_ruled"}
+	e := &env{plain: base + "_plain", ruled: base + "_ruled"}
 	db := testdb.Shared()
 	for _, schema := range []string{e.plain, e.ruled} {
 		stmts := []string{
