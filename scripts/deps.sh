@@ -114,3 +114,4 @@ fi
 if [ "$(printf '%s\n%s\n' "$want_go" "$have_go" | sort -V | head -n1)" != "$want_go" ]; then
 	die "Go $have_go at $(command -v go) is too old; go.mod needs >= $want_go (install from https://go.dev/dl/ into /usr/local/go)"
 fi
+scripts/deps-clients.sh # real client libraries for internal/clients (cwd is the repository root)
