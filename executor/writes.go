@@ -33,6 +33,9 @@ func (s *Session) incPatch(matched, changed uint64) func(*wire.OK) {
 			ok.Affected = matched
 		}
 		ok.InsertID = 0
+		// The proxy's statement may scan without an index; the UPDATE by
+		// primary key would not have.
+		ok.Status &^= mysql.SERVER_STATUS_NO_INDEX_USED | mysql.SERVER_STATUS_NO_GOOD_INDEX_USED
 		ok.Info = wire.UpdateInfo(matched, changed, ok.Warnings)
 	}
 }

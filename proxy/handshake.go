@@ -236,7 +236,7 @@ func (s *session) handshake(ctx context.Context) error {
 	dialer := net.Dialer{Timeout: cfg.ConnectTimeout}
 	bc, err := dialer.DialContext(ctx, "tcp", cfg.Backend)
 	if err != nil {
-		_ = sendError(s.client, 0, errBackendUnreachable("can't connect to backend %s: %v", cfg.Backend, unwrapNetErr(err)))
+		s.refuseHandshake(ctx, errBackendUnreachable("can't connect to backend %s: %v", cfg.Backend, unwrapNetErr(err)))
 		return fmt.Errorf("dial backend: %w", err)
 	}
 	if tc, ok := bc.(*net.TCPConn); ok {
@@ -252,7 +252,7 @@ func (s *session) handshake(ctx context.Context) error {
 
 	g, _, err := s.back.ReadPacket(nil, handshakePacketLimit)
 	if err != nil {
-		_ = sendError(s.client, 0, errBackendUnreachable("backend %s closed the connection before its greeting", cfg.Backend))
+		s.refuseHandshake(ctx, errBackendUnreachable("backend %s closed the connection before its greeting", cfg.Backend))
 		return fmt.Errorf("read backend greeting: %w", err)
 	}
 	if len(g) > 0 && g[0] == 0xff { // the backend refused us (too many connections, host blocked): relay
@@ -262,12 +262,12 @@ func (s *session) handshake(ctx context.Context) error {
 	}
 	gr, err := parseGreeting(g)
 	if err != nil {
-		_ = sendError(s.client, 0, errHandshake("backend %s sent an invalid greeting", cfg.Backend))
+		s.refuseHandshake(ctx, errHandshake("backend %s sent an invalid greeting", cfg.Backend))
 		return err
 	}
 	backendTLS := cfg.BackendTLS != nil
 	if backendTLS && gr.caps&mysql.CLIENT_SSL == 0 {
-		_ = sendError(s.client, 0, errBackendUnreachable("backend %s does not offer TLS, which the proxy is configured to require", cfg.Backend))
+		s.refuseHandshake(ctx, errBackendUnreachable("backend %s does not offer TLS, which the proxy is configured to require", cfg.Backend))
 		return errors.New("backend does not offer TLS")
 	}
 	backendCaps := gr.caps
@@ -277,6 +277,7 @@ func (s *session) handshake(ctx context.Context) error {
 	}
 	gr.setCaps(advertised)
 	s.serverVersion = gr.serverVersion
+	lastVersion.Store(&s.serverVersion)
 	s.backendConnID = gr.connID
 	if _, err := s.client.WritePacket(gr.raw, 0); err != nil {
 		return err
