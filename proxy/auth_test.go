@@ -1,8 +1,10 @@
 package proxy_test
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
+	"net"
 	"strings"
 	"testing"
 
@@ -10,6 +12,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/slotproxy/slotproxy/internal/fakebackend"
+	"github.com/slotproxy/slotproxy/internal/testdb"
 	"github.com/slotproxy/slotproxy/proxy"
 )
 
@@ -77,5 +80,41 @@ func TestCleartextPluginRefusedOverPlaintextBackend(t *testing.T) {
 		if strings.Contains(p.logs.String(), clearPass) {
 			t.Fatal("the password reached the proxy's log")
 		}
+	}
+}
+
+// TestProxyProtocol: with the PROXY protocol on, MariaDB (with
+// proxy_protocol_networks naming the proxy) sees the client's own address:
+// in USER(), in the process list, and for a host-based grant that only the
+// client's address matches.
+func TestProxyProtocol(t *testing.T) {
+	root := openDSN(t, testdb.Shared().RootDSN("", ""))
+	var orig string
+	if err := root.QueryRow("SELECT @@GLOBAL.proxy_protocol_networks").Scan(&orig); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, root, "SET GLOBAL proxy_protocol_networks = '127.0.0.1'")
+	t.Cleanup(func() { mustExec(t, root, "SET GLOBAL proxy_protocol_networks = '"+orig+"'") })
+	mustExec(t, root, "CREATE OR REPLACE USER 'pp'@'127.0.0.2' IDENTIFIED BY 'pp-pass'")
+	t.Cleanup(func() { mustExec(t, root, "DROP USER IF EXISTS 'pp'@'127.0.0.2'") })
+
+	// The client connects from 127.0.0.2; the proxy dials from 127.0.0.1.
+	mysql.RegisterDialContext("from127002", func(ctx context.Context, addr string) (net.Conn, error) {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+		return d.DialContext(ctx, "tcp", addr)
+	})
+	dsn := func(p *testProxy, user, pass string) string {
+		return strings.Replace(p.dsn(user, pass, "", ""), "@tcp(", "@from127002(", 1)
+	}
+	on := startProxy(t, func(c *proxy.Config) { c.ProxyProtocol = true })
+	db := openDSN(t, dsn(on, "pp", "pp-pass"))
+	if got := queryString(t, db, "SELECT USER()"); got != "pp@127.0.0.2" {
+		t.Fatalf("USER() with the PROXY protocol: %q, want pp@127.0.0.2", got)
+	}
+	off := startProxy(t, nil)
+	_, err := openDSN(t, dsn(off, "pp", "pp-pass")).Exec("SELECT 1")
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) || me.Number != 1045 && me.Number != 1130 {
+		t.Fatalf("without the PROXY protocol the grant for 127.0.0.2 must not match: %v", err)
 	}
 }

@@ -245,6 +245,16 @@ func (s *session) handshake(ctx context.Context) error {
 	if !s.setRawBack(bc) {
 		return errors.New("session closed during dial")
 	}
+	if cfg.ProxyProtocol {
+		h, err := proxyHeader(s.rawClient.RemoteAddr(), s.rawClient.LocalAddr())
+		if err == nil {
+			_, err = bc.Write(h)
+		}
+		if err != nil {
+			s.refuseHandshake(ctx, errBackendUnreachable("PROXY protocol header to backend %s: %v", cfg.Backend, err))
+			return fmt.Errorf("PROXY protocol header: %w", err)
+		}
+	}
 	if dl, ok := ctx.Deadline(); ok {
 		_ = bc.SetDeadline(dl)
 	}

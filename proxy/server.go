@@ -23,6 +23,11 @@ import (
 type Config struct {
 	// Backend is the HOST:PORT of the MySQL or MariaDB server. Required.
 	Backend string
+	// ProxyProtocol sends a PROXY protocol v2 header with the client's
+	// address first on every backend connection (MariaDB's
+	// proxy_protocol_networks), so the backend sees who connects. MySQL
+	// does not support it.
+	ProxyProtocol bool
 	// BackendTLS, when non-nil, makes every backend connection use TLS with
 	// this configuration. A backend that does not offer TLS is then refused
 	// (never a silent downgrade). Nil means plaintext.

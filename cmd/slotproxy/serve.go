@@ -225,6 +225,9 @@ func proxyConfig(cfg *config.Config, logger *slog.Logger) (proxy.Config, error) 
 		HandshakeTimeout:   cfg.Timeouts.Handshake,
 		ClientWriteTimeout: cfg.Timeouts.ClientWrite,
 		MaxUnauthenticated: cfg.Limits.MaxUnauthenticated,
+		MaxHandshakeQueue:  cfg.Limits.MaxHandshakeQueue,
+		MaxStatementBytes:  cfg.Limits.MaxStatementBytes,
+		ProxyProtocol:      cfg.Backend.ProxyProtocol,
 		MaxRetries:         retries(cfg.Retries),
 		Logger:             logger,
 	}, nil

@@ -112,6 +112,11 @@ type Backend struct {
 	Address string
 	// TLS is how the proxy secures its connection to the backend.
 	TLS BackendTLS
+	// ProxyProtocol sends a PROXY protocol v2 header with each client's
+	// address when the proxy connects to the backend (MariaDB's
+	// proxy_protocol_networks), so that host-based grants, USER() and the
+	// process list see the client, not the proxy.
+	ProxyProtocol bool
 }
 
 // TLSMode is how the proxy secures and verifies its backend connection. The
@@ -179,9 +184,17 @@ type Timeouts struct {
 
 // Limits protect the proxy from connection floods.
 type Limits struct {
-	// MaxUnauthenticated caps connections still in the handshake; further
-	// connections are closed at once. Positive.
+	// MaxUnauthenticated caps connections in the handshake at once (each
+	// holds a backend connection); further ones wait their turn within the
+	// handshake timeout. Positive.
 	MaxUnauthenticated int
+	// MaxHandshakeQueue caps connections waiting for a handshake slot;
+	// beyond it they get error 1040 at once. Positive.
+	MaxHandshakeQueue int
+	// MaxStatementBytes bounds the statements the proxy reads whole to
+	// plan them; a larger one is relayed when it names no ruled table and
+	// refused when it does. Positive.
+	MaxStatementBytes int
 }
 
 // LogFormat is the encoding of log records.
@@ -217,7 +230,7 @@ func Default() *Config {
 			// itself would allow by default.
 			ClientWrite: 8 * time.Hour,
 		},
-		Limits:     Limits{MaxUnauthenticated: 1000},
+		Limits:     Limits{MaxUnauthenticated: 64, MaxHandshakeQueue: 10000, MaxStatementBytes: 64 << 20},
 		Rollup:     Rollup{Enabled: true, Interval: time.Second, Batch: 1000},
 		Retries:    3,
 		Log:        Log{Level: slog.LevelInfo, Format: LogText},
@@ -287,6 +300,12 @@ func (c *Config) check(s *source) error {
 	}
 	if n := c.Retries; n < 0 || n > 100 {
 		return s.err("retries", fmt.Errorf("must be between 0 and 100, got %d", n))
+	}
+	if n := c.Limits.MaxHandshakeQueue; n <= 0 {
+		return s.err("limits.max_handshake_queue", fmt.Errorf("must be positive, got %d", n))
+	}
+	if n := c.Limits.MaxStatementBytes; n <= 0 {
+		return s.err("limits.max_statement_bytes", fmt.Errorf("must be positive, got %d", n))
 	}
 	if n := c.Limits.MaxUnauthenticated; n <= 0 {
 		return s.err("limits.max_unauthenticated", fmt.Errorf("must be positive, got %d", n))

@@ -36,6 +36,7 @@ const fullConfig = `# every key set
 listen: "[::1]:4000"
 backend:
   address: db.internal:3306
+  proxy_protocol: yes
   tls:
     mode: verify-identity
     ca: certs/ca.pem
@@ -53,6 +54,8 @@ timeouts:
   client_write: 2m
 limits:
   max_unauthenticated: 7
+  max_handshake_queue: 70
+  max_statement_bytes: 700
 log:
   level: debug
   format: json
@@ -93,6 +96,7 @@ func TestLoadFull(t *testing.T) {
 				Key:        filepath.Join(certs, "key.pem"),
 				ServerName: "mysql.internal",
 			},
+			ProxyProtocol: true,
 		},
 		TLS: ClientTLS{
 			Cert:       filepath.Join(certs, "cert.pem"),
@@ -100,7 +104,7 @@ func TestLoadFull(t *testing.T) {
 			MinVersion: tls.VersionTLS13,
 		},
 		Timeouts:   Timeouts{Connect: time.Second, Handshake: 90 * time.Second, Shutdown: 500 * time.Millisecond, ClientWrite: 2 * time.Minute},
-		Limits:     Limits{MaxUnauthenticated: 7},
+		Limits:     Limits{MaxUnauthenticated: 7, MaxHandshakeQueue: 70, MaxStatementBytes: 700},
 		Log:        Log{Level: slog.LevelDebug, Format: LogJSON},
 		Rules:      filepath.Join(dir, "rules.d"),
 		SlotsTable: "my_slots",

@@ -115,6 +115,8 @@ func (d *decoder) config(n *yaml.Node, c *Config) error {
 		"limits": func(v *yaml.Node, key string) error {
 			return d.mapping(v, key, fields{
 				"max_unauthenticated": d.integer(&c.Limits.MaxUnauthenticated),
+				"max_handshake_queue": d.integer(&c.Limits.MaxHandshakeQueue),
+				"max_statement_bytes": d.integer(&c.Limits.MaxStatementBytes),
 			})
 		},
 		"log": func(v *yaml.Node, key string) error {
@@ -176,7 +178,8 @@ func (d *decoder) backend(b *Backend) handler {
 			return nil
 		}
 		return d.mapping(v, key, fields{
-			"address": text(d, &b.Address),
+			"address":        text(d, &b.Address),
+			"proxy_protocol": d.boolean(&b.ProxyProtocol),
 			"tls": func(v *yaml.Node, key string) error {
 				return d.mapping(v, key, fields{
 					"mode":        text(d, &b.TLS.Mode),
