@@ -270,7 +270,7 @@ func (s *session) changeUser(h wire.Header) error {
 		return err
 	}
 	a := authRelay{s: s, scramble: append([]byte(nil), s.scramble...), plugin: cu.plugin,
-		clientTLS: s.tls, backendTLS: s.srv.cfg.BackendTLS != nil}
+		clientTLS: s.tls, backendTLS: s.backendTLS}
 	if a.plugin == "" {
 		a.plugin = s.plugin
 	}

@@ -276,6 +276,10 @@ func (s *session) handshake(ctx context.Context) error {
 		return err
 	}
 	backendTLS := cfg.BackendTLS != nil
+	if backendTLS && cfg.BackendTLSPreferred && gr.caps&mysql.CLIENT_SSL == 0 {
+		backendTLS = false // preferred: plaintext to a backend without TLS
+	}
+	s.backendTLS = backendTLS
 	if backendTLS && gr.caps&mysql.CLIENT_SSL == 0 {
 		s.refuseHandshake(ctx, errBackendUnreachable("backend %s does not offer TLS, which the proxy is configured to require", cfg.Backend))
 		return errors.New("backend does not offer TLS")

@@ -32,6 +32,9 @@ type Config struct {
 	// this configuration. A backend that does not offer TLS is then refused
 	// (never a silent downgrade). Nil means plaintext.
 	BackendTLS *tls.Config
+	// BackendTLSPreferred makes BackendTLS apply only to a backend that
+	// offers TLS; one that does not is used in plaintext (mode preferred).
+	BackendTLSPreferred bool
 	// ClientTLS, when non-nil, is offered to clients (CLIENT_SSL). Nil means
 	// the proxy does not advertise TLS; a client that insists gets an error.
 	ClientTLS *tls.Config

@@ -76,7 +76,8 @@ type session struct {
 	serverVersion string
 	backendConnID uint32
 	user, db      string
-	tls           bool
+	tls           bool // the client's hop is TLS
+	backendTLS    bool // the backend's hop is TLS
 	authStatus    uint16
 	scramble      []byte // the greeting's, which COM_CHANGE_USER's auth data is computed over
 	plugin        string // the auth plugin the handshake started with

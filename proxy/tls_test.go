@@ -11,6 +11,7 @@ import (
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/slotproxy/slotproxy/internal/config"
 	"github.com/slotproxy/slotproxy/internal/testdb"
 	"github.com/slotproxy/slotproxy/proxy"
 )
@@ -127,4 +128,40 @@ func TestBackendTLS(t *testing.T) {
 			t.Fatal("took too long")
 		}
 	})
+}
+
+// TestBackendTLSPreferred: in mode preferred the proxy uses TLS toward a
+// backend that offers it and plaintext toward one that does not, and a
+// client asking for TLS gets it from the generated certificate.
+func TestBackendTLSPreferred(t *testing.T) {
+	preferred := func(c *proxy.Config) {
+		c.BackendTLS = &tls.Config{InsecureSkipVerify: true}
+		c.BackendTLSPreferred = true
+	}
+	p := startProxy(t, preferred)
+	var name, cipher string
+	if err := p.open(t, "").QueryRow("SHOW SESSION STATUS LIKE 'Ssl_cipher'").Scan(&name, &cipher); err != nil || cipher == "" {
+		t.Fatalf("backend offering TLS: Ssl_cipher %q, %v; want a cipher", cipher, err)
+	}
+	plain := startFakeBackend(t, false)
+	p2 := startProxy(t, func(c *proxy.Config) {
+		preferred(c)
+		c.Backend = plain.Addr()
+	})
+	if u, err := login(t, p2, sha2Pass, ""); err != nil || u != sha2User+"@%" {
+		t.Fatalf("backend without TLS: %q, %v", u, err)
+	}
+	cert, fp, err := config.SelfSigned("127.0.0.1")
+	if err != nil || len(fp) != 95 {
+		t.Fatal(fp, err)
+	}
+	p3 := startProxy(t, func(c *proxy.Config) {
+		preferred(c)
+		c.ClientTLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	})
+	registerTLS(t, "any-server", &tls.Config{InsecureSkipVerify: true})
+	db := openDSN(t, p3.dsn(testdb.NativeUser, testdb.NativePassword, "", "tls=any-server"))
+	if err := db.Ping(); err != nil {
+		t.Fatalf("client TLS with the generated certificate: %v", err)
+	}
 }

@@ -151,7 +151,7 @@ backend:
 		{"YAML syntax error", []string{"serve", "--config", badYAML}, 1,
 			`slotproxy: ` + badYAML + `:3: invalid YAML: mapping values are not allowed in this context`},
 		{"bad TLS mode", []string{"serve", "--config", badMode}, 1,
-			`slotproxy: ` + badMode + `:7: backend.tls.mode: unknown mode "maybe" (want disabled, required, verify-ca, verify-identity)`},
+			`slotproxy: ` + badMode + `:7: backend.tls.mode: unknown mode "maybe" (want disabled, preferred, required, verify-ca, verify-identity)`},
 		{"config without listen", []string{"serve", "--config", noListen}, 1,
 			`slotproxy: ` + noListen + `: listen: not set (add it to the file or pass --listen)`},
 		{"missing config file", []string{"serve", "--config", missing}, 1,

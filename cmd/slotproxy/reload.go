@@ -121,6 +121,7 @@ func restartKeys(cur, next *config.Config) []string {
 	diff("tls.cert", cur.TLS.Cert, next.TLS.Cert)
 	diff("tls.key", cur.TLS.Key, next.TLS.Key)
 	diff("tls.min_version", cur.TLS.MinVersion, next.TLS.MinVersion)
+	diff("tls.generate", cur.TLS.Generate, next.TLS.Generate)
 	diff("timeouts.connect", cur.Timeouts.Connect, next.Timeouts.Connect)
 	diff("timeouts.handshake", cur.Timeouts.Handshake, next.Timeouts.Handshake)
 	diff("timeouts.shutdown", cur.Timeouts.Shutdown, next.Timeouts.Shutdown)

@@ -206,6 +206,10 @@ func serveConfig(path string, over overrides) (*config.Config, error) {
 	return cfg, nil
 }
 
+// generatedFingerprint is the SHA-256 fingerprint of the client certificate
+// proxyConfig made (tls.generate), for the "listening" log line.
+var generatedFingerprint string
+
 // proxyConfig translates cfg, which has passed Validate, into the proxy's
 // configuration, loading the TLS material it names.
 func proxyConfig(cfg *config.Config, logger *slog.Logger) (proxy.Config, error) {
@@ -213,24 +217,37 @@ func proxyConfig(cfg *config.Config, logger *slog.Logger) (proxy.Config, error) 
 	if err != nil {
 		return proxy.Config{}, err
 	}
-	clientTLS, err := cfg.ClientTLSConfig()
+	clientTLS, generated, err := cfg.ClientTLSConfig()
 	if err != nil {
 		return proxy.Config{}, err
 	}
+	generatedFingerprint = generated
 	return proxy.Config{
-		Backend:            cfg.Backend.Address,
-		BackendTLS:         backendTLS,
-		ClientTLS:          clientTLS,
-		ConnectTimeout:     cfg.Timeouts.Connect,
-		HandshakeTimeout:   cfg.Timeouts.Handshake,
-		ClientWriteTimeout: cfg.Timeouts.ClientWrite,
-		MaxUnauthenticated: cfg.Limits.MaxUnauthenticated,
-		MaxHandshakeQueue:  cfg.Limits.MaxHandshakeQueue,
-		MaxStatementBytes:  cfg.Limits.MaxStatementBytes,
-		ProxyProtocol:      cfg.Backend.ProxyProtocol,
-		MaxRetries:         retries(cfg.Retries),
-		Logger:             logger,
+		Backend:             cfg.Backend.Address,
+		BackendTLS:          backendTLS,
+		BackendTLSPreferred: cfg.BackendTLSPreferred(),
+		ClientTLS:           clientTLS,
+		ConnectTimeout:      cfg.Timeouts.Connect,
+		HandshakeTimeout:    cfg.Timeouts.Handshake,
+		ClientWriteTimeout:  cfg.Timeouts.ClientWrite,
+		MaxUnauthenticated:  cfg.Limits.MaxUnauthenticated,
+		MaxHandshakeQueue:   cfg.Limits.MaxHandshakeQueue,
+		MaxStatementBytes:   cfg.Limits.MaxStatementBytes,
+		ProxyProtocol:       cfg.Backend.ProxyProtocol,
+		MaxRetries:          retries(cfg.Retries),
+		Logger:              logger,
 	}, nil
+}
+
+// clientTLSMode says how TLS is offered to clients, for the log.
+func clientTLSMode(cfg *config.Config) string {
+	switch {
+	case cfg.TLS.Cert != "":
+		return "configured certificate"
+	case cfg.TLS.Generate:
+		return "generated certificate"
+	}
+	return "off"
 }
 
 // serve listens on cfg.Listen and runs srv until SIGTERM or SIGINT. It then
@@ -259,8 +276,12 @@ func serve(srv *proxy.Server, cfg *config.Config, logger *slog.Logger, ready *re
 		"listen", ln.Addr().String(),
 		"backend", cfg.Backend.Address,
 		"backend_tls", string(cfg.Backend.TLS.Mode),
-		"client_tls", cfg.TLS.Cert != "",
+		"client_tls", clientTLSMode(cfg),
 		"metrics", metrics)
+	if generatedFingerprint != "" {
+		logger.Info("offering TLS to clients with a self-signed certificate made at start (set tls.cert and tls.key to use your own, or tls.generate: false to offer none)",
+			"sha256_fingerprint", generatedFingerprint)
+	}
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

@@ -67,6 +67,14 @@ func Connect(ctx context.Context, cfg *config.Config) (*client.Conn, error) {
 		})
 	}
 	conn, err := client.ConnectWithDialer(ctx, "tcp", addr, cfg.Admin.User, cfg.Admin.Password, "", dial, opts...)
+	if err != nil && cfg.BackendTLSPreferred() && strings.Contains(err.Error(), "does not support TLS") {
+		// Mode preferred and a backend without TLS: plaintext. (go-mysql
+		// decides before it sees the greeting.)
+		if stop != nil {
+			stop()
+		}
+		conn, err = client.ConnectWithDialer(ctx, "tcp", addr, cfg.Admin.User, cfg.Admin.Password, "", dial)
+	}
 	if stop != nil && !stop() {
 		// ctx ended while connecting: the deadline may have broken the
 		// connection even if the handshake got through.

@@ -127,6 +127,10 @@ type TLSMode string
 const (
 	// TLSDisabled: plaintext.
 	TLSDisabled TLSMode = "disabled"
+	// TLSPreferred: TLS when the backend offers it (certificate not
+	// checked), plaintext when it does not; the default, like the MySQL
+	// client's ssl-mode=PREFERRED.
+	TLSPreferred TLSMode = "preferred"
 	// TLSRequired: encrypted, but the server's certificate is not checked,
 	// so an active attacker can still intercept the connection.
 	TLSRequired TLSMode = "required"
@@ -139,7 +143,7 @@ const (
 )
 
 // tlsModes lists the legal TLSMode values, for error messages.
-var tlsModes = []TLSMode{TLSDisabled, TLSRequired, TLSVerifyCA, TLSVerifyIdentity}
+var tlsModes = []TLSMode{TLSDisabled, TLSPreferred, TLSRequired, TLSVerifyCA, TLSVerifyIdentity}
 
 // BackendTLS configures TLS from the proxy to the backend.
 type BackendTLS struct {
@@ -165,6 +169,11 @@ type ClientTLS struct {
 	// MinVersion is the lowest TLS version accepted from clients, one of
 	// the crypto/tls Version constants (TLS 1.0 to 1.3).
 	MinVersion uint16
+	// Generate: with no Cert and Key, the proxy offers TLS with a
+	// self-signed certificate it makes at start (as MySQL does with the
+	// certificates it makes at initialization). False: without Cert and
+	// Key, no TLS is offered.
+	Generate bool
 }
 
 // Timeouts bound the phases of a connection and of shutdown. All are
@@ -219,8 +228,8 @@ type Log struct {
 // result until they are set.
 func Default() *Config {
 	return &Config{
-		Backend: Backend{TLS: BackendTLS{Mode: TLSDisabled}},
-		TLS:     ClientTLS{MinVersion: tls.VersionTLS12},
+		Backend: Backend{TLS: BackendTLS{Mode: TLSPreferred}},
+		TLS:     ClientTLS{MinVersion: tls.VersionTLS12, Generate: true},
 		Timeouts: Timeouts{
 			Connect:   5 * time.Second,
 			Handshake: 10 * time.Second,

@@ -99,6 +99,7 @@ func TestLoadFull(t *testing.T) {
 			ProxyProtocol: true,
 		},
 		TLS: ClientTLS{
+			Generate:   true,
 			Cert:       filepath.Join(certs, "cert.pem"),
 			Key:        filepath.Join(certs, "key.pem"),
 			MinVersion: tls.VersionTLS13,
@@ -127,9 +128,12 @@ func TestLoadFull(t *testing.T) {
 	if backend.ServerName != "mysql.internal" || backend.InsecureSkipVerify || backend.RootCAs == nil || len(backend.Certificates) != 1 {
 		t.Errorf("BackendTLSConfig = %+v, want verification of mysql.internal against the CA, with a client certificate", backend)
 	}
-	client, err := got.ClientTLSConfig()
+	client, generated, err := got.ClientTLSConfig()
 	if err != nil {
 		t.Fatal(err)
+	}
+	if generated != "" {
+		t.Errorf("generated a certificate although tls.cert is set")
 	}
 	if client == nil || len(client.Certificates) != 1 || client.MinVersion != tls.VersionTLS13 {
 		t.Errorf("ClientTLSConfig = %+v, want one certificate and TLS 1.3", client)
@@ -186,13 +190,14 @@ func TestLoadRepoConfig(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Errorf("Validate: %v", err)
 	}
-	for name, build := range map[string]func() (*tls.Config, error){
-		"BackendTLSConfig": c.BackendTLSConfig,
-		"ClientTLSConfig":  c.ClientTLSConfig,
-	} {
-		if cfg, err := build(); cfg != nil || err != nil {
-			t.Errorf("%s = %v, %v; want nil, nil (TLS off)", name, cfg, err)
-		}
+	// TLS by default, as MySQL does it: to the backend when it offers
+	// it, and to clients with a certificate made at start.
+	if cfg, err := c.BackendTLSConfig(); cfg == nil || err != nil || !cfg.InsecureSkipVerify || !c.BackendTLSPreferred() {
+		t.Errorf("BackendTLSConfig = %v, %v; want TLS preferred, unverified", cfg, err)
+	}
+	cfg, generated, err := c.ClientTLSConfig()
+	if err != nil || cfg == nil || len(cfg.Certificates) != 1 || len(generated) != 95 {
+		t.Errorf("ClientTLSConfig = %v, %q, %v; want a generated certificate and its fingerprint", cfg, generated, err)
 	}
 }
 
@@ -302,7 +307,7 @@ func TestLoadErrors(t *testing.T) {
 		{"max_unauthenticated zero", "limits:\n  max_unauthenticated: 0\n",
 			2, `limits.max_unauthenticated: must be positive, got 0`},
 		{"bad tls mode", "# example from the contract\nlisten: 127.0.0.1:3307\nbackend:\n  address: 127.0.0.1:3306\n\n  tls:\n    mode: maybe\n",
-			7, `backend.tls.mode: unknown mode "maybe" (want disabled, required, verify-ca, verify-identity)`},
+			7, `backend.tls.mode: unknown mode "maybe" (want disabled, preferred, required, verify-ca, verify-identity)`},
 		{"verify-identity without host", "backend:\n  address: \":3306\"\n  tls:\n    mode: verify-identity\n",
 			4, `backend.tls.mode: verify-identity needs backend.tls.server_name, since backend address ":3306" has no host`},
 		{"ca with mode required", "backend:\n  tls:\n    mode: required\n    ca: certs/ca.pem\n",
@@ -556,6 +561,7 @@ func TestBackendTLSModes(t *testing.T) {
 
 	c := Default()
 	c.Backend.Address = "127.0.0.1:3306"
+	c.Backend.TLS.Mode = TLSDisabled
 	if cfg, err := c.BackendTLSConfig(); cfg != nil || err != nil {
 		t.Errorf("mode disabled: BackendTLSConfig = %v, %v; want nil, nil", cfg, err)
 	}

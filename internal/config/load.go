@@ -102,6 +102,7 @@ func (d *decoder) config(n *yaml.Node, c *Config) error {
 				"cert":        d.path(&c.TLS.Cert),
 				"key":         d.path(&c.TLS.Key),
 				"min_version": d.tlsVersion(&c.TLS.MinVersion),
+				"generate":    d.boolean(&c.TLS.Generate),
 			})
 		},
 		"timeouts": func(v *yaml.Node, key string) error {

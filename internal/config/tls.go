@@ -17,7 +17,9 @@ import (
 // Backend.TLS, so c should have passed Validate; errors name the key at
 // fault.
 //
-//   - required: InsecureSkipVerify; the certificate is not checked at all.
+//   - preferred, required: InsecureSkipVerify; the certificate is not
+//     checked at all (preferred uses it only when the backend offers TLS,
+//     see BackendTLSPreferred).
 //   - verify-ca: InsecureSkipVerify plus a VerifyConnection callback that
 //     checks the chain against the CA (system roots when none is set) but
 //     not the name.
@@ -30,12 +32,28 @@ func (c *Config) BackendTLSConfig() (*tls.Config, error) {
 	return c.backendTLS(&source{})
 }
 
+// BackendTLSPreferred reports whether BackendTLSConfig is to be used only
+// when the backend offers TLS (mode preferred).
+func (c *Config) BackendTLSPreferred() bool { return c.Backend.TLS.Mode == TLSPreferred }
+
 // ClientTLSConfig returns the TLS configuration the proxy offers clients,
-// or nil when tls.cert and tls.key are both empty (the proxy then does not
-// offer TLS). It reads the files named in TLS, so c should have passed
-// Validate; errors name the key at fault.
-func (c *Config) ClientTLSConfig() (*tls.Config, error) {
-	return c.clientTLS(&source{})
+// or nil when tls.cert and tls.key are both empty and tls.generate is off
+// (the proxy then does not offer TLS). With tls.generate on and no files,
+// the certificate is self-signed and made now; generated is then its
+// SHA-256 fingerprint (hex, colon-separated), for the log. It reads the
+// files named in TLS, so c should have passed Validate; errors name the key
+// at fault.
+func (c *Config) ClientTLSConfig() (cfg *tls.Config, generated string, err error) {
+	cfg, err = c.clientTLS(&source{})
+	if err != nil || cfg != nil || !c.TLS.Generate {
+		return cfg, "", err
+	}
+	host, _, _ := net.SplitHostPort(c.Listen)
+	cert, fp, err := SelfSigned(host)
+	if err != nil {
+		return nil, "", fmt.Errorf("tls: generate a certificate: %w", err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: c.TLS.MinVersion}, fp, nil
 }
 
 // backendTLS builds BackendTLSConfig, reporting problems through s. It reads
@@ -48,7 +66,7 @@ func (c *Config) backendTLS(s *source) (*tls.Config, error) {
 	}
 	var roots *x509.CertPool // nil: system roots
 	if t.CA != "" {
-		if t.Mode == TLSRequired {
+		if t.Mode == TLSRequired || t.Mode == TLSPreferred {
 			return nil, s.err("backend.tls.ca", fmt.Errorf("mode %q does not verify the server, so a CA has no effect (use %s or %s)",
 				t.Mode, TLSVerifyCA, TLSVerifyIdentity))
 		}
@@ -72,7 +90,7 @@ func (c *Config) backendTLS(s *source) (*tls.Config, error) {
 	switch t.Mode {
 	case TLSDisabled:
 		return nil, nil
-	case TLSRequired:
+	case TLSRequired, TLSPreferred:
 		cfg.InsecureSkipVerify = true
 	case TLSVerifyCA:
 		// crypto/tls cannot check the chain without the name, so turn its
