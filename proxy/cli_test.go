@@ -49,7 +49,7 @@ func TestMariaDBClient(t *testing.T) {
 		"SELECT * FROM cli_rows WHERE id < 3",
 		"SELECT CURRENT_USER()",
 	}, ";\n") + ";"
-	for _, u := range [][2]string{{testdb.NativeUser, testdb.NativePassword}, {testdb.EdUser, testdb.EdPassword}} {
+	for _, u := range [][2]string{{testdb.User, testdb.Password}, {testdb.EdUser, testdb.EdPassword}} {
 		want, err := mariadbCLI(t, direct, u[0], u[1], "--local-infile=1", testdb.DBName, "-e", script)
 		if err != nil {
 			t.Fatalf("direct: %v\n%s", err, want)
@@ -65,7 +65,7 @@ func TestMariaDBClient(t *testing.T) {
 			t.Fatalf("LOAD DATA LOCAL did not load the client's file:\n%s", got)
 		}
 	}
-	out, err := mariadbCLI(t, p.addr, testdb.NativeUser, "wrong", "-e", "SELECT 1")
+	out, err := mariadbCLI(t, p.addr, testdb.User, "wrong", "-e", "SELECT 1")
 	if err == nil || !strings.Contains(out, "ERROR 1045") {
 		t.Fatalf("wrong password: %v\n%s", err, out)
 	}
@@ -78,7 +78,7 @@ func TestMariaDBClientTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	withTLS := startProxy(t, func(c *proxy.Config) { c.ClientTLS = certs.ServerTLS() })
-	out, err := mariadbCLI(t, withTLS.addr, testdb.NativeUser, testdb.NativePassword,
+	out, err := mariadbCLI(t, withTLS.addr, testdb.User, testdb.Password,
 		"--ssl", "--ssl-ca="+ca, "--ssl-verify-server-cert", "-e", "status")
 	if err != nil {
 		t.Fatalf("mariadb --ssl-verify-server-cert through a TLS proxy: %v\n%s", err, out)
@@ -89,7 +89,7 @@ func TestMariaDBClientTLS(t *testing.T) {
 	// Without a certificate the proxy offers no TLS: a client that demands
 	// it refuses to go on in plaintext.
 	plain := startProxy(t, nil)
-	out, err = mariadbCLI(t, plain.addr, testdb.NativeUser, testdb.NativePassword,
+	out, err = mariadbCLI(t, plain.addr, testdb.User, testdb.Password,
 		"--ssl", "--ssl-ca="+ca, "--ssl-verify-server-cert", "-e", "SELECT 'leaked'")
 	if err == nil || strings.Contains(out, "leaked") {
 		t.Fatalf("client demanding TLS was served in plaintext: %v\n%s", err, out)

@@ -23,7 +23,7 @@ type rawConn struct {
 
 func dialRaw(t *testing.T, addr string, deprecateEOF bool) *rawConn {
 	t.Helper()
-	c, err := client.Connect(addr, testdb.NativeUser, testdb.NativePassword, testdb.DBName, func(c *client.Conn) error {
+	c, err := client.Connect(addr, testdb.User, testdb.Password, testdb.DBName, func(c *client.Conn) error {
 		if !deprecateEOF {
 			c.UnsetCapability(gomysql.CLIENT_DEPRECATE_EOF)
 		}

@@ -207,7 +207,7 @@ func TestDifferential(t *testing.T) {
 				c.Rewriter = rewrite.New(diffCatalog(), rewrite.Options{})
 			})
 			connect := func(addr, db string) *client.Conn {
-				c, err := client.Connect(addr, testdb.NativeUser, testdb.NativePassword, db, func(c *client.Conn) error {
+				c, err := client.Connect(addr, testdb.User, testdb.Password, db, func(c *client.Conn) error {
 					if v.caps != 0 {
 						if err := c.SetCapability(v.caps); err != nil {
 							return err

@@ -35,7 +35,7 @@ func TestBackendUnreachable(t *testing.T) {
 	dead := freeAddr(t)
 	p := startProxy(t, func(c *proxy.Config) { c.Backend = dead })
 	for range 3 { // the proxy keeps serving: every attempt gets the same clear error
-		db := openDSN(t, p.dsn(testdb.NativeUser, testdb.NativePassword, "", "timeout=5s"))
+		db := openDSN(t, p.dsn(testdb.User, testdb.Password, "", "timeout=5s"))
 		start := time.Now()
 		err := db.Ping()
 		var me *mysql.MySQLError
@@ -188,7 +188,7 @@ func TestMaxUnauthenticated(t *testing.T) {
 	for _, c := range idle {
 		readPacket(t, c)
 	}
-	err := openDSN(t, p.dsn(testdb.NativeUser, testdb.NativePassword, "", "")).Ping()
+	err := openDSN(t, p.dsn(testdb.User, testdb.Password, "", "")).Ping()
 	var me *mysql.MySQLError
 	if !errors.As(err, &me) || me.Number != 1040 {
 		t.Fatalf("third connection while two are in the handshake: %v, want 1040", err)
@@ -198,7 +198,7 @@ func TestMaxUnauthenticated(t *testing.T) {
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		err := openDSN(t, p.dsn(testdb.NativeUser, testdb.NativePassword, "", "")).Ping()
+		err := openDSN(t, p.dsn(testdb.User, testdb.Password, "", "")).Ping()
 		if err == nil {
 			break
 		}

@@ -258,7 +258,7 @@ func loginWire(addr, db string, deprecateEOF bool, timeout time.Duration) (*wire
 		_ = w.Close()
 		return nil, err
 	}
-	if err := w.login(testdb.NativeUser, testdb.NativePassword, db, extra); err != nil {
+	if err := w.login(testdb.User, testdb.Password, db, extra); err != nil {
 		_ = w.Close()
 		return nil, err
 	}
@@ -485,7 +485,7 @@ func TestMalformedHandshake(t *testing.T) {
 	}
 	halfClose := func(w *wireConn) { _ = w.Conn.(*net.TCPConn).CloseWrite() }
 	nativeAuth := func(w *wireConn) []byte {
-		return gomysql.CalcNativePassword(w.scramble, []byte(testdb.NativePassword))
+		return gomysql.CalcNativePassword(w.scramble, []byte(testdb.Password))
 	}
 	const anyPackets = -1
 	cases := []struct {
@@ -558,7 +558,7 @@ func TestMalformedHandshake(t *testing.T) {
 		}, anyPackets},
 		{"empty auth field", func(t *testing.T) *wireConn {
 			w := greeted(t)
-			resp := handshakeResponse(wireCaps|gomysql.CLIENT_CONNECT_WITH_DB, testdb.NativeUser, nil, testdb.DBName, "mysql_native_password")
+			resp := handshakeResponse(wireCaps|gomysql.CLIENT_CONNECT_WITH_DB, testdb.User, nil, testdb.DBName, "mysql_native_password")
 			if err := w.writePacket(resp, 1); err != nil {
 				t.Fatal(err)
 			}
@@ -566,7 +566,7 @@ func TestMalformedHandshake(t *testing.T) {
 		}, gomysql.ER_ACCESS_DENIED_ERROR}, // MariaDB's own answer, relayed
 		{"auth field of 255 bytes", func(t *testing.T) *wireConn {
 			w := greeted(t)
-			resp := handshakeResponse(wireCaps|gomysql.CLIENT_CONNECT_WITH_DB, testdb.NativeUser, bytes.Repeat([]byte{0x41}, 255), testdb.DBName, "mysql_native_password")
+			resp := handshakeResponse(wireCaps|gomysql.CLIENT_CONNECT_WITH_DB, testdb.User, bytes.Repeat([]byte{0x41}, 255), testdb.DBName, "mysql_native_password")
 			if err := w.writePacket(resp, 1); err != nil {
 				t.Fatal(err)
 			}
@@ -574,7 +574,7 @@ func TestMalformedHandshake(t *testing.T) {
 		}, gomysql.ER_HANDSHAKE_ERROR}, // MariaDB's own answer, relayed
 		{"auth length byte 255 with 20 bytes following", func(t *testing.T) *wireConn {
 			w := greeted(t)
-			resp := handshakeResponse(wireCaps, testdb.NativeUser, nil, "", "")
+			resp := handshakeResponse(wireCaps, testdb.User, nil, "", "")
 			resp = resp[:len(resp)-2] // drop the empty auth and plugin name
 			resp = append(resp, 255)
 			resp = append(resp, nativeAuth(w)...)
@@ -586,7 +586,7 @@ func TestMalformedHandshake(t *testing.T) {
 		{"length-encoded auth length 65535 with 20 bytes following", func(t *testing.T) *wireConn {
 			w := greeted(t)
 			caps := uint32(wireCaps | gomysql.CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA)
-			resp := handshakeResponse(caps, testdb.NativeUser, nil, "", "")
+			resp := handshakeResponse(caps, testdb.User, nil, "", "")
 			resp = resp[:len(resp)-2]
 			resp = append(resp, 0xfc, 0xff, 0xff)
 			resp = append(resp, nativeAuth(w)...)
@@ -598,7 +598,7 @@ func TestMalformedHandshake(t *testing.T) {
 		{"length-encoded auth length 2^64-1", func(t *testing.T) *wireConn {
 			w := greeted(t)
 			caps := uint32(wireCaps | gomysql.CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA)
-			resp := handshakeResponse(caps, testdb.NativeUser, nil, "", "")
+			resp := handshakeResponse(caps, testdb.User, nil, "", "")
 			resp = resp[:len(resp)-2]
 			resp = append(resp, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)
 			resp = append(resp, nativeAuth(w)...)
@@ -618,7 +618,7 @@ func TestMalformedHandshake(t *testing.T) {
 		}, gomysql.ER_HANDSHAKE_ERROR},
 		{"pre-4.1 handshake response", func(t *testing.T) *wireConn {
 			w := greeted(t)
-			resp := handshakeResponse(wireCaps&^gomysql.CLIENT_PROTOCOL_41, testdb.NativeUser, nativeAuth(w), "", "mysql_native_password")
+			resp := handshakeResponse(wireCaps&^gomysql.CLIENT_PROTOCOL_41, testdb.User, nativeAuth(w), "", "mysql_native_password")
 			if err := w.writePacket(resp, 1); err != nil {
 				t.Fatal(err)
 			}
@@ -628,7 +628,7 @@ func TestMalformedHandshake(t *testing.T) {
 			// Naming another plugin makes the server ask for an auth switch;
 			// the answer is a packet header promising more than follows.
 			w := greeted(t)
-			resp := handshakeResponse(wireCaps, testdb.NativeUser, []byte("x"), "", "client_ed25519")
+			resp := handshakeResponse(wireCaps, testdb.User, []byte("x"), "", "client_ed25519")
 			if err := w.writePacket(resp, 1); err != nil {
 				t.Fatal(err)
 			}
@@ -1502,7 +1502,7 @@ type injectionPair struct {
 func newInjectionPair(t *testing.T, p *testProxy, session ...string) *injectionPair {
 	t.Helper()
 	connect := func(addr, db string) *client.Conn {
-		c, err := client.Connect(addr, testdb.NativeUser, testdb.NativePassword, db, func(c *client.Conn) error {
+		c, err := client.Connect(addr, testdb.User, testdb.Password, db, func(c *client.Conn) error {
 			return c.SetCapability(gomysql.CLIENT_MULTI_STATEMENTS)
 		})
 		if err != nil {
@@ -1609,8 +1609,8 @@ func TestMalformedHandshakeSequenceID(t *testing.T) {
 		if err := w.greet(); err != nil {
 			t.Fatal(err)
 		}
-		auth := gomysql.CalcNativePassword(w.scramble, []byte(testdb.NativePassword))
-		resp := handshakeResponse(wireCaps|gomysql.CLIENT_CONNECT_WITH_DB, testdb.NativeUser, auth, testdb.DBName, "mysql_native_password")
+		auth := gomysql.CalcNativePassword(w.scramble, []byte(testdb.Password))
+		resp := handshakeResponse(wireCaps|gomysql.CLIENT_CONNECT_WITH_DB, testdb.User, auth, testdb.DBName, "mysql_native_password")
 		if err := w.writePacket(resp, 7); err != nil {
 			t.Fatal(err)
 		}

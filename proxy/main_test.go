@@ -140,7 +140,7 @@ func (p *testProxy) dsn(user, pass, db, params string) string {
 // open returns a *sql.DB through the proxy as the native-password user.
 func (p *testProxy) open(t testing.TB, params string) *sql.DB {
 	t.Helper()
-	return openDSN(t, p.dsn(testdb.NativeUser, testdb.NativePassword, testdb.DBName, params))
+	return openDSN(t, p.dsn(testdb.User, testdb.Password, testdb.DBName, params))
 }
 
 func openDSN(t testing.TB, dsn string) *sql.DB {
@@ -156,7 +156,7 @@ func openDSN(t testing.TB, dsn string) *sql.DB {
 // directDB is a *sql.DB straight to MariaDB, for comparisons and set-up.
 func directDB(t testing.TB, params string) *sql.DB {
 	t.Helper()
-	return openDSN(t, testdb.Shared().DSN(testdb.NativeUser, testdb.NativePassword, testdb.DBName, params))
+	return openDSN(t, testdb.Shared().DSN(testdb.User, testdb.Password, testdb.DBName, params))
 }
 
 func ctxT(t testing.TB) context.Context {

@@ -21,7 +21,7 @@ func TestMetrics(t *testing.T) {
 		c.Metrics = m
 	})
 	proxy.RegisterCacheSize(reg, p.srv)
-	db := openDSN(t, p.dsn(testdb.NativeUser, testdb.NativePassword, ruledSchema, "interpolateParams=true"))
+	db := openDSN(t, p.dsn(testdb.User, testdb.Password, ruledSchema, "interpolateParams=true"))
 	db.SetMaxOpenConns(1)
 	mustExec(t, db, "UPDATE repos SET downloads = downloads + 1 WHERE id = 1") // miss, then cached
 	mustExec(t, db, "UPDATE repos SET downloads = downloads + 1 WHERE id = 1")

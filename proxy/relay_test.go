@@ -20,7 +20,7 @@ import (
 func TestAuthPassThrough(t *testing.T) {
 	p := startProxy(t, nil)
 	for _, tc := range []struct{ user, pass, want string }{
-		{testdb.NativeUser, testdb.NativePassword, testdb.NativeUser + "@%"},
+		{testdb.User, testdb.Password, testdb.User + "@%"},
 		{testdb.EdUser, testdb.EdPassword, testdb.EdUser + "@%"},
 		{testdb.DriverUser, testdb.DriverPassword, testdb.DriverUser + "@%"},
 	} {
@@ -32,7 +32,7 @@ func TestAuthPassThrough(t *testing.T) {
 		})
 	}
 	t.Run("wrong password", func(t *testing.T) {
-		db := openDSN(t, p.dsn(testdb.NativeUser, "not-the-password", testdb.DBName, ""))
+		db := openDSN(t, p.dsn(testdb.User, "not-the-password", testdb.DBName, ""))
 		err := db.Ping()
 		var me *mysql.MySQLError
 		if !errors.As(err, &me) || me.Number != 1045 {
@@ -40,14 +40,14 @@ func TestAuthPassThrough(t *testing.T) {
 		}
 	})
 	t.Run("unknown database", func(t *testing.T) {
-		db := openDSN(t, p.dsn(testdb.NativeUser, testdb.NativePassword, "no_such_db", ""))
+		db := openDSN(t, p.dsn(testdb.User, testdb.Password, "no_such_db", ""))
 		err := db.Ping()
 		var me *mysql.MySQLError
 		if !errors.As(err, &me) || me.Number != 1049 {
 			t.Fatalf("Ping with an unknown database: %v, want error 1049", err)
 		}
 	})
-	if strings.Contains(p.logs.String(), testdb.NativePassword) {
+	if strings.Contains(p.logs.String(), testdb.Password) {
 		t.Fatal("the proxy logged a password")
 	}
 }

@@ -98,8 +98,8 @@ func sysbench(t *testing.T, addr string, args ...string) string {
 		"--db-driver=mysql",
 		"--mysql-host=" + host, // an IP address, so TCP rather than the unix socket
 		"--mysql-port=" + port,
-		"--mysql-user=" + testdb.NativeUser,
-		"--mysql-password=" + testdb.NativePassword,
+		"--mysql-user=" + testdb.User,
+		"--mysql-password=" + testdb.Password,
 		"--mysql-db=" + sysbenchDB,
 		"--db-ps-mode=auto", // server-side prepared statements (COM_STMT_PREPARE/EXECUTE)
 		"--tables=2",

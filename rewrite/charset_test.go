@@ -47,7 +47,7 @@ func TestToUTF8(t *testing.T) {
 // two-byte character is rewritten by where the server ends its strings,
 // and comes back in GBK.
 func TestRewriteGBK(t *testing.T) {
-	r := testRewriter(false)
+	r := testRewriter(mariadb)
 	sql := "UPDATE repos SET downloads = 5 WHERE name = '\xbf\\' OR id = 2 -- '"
 	plans, err := r.Rewrite(sql, Session{DB: "app", Charset: "gbk"})
 	if err != nil || len(plans) != 1 {
@@ -68,7 +68,7 @@ func TestRewriteGBK(t *testing.T) {
 // TestSessionCut: the first statement that changes what a rewrite depends
 // on, when more statements follow it in the same query.
 func TestSessionCut(t *testing.T) {
-	r := testRewriter(false)
+	r := testRewriter(mariadb)
 	for _, tc := range []struct {
 		sql  string
 		want int

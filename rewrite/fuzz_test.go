@@ -40,7 +40,7 @@ func FuzzRewrite(f *testing.F) {
 
 // fuzzCheck is FuzzRewrite's check of sql in one session.
 func fuzzCheck(t *testing.T, sql string, sess Session) {
-	r := testRewriter(false)
+	r := testRewriter(mariadb)
 	plans, err := r.Rewrite(sql, sess)
 	if !r.cat.Mentions(sql) && (plans != nil || err != nil) {
 		t.Fatalf("a statement naming no ruled table was planned: %q", sql)

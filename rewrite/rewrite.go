@@ -11,6 +11,8 @@ import (
 	"github.com/pingcap/tidb/pkg/parser/ast"
 	"github.com/pingcap/tidb/pkg/parser/mysql"
 	_ "github.com/pingcap/tidb/pkg/parser/test_driver" // value expressions for the parser
+
+	"github.com/slotproxy/slotproxy/internal/dialect"
 )
 
 // Kind says how a statement is executed.
@@ -132,9 +134,11 @@ type Session struct {
 
 // Options tune generated SQL for the backend.
 type Options struct {
-	// RowAlias makes upserts use MySQL 8.0.20+'s row alias instead of the
-	// VALUES() function, which those versions deprecate (warning 1287).
-	RowAlias bool
+	// Dialect is the backend's: it decides the upsert form (the VALUES()
+	// function, or on MySQL 8.0.20+, which deprecates VALUES() with warning
+	// 1287, the row alias). The zero value gets VALUES(), which every
+	// MariaDB and MySQL accepts.
+	Dialect dialect.Dialect
 	// Slot picks a slot in [0, n); nil means uniformly at random.
 	Slot func(n int) int
 }

@@ -235,7 +235,7 @@ func TestDemoExternalProxy(t *testing.T) {
 
 	var stdout, stderr bytes.Buffer
 	err = run([]string{"--demo", "--backend", s.Addr, "--proxy", ln.Addr().String(), "--rule", rule,
-		"--user", testdb.NativeUser, "--password", testdb.NativePassword,
+		"--user", testdb.User, "--password", testdb.Password,
 		"--admin-user", s.RootUser, "--admin-password", s.RootPassword,
 		"--clients", "4", "--hold", "1ms", "--rounds", "1", "--duration", "300ms", "--warmup", "50ms"}, &stdout, &stderr)
 	out := stdout.String()

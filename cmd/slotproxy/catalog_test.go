@@ -272,7 +272,7 @@ func TestServeRules(t *testing.T) {
 
 	// Through the proxy, as an application would.
 	cfg := mysql.NewConfig()
-	cfg.User, cfg.Passwd, cfg.Net, cfg.Addr, cfg.DBName = testdb.NativeUser, testdb.NativePassword, "tcp", listen, schema
+	cfg.User, cfg.Passwd, cfg.Net, cfg.Addr, cfg.DBName = testdb.User, testdb.Password, "tcp", listen, schema
 	conn, err := mysql.NewConnector(cfg)
 	if err != nil {
 		t.Fatal(err)

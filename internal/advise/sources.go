@@ -8,14 +8,17 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/slotproxy/slotproxy/internal/dialect"
 )
 
-// Flavor is the kind of server, from SELECT VERSION().
-type Flavor string
+// Flavor is the kind of server, from SELECT VERSION() (see dialect.Parse).
+type Flavor = dialect.Flavor
 
+// The flavours Report.Flavor may name.
 const (
-	MariaDB Flavor = "MariaDB"
-	MySQL   Flavor = "MySQL"
+	MariaDB = dialect.MariaDB
+	MySQL   = dialect.MySQL
 )
 
 // Source names, as used in Report.Sources and the rule file comments.
@@ -43,6 +46,7 @@ type Source struct {
 type server struct {
 	version string
 	flavor  Flavor
+	dialect dialect.Dialect
 	uptime  time.Duration
 	// pfs: performance_schema is compiled in and ON.
 	pfs bool
@@ -67,25 +71,26 @@ var systemTables = []string{
 
 func (s *server) has(table string) bool { return s.tables[strings.ToLower(table)] }
 
-// DetectFlavor returns the server's version string and flavour.
-func DetectFlavor(ctx context.Context, db *sql.DB) (version string, flavor Flavor, err error) {
+// DetectDialect returns the server's dialect, from SELECT VERSION().
+func DetectDialect(ctx context.Context, db *sql.DB) (dialect.Dialect, error) {
+	var version string
 	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
-		return "", "", fmt.Errorf("SELECT VERSION(): %w", err)
+		return dialect.Dialect{}, fmt.Errorf("SELECT VERSION(): %w", err)
 	}
-	flavor = MySQL
-	if strings.Contains(strings.ToLower(version), "mariadb") {
-		flavor = MariaDB
-	}
-	return version, flavor, nil
+	return dialect.Parse(version), nil
 }
 
-// inspect detects the flavour and which system tables exist.
+// inspect detects the dialect and which system tables exist.
 func inspect(ctx context.Context, db *sql.DB) (*server, error) {
-	version, flavor, err := DetectFlavor(ctx, db)
+	d, err := DetectDialect(ctx, db)
 	if err != nil {
 		return nil, err
 	}
-	s := &server{version: version, flavor: flavor, tables: map[string]bool{}}
+	flavor := d.Flavor
+	if flavor == dialect.Unknown {
+		flavor = MySQL // what a server that does not say MariaDB most likely is
+	}
+	s := &server{version: d.Version, flavor: flavor, dialect: d, tables: map[string]bool{}}
 	var conds []string
 	var args []any
 	for _, t := range systemTables {
@@ -247,8 +252,11 @@ func NewSampler(ctx context.Context, db *sql.DB) (*Sampler, error) {
 func newSampler(ctx context.Context, db *sql.DB, srv *server) (*Sampler, string, error) {
 	s := &Sampler{db: db}
 	var note string
-	switch {
-	case srv.has("performance_schema.data_lock_waits") && srv.has("performance_schema.data_locks"):
+	switch srv.dialect.LockWaits() {
+	case dialect.DataLockWaits:
+		if !srv.has("performance_schema.data_lock_waits") || !srv.has("performance_schema.data_locks") {
+			return nil, "", fmt.Errorf("%s has no performance_schema.data_lock_waits and data_locks (performance_schema not compiled in?)", srv.dialect)
+		}
 		if !srv.pfs {
 			return nil, "", fmt.Errorf("performance_schema is OFF")
 		}
@@ -258,7 +266,10 @@ func newSampler(ctx context.Context, db *sql.DB, srv *server) (*Sampler, string,
 		if !trx {
 			note = "no information_schema.INNODB_TRX, so no statement texts"
 		}
-	case srv.has("information_schema.innodb_lock_waits") && srv.has("information_schema.innodb_trx"):
+	default:
+		if !srv.has("information_schema.innodb_lock_waits") || !srv.has("information_schema.innodb_trx") {
+			return nil, "", fmt.Errorf("%s has no information_schema.INNODB_LOCK_WAITS and INNODB_TRX (InnoDB not loaded?)", srv.dialect)
+		}
 		s.Source = SourceLockWaits
 		s.lockTable = true
 		locks := srv.has("information_schema.innodb_locks")
@@ -266,8 +277,6 @@ func newSampler(ctx context.Context, db *sql.DB, srv *server) (*Sampler, string,
 		if !locks {
 			note = "no information_schema.INNODB_LOCKS, so the locked table is taken from the waiting statement"
 		}
-	default:
-		return nil, "", fmt.Errorf("neither performance_schema.data_lock_waits (MySQL 8) nor information_schema.INNODB_LOCK_WAITS (MariaDB, MySQL 5.7) exists")
 	}
 	if _, err := s.Sample(ctx); err != nil {
 		return nil, "", err
