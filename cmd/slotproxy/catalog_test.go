@@ -32,7 +32,8 @@ func setupDB(db *testdb.Server) error {
 	return db.Exec(
 		"CREATE DATABASE IF NOT EXISTS app",
 		"CREATE TABLE IF NOT EXISTS app.repos (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR(100) NOT NULL DEFAULT '', downloads BIGINT NOT NULL DEFAULT 0) ENGINE=InnoDB",
-		"CREATE OR REPLACE USER "+exampleUser+"@'%' IDENTIFIED BY '"+examplePassword+"'",
+		"DROP USER IF EXISTS "+exampleUser+"@'%'",
+		"CREATE USER "+exampleUser+"@'%' IDENTIFIED BY '"+examplePassword+"'",
 		"GRANT SELECT, INSERT, UPDATE, DELETE, CREATE ON app.* TO "+exampleUser+"@'%'",
 	)
 }
