@@ -138,7 +138,7 @@ func TestRawCommands(t *testing.T) {
 			}
 
 			// A read-only cursor over 25 rows, fetched 10 at a time.
-			r.command(gomysql.COM_STMT_PREPARE, []byte("SELECT seq FROM seq_1_to_25")...)
+			r.command(gomysql.COM_STMT_PREPARE, []byte("SELECT seq FROM "+testdb.Seq(25))...)
 			ok := r.expectOK("prepare")
 			stmtID := binary.LittleEndian.Uint32(ok[1:])
 			columns := binary.LittleEndian.Uint16(ok[5:])

@@ -174,6 +174,7 @@ build_mysql_chroot() {
 	if ! "${SUDO[@]}" chroot "$chroot_build" /usr/sbin/mysqld --no-defaults --version >/dev/null 2>&1; then
 		die "the MySQL chroot was built but its mysqld does not run"
 	fi
+	"${SUDO[@]}" chmod 755 "$chroot_build" # mktemp made it 0700
 	"${SUDO[@]}" mv -T "$chroot_build" "$dir"
 	chroot_build=""
 	exec 9<&-

@@ -212,7 +212,7 @@ func TestDemoExternalProxy(t *testing.T) {
 	ctx := t.Context()
 	if err := execAll(ctx, admin, "CREATE DATABASE app",
 		"CREATE TABLE app.repos (id BIGINT PRIMARY KEY, name VARCHAR(100) NOT NULL DEFAULT '', downloads BIGINT NOT NULL DEFAULT 0)",
-		"INSERT INTO app.repos (id) SELECT seq FROM app.seq_1_to_200"); err != nil {
+		"INSERT INTO app.repos (id) SELECT seq FROM "+testdb.Seq(200)); err != nil {
 		t.Fatal(err)
 	}
 	schema = "app"

@@ -858,6 +858,17 @@ func Setup(s *Server) error {
 	return s.Exec(stmts...)
 }
 
+// Seq returns a table expression for a FROM clause that yields the integers
+// 1 to n, in order, in a column named seq, on MariaDB and MySQL alike: the
+// portable spelling of MariaDB's seq_1_to_n (MySQL has no Sequence engine).
+// It is named seq_1_to_n.
+func Seq(n int) string {
+	if n < 1 {
+		n = 1
+	}
+	return fmt.Sprintf("JSON_TABLE(CONCAT('[', REPEAT('0,', %d), '0]'), '$[*]' COLUMNS (seq FOR ORDINALITY)) AS seq_1_to_%d", n-1, n)
+}
+
 func quoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
 
 func quoteString(s string) string {
