@@ -19,14 +19,13 @@ import (
 
 	"github.com/slotproxy/slotproxy/internal/testdb"
 	"github.com/slotproxy/slotproxy/proxy"
-	"github.com/slotproxy/slotproxy/rewrite"
 )
 
 func startRuledProxy(t *testing.T) *testProxy {
 	t.Helper()
 	setupDiffSchemas(t)
 	return startProxy(t, func(c *proxy.Config) {
-		c.Rewriter = rewrite.New(diffCatalog(), rewrite.Options{})
+		c.Rewriter = newRewriter(diffCatalog())
 	})
 }
 
@@ -335,7 +334,7 @@ func TestShadowMode(t *testing.T) {
 	setupDiffSchemas(t)
 	cat := diffCatalog()
 	cat.Tables()[0].Shadow = true
-	p := startProxy(t, func(c *proxy.Config) { c.Rewriter = rewrite.New(cat, rewrite.Options{}) })
+	p := startProxy(t, func(c *proxy.Config) { c.Rewriter = newRewriter(cat) })
 	db := p.open(t, "")
 	mustExec(t, db, "USE "+ruledSchema)
 	db.SetMaxOpenConns(1)

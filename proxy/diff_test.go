@@ -204,7 +204,7 @@ func TestDifferential(t *testing.T) {
 		t.Run(v.name, func(t *testing.T) {
 			setupDiffSchemas(t)
 			p := startProxy(t, func(c *proxy.Config) {
-				c.Rewriter = rewrite.New(diffCatalog(), rewrite.Options{})
+				c.Rewriter = newRewriter(diffCatalog())
 			})
 			connect := func(addr, db string) *client.Conn {
 				c, err := client.Connect(addr, testdb.User, testdb.Password, db, func(c *client.Conn) error {

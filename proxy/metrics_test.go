@@ -9,7 +9,6 @@ import (
 
 	"github.com/slotproxy/slotproxy/internal/testdb"
 	"github.com/slotproxy/slotproxy/proxy"
-	"github.com/slotproxy/slotproxy/rewrite"
 )
 
 func TestMetrics(t *testing.T) {
@@ -17,7 +16,7 @@ func TestMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := proxy.NewMetrics(reg)
 	p := startProxy(t, func(c *proxy.Config) {
-		c.Rewriter = rewrite.New(diffCatalog(), rewrite.Options{})
+		c.Rewriter = newRewriter(diffCatalog())
 		c.Metrics = m
 	})
 	proxy.RegisterCacheSize(reg, p.srv)

@@ -242,6 +242,14 @@ func (r *Rewriter) rewrite(sql string, sess Session, slot func(int) int) ([]Plan
 			// The parser converted the text (a statement that is not
 			// UTF-8): the statement is the whole input.
 			start, end, text = 0, len(sql), sql
+		case SessionCut(append(plans, Plan{})) >= 0:
+			// A statement before this one changes the session (SET NAMES
+			// gbk): the rest is read in the new state, where it may well
+			// be found. It is one plan, planned again once the statements
+			// before it have run (see SessionCut).
+			rest := sql[pos:]
+			return append(plans, Plan{Kind: KindOriginal, SQL: rest, Original: rest,
+				Reason: "read once the statements before it have changed the session"}), nil
 		default:
 			return nil, fmt.Errorf("rewrite: cannot locate statement text")
 		}
