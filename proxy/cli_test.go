@@ -49,7 +49,8 @@ func TestMariaDBClient(t *testing.T) {
 		"SELECT * FROM cli_rows WHERE id < 3",
 		"SELECT CURRENT_USER()",
 	}, ";\n") + ";"
-	for _, u := range [][2]string{{testdb.User, testdb.Password}, {testdb.EdUser, testdb.EdPassword}} {
+	pUser, pPass, _ := pluginAccount()
+	for _, u := range [][2]string{{testdb.User, testdb.Password}, {pUser, pPass}} {
 		want, err := mariadbCLI(t, direct, u[0], u[1], "--local-infile=1", testdb.DBName, "-e", script)
 		if err != nil {
 			t.Fatalf("direct: %v\n%s", err, want)

@@ -1981,7 +1981,7 @@ func TestStalledClientClosed(t *testing.T) {
 	id := readScalar(t, stalled)
 	// 64 MiB: far more than the socket buffers hold, so the proxy's writes
 	// block once the client stops reading (it never reads at all).
-	if err := stalled.query("SELECT seq, REPEAT('x', 1000) FROM "+testdb.Seq(65536)); err != nil {
+	if err := stalled.query("SELECT seq, REPEAT('x', 1000) FROM " + testdb.Seq(65536)); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(15 * time.Second)
@@ -1999,7 +1999,7 @@ func TestStalledClientClosed(t *testing.T) {
 	sr := &slowReader{r: w.Conn, chunk: 512, pause: 2 * time.Millisecond}
 	sr.slow.Store(true)
 	w.br = bufio.NewReaderSize(sr, 4096)
-	if err := w.query("SELECT seq, REPEAT('y', 1000) FROM "+testdb.Seq(700)); err != nil {
+	if err := w.query("SELECT seq, REPEAT('y', 1000) FROM " + testdb.Seq(700)); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := w.readFull(); err != nil { // column count

@@ -124,6 +124,16 @@ func startProxyFull(t testing.TB, mutate func(*proxy.Config), before func(*proxy
 	return p
 }
 
+// pluginAccount is the shared server's account whose authentication plugin
+// is not the server's default, named explicitly: MariaDB's ed25519 account,
+// MySQL's caching_sha2_password account (see testdb.Setup).
+func pluginAccount() (user, pass, plugin string) {
+	if testdb.Shared().IsMySQL() {
+		return testdb.Sha2User, testdb.Sha2Password, "caching_sha2_password"
+	}
+	return testdb.EdUser, testdb.EdPassword, "ed25519"
+}
+
 // newRewriter returns a rewriter for cat as slotproxy builds it for the
 // shared server: with the dialect of its version string.
 func newRewriter(cat *rewrite.Catalog) *rewrite.Rewriter {

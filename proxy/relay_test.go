@@ -19,9 +19,10 @@ import (
 
 func TestAuthPassThrough(t *testing.T) {
 	p := startProxy(t, nil)
+	pUser, pPass, _ := pluginAccount()
 	for _, tc := range []struct{ user, pass, want string }{
 		{testdb.User, testdb.Password, testdb.User + "@%"},
-		{testdb.EdUser, testdb.EdPassword, testdb.EdUser + "@%"},
+		{pUser, pPass, pUser + "@%"},
 		{testdb.DriverUser, testdb.DriverPassword, testdb.DriverUser + "@%"},
 	} {
 		t.Run(tc.user, func(t *testing.T) {
@@ -62,7 +63,8 @@ func TestResultShapes(t *testing.T) {
 	mustExec(t, direct, `REPLACE INTO shapes VALUES
 		(1, 9223372036854775807, 12.34, 'héllo', x'00ff10', 1.5, '2024-01-02 03:04:05.678', '{"a":1}', NULL),
 		(2, -1, -0.01, '', '', 0, '1970-01-01 00:00:01', '[]', 7)`)
-	mustExec(t, direct, `CREATE OR REPLACE PROCEDURE two_results() BEGIN SELECT 1 AS a; SELECT 'x' AS b, 2 AS c; END`)
+	mustExec(t, direct, `DROP PROCEDURE IF EXISTS two_results`)
+	mustExec(t, direct, `CREATE PROCEDURE two_results() BEGIN SELECT 1 AS a; SELECT 'x' AS b, 2 AS c; END`)
 	queries := []string{
 		"SELECT * FROM shapes ORDER BY id",
 		"SELECT id, n * 2 AS doubled, CONCAT(s, '!') AS s2 FROM shapes WHERE id = 1",

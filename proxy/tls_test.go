@@ -23,7 +23,7 @@ func registerTLS(t *testing.T, name string, cfg *tls.Config) {
 	t.Cleanup(func() { mysql.DeregisterTLSConfig(name) })
 }
 
-// backendCipher returns the TLS cipher MariaDB sees on this session's
+// backendCipher returns the TLS cipher the server sees on this session's
 // connection: empty when the proxy→backend hop is plaintext.
 func backendCipher(t *testing.T, p *testProxy, params string) string {
 	t.Helper()
@@ -96,7 +96,8 @@ func TestBackendTLS(t *testing.T) {
 		if c := backendCipher(t, p, ""); c == "" {
 			t.Fatal("backend hop is plaintext with BackendTLS set")
 		}
-		for _, u := range [][2]string{{testdb.EdUser, testdb.EdPassword}, {testdb.DriverUser, testdb.DriverPassword}} {
+		pUser, pPass, _ := pluginAccount()
+		for _, u := range [][2]string{{pUser, pPass}, {testdb.DriverUser, testdb.DriverPassword}} {
 			db := openDSN(t, p.dsn(u[0], u[1], "", ""))
 			if err := db.Ping(); err != nil {
 				t.Fatalf("%s over backend TLS: %v", u[0], err)
