@@ -62,6 +62,7 @@ var systemTables = []string{
 	"performance_schema.setup_consumers",
 	"performance_schema.threads",
 	"performance_schema.events_statements_history",
+	"performance_schema.events_statements_current",
 	"performance_schema.data_lock_waits",
 	"performance_schema.data_locks",
 	"information_schema.innodb_trx",
@@ -95,7 +96,9 @@ func inspect(ctx context.Context, db *sql.DB) (*server, error) {
 	var args []any
 	for _, t := range systemTables {
 		schema, name, _ := strings.Cut(t, ".")
-		conds = append(conds, "(TABLE_SCHEMA = ? AND TABLE_NAME = ?)")
+		// LOWER(): MySQL 8+ lists information_schema's own tables in
+		// upper case (INNODB_TRX) and compares TABLE_NAME case-sensitively.
+		conds = append(conds, "(LOWER(TABLE_SCHEMA) = ? AND LOWER(TABLE_NAME) = ?)")
 		args = append(args, schema, name)
 	}
 	rows, err := db.QueryContext(ctx, "SELECT LOWER(TABLE_SCHEMA), LOWER(TABLE_NAME) FROM information_schema.TABLES WHERE "+
@@ -261,10 +264,16 @@ func newSampler(ctx context.Context, db *sql.DB, srv *server) (*Sampler, string,
 			return nil, "", fmt.Errorf("performance_schema is OFF")
 		}
 		s.Source = SourceDataLocks
+		current := srv.has("performance_schema.events_statements_current") && srv.has("performance_schema.threads") &&
+			consumerEnabled(ctx, db, "events_statements_current")
 		trx := srv.has("information_schema.innodb_trx")
-		s.query = mysqlLockWaitsSQL(trx)
-		if !trx {
-			note = "no information_schema.INNODB_TRX, so no statement texts"
+		s.query = mysqlLockWaitsSQL(current, trx)
+		switch {
+		case current:
+		case trx:
+			note = "the events_statements_current consumer is off: statement texts from INNODB_TRX, which lags up to 0.1s"
+		default:
+			note = "no events_statements_current consumer and no information_schema.INNODB_TRX, so no statement texts"
 		}
 	default:
 		if !srv.has("information_schema.innodb_lock_waits") || !srv.has("information_schema.innodb_trx") {
@@ -301,10 +310,24 @@ LEFT JOIN information_schema.INNODB_TRX rt ON rt.trx_id = w.requesting_trx_id
 LEFT JOIN information_schema.INNODB_TRX bt ON bt.trx_id = w.blocking_trx_id` + join
 }
 
-// mysqlLockWaitsSQL reads data_lock_waits; trx: INNODB_TRX exists.
-func mysqlLockWaitsSQL(trx bool) string {
+// mysqlLockWaitsSQL reads data_lock_waits. The statements and connection
+// ids come from performance_schema (current: the events_statements_current
+// consumer is on), which is live, else from INNODB_TRX (trx: it exists),
+// a cache InnoDB refreshes at most every 0.1s, so that short transactions
+// waiting now are often not in it yet.
+func mysqlLockWaitsSQL(current, trx bool) string {
 	cols, join := "0, '', 0, ''", ""
-	if trx {
+	switch {
+	case current:
+		// A statement that has ended (END_EVENT_ID set) is the thread's
+		// last one: the transaction is between statements.
+		cols = "COALESCE(rt.PROCESSLIST_ID, 0), COALESCE(rs.SQL_TEXT, ''), COALESCE(bt.PROCESSLIST_ID, 0), COALESCE(bs.SQL_TEXT, '')"
+		join = `
+LEFT JOIN performance_schema.threads rt ON rt.THREAD_ID = w.REQUESTING_THREAD_ID
+LEFT JOIN performance_schema.events_statements_current rs ON rs.THREAD_ID = w.REQUESTING_THREAD_ID AND rs.NESTING_EVENT_LEVEL = 0 AND rs.END_EVENT_ID IS NULL
+LEFT JOIN performance_schema.threads bt ON bt.THREAD_ID = w.BLOCKING_THREAD_ID
+LEFT JOIN performance_schema.events_statements_current bs ON bs.THREAD_ID = w.BLOCKING_THREAD_ID AND bs.NESTING_EVENT_LEVEL = 0 AND bs.END_EVENT_ID IS NULL`
+	case trx:
 		cols = "COALESCE(rt.trx_mysql_thread_id, 0), COALESCE(rt.trx_query, ''), COALESCE(bt.trx_mysql_thread_id, 0), COALESCE(bt.trx_query, '')"
 		join = `
 LEFT JOIN information_schema.INNODB_TRX rt ON rt.trx_id = w.REQUESTING_ENGINE_TRANSACTION_ID
