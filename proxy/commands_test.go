@@ -22,6 +22,7 @@ type rawConn struct {
 	t *testing.T
 	*client.Conn
 	deprecateEOF bool
+	tls          bool // the connection is on TLS
 }
 
 func dialRaw(t *testing.T, addr string, deprecateEOF bool) *rawConn {
@@ -292,10 +293,12 @@ func changeUser(t *testing.T, r *rawConn, user, pass, plugin string) {
 	r.send(resp)
 	if plugin == "caching_sha2_password" {
 		// 0x01 0x03: fast authentication (the server has the account
-		// cached); 0x01 0x04: full authentication, over this plaintext
-		// connection with the server's RSA key.
+		// cached); 0x01 0x04: full authentication, with the password in
+		// clear over TLS, else encrypted with the server's RSA key.
 		switch p := r.read(); {
 		case len(p) == 2 && p[0] == 1 && p[1] == 3:
+		case len(p) == 2 && p[0] == 1 && p[1] == 4 && r.tls:
+			r.send(append([]byte(pass), 0))
 		case len(p) == 2 && p[0] == 1 && p[1] == 4:
 			r.send([]byte{2})
 			key := r.read()
