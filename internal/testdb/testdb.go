@@ -198,7 +198,8 @@ type Server struct {
 	// RootUser and RootPassword log in as the superuser over TCP from
 	// 127.0.0.1 and over the unix socket.
 	RootUser, RootPassword string
-	// Version is the server's version string, as in its greeting, e.g.
+	// Version is the server's version string, as SELECT VERSION() and the
+	// greeting report it (MariaDB's greeting prefixes "5.5.5-"), e.g.
 	// "10.11.14-MariaDB-0+deb12u2" or "9.7.4-2".
 	Version string
 
