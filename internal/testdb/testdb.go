@@ -968,6 +968,17 @@ func sweepStaleDirs(base string, logf func(string, ...any)) {
 	}
 }
 
+// ServerVersion returns the version string of flavour f's server binary
+// (for MySQL, the chroot's mysqld), as Server.Version would be, without
+// starting a server.
+func ServerVersion(f Flavor) (string, error) {
+	e, err := newEngine(f)
+	if err != nil {
+		return "", err
+	}
+	return parseVersion(string(e.versionOut)), nil
+}
+
 // BaseDir returns the host directory under which servers of flavour f keep
 // their directories and cached templates: os.TempDir() for MariaDB, the
 // same path inside the chroot for MySQL.
