@@ -14,9 +14,10 @@ import (
 	"testing"
 	"time"
 
-	_ "github.com/go-sql-driver/mysql"
+	"github.com/go-sql-driver/mysql"
 	"go.uber.org/goleak"
 
+	"github.com/slotproxy/slotproxy/internal/testcerts"
 	"github.com/slotproxy/slotproxy/internal/testdb"
 )
 
@@ -187,12 +188,23 @@ func TestExec(t *testing.T) {
 	}
 }
 
-// TestKillRestart uses a private server so that the shared one stays up.
+// TestKillRestart uses a private server so that the shared one stays up. It
+// also checks that ExtraArgs apply, including flags naming host files.
 func TestKillRestart(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 
+	// Server flags that name host files: for MySQL they are copied into
+	// the chroot.
+	certs, err := testcerts.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, cert, key, err := certs.WriteFiles(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
 	s, err := testdb.Start(testdb.Options{
-		ExtraArgs: []string{"--performance-schema=ON"},
+		ExtraArgs: []string{"--performance-schema=ON", "--ssl-ca=" + ca, "--ssl-cert=" + cert, "--ssl-key=" + key},
 		Logf:      t.Logf,
 	})
 	if err != nil {
@@ -214,6 +226,17 @@ func TestKillRestart(t *testing.T) {
 	if got := queryString(t, db, "SELECT @@performance_schema"); got != "1" {
 		t.Errorf("@@performance_schema = %q, want 1 (ExtraArgs not applied)", got)
 	}
+	// The server presents the test certificate, verified with the test CA.
+	if err := mysql.RegisterTLSConfig("testdb-kill", certs.ClientTLS("127.0.0.1")); err != nil {
+		t.Fatal(err)
+	}
+	defer mysql.DeregisterTLSConfig("testdb-kill")
+	tlsDB := openDB(t, s.RootDSN("", "tls=testdb-kill"))
+	var name, cipher string
+	if err := tlsDB.QueryRow("SHOW SESSION STATUS LIKE 'Ssl_cipher'").Scan(&name, &cipher); err != nil || cipher == "" {
+		t.Errorf("TLS with the certificate from ExtraArgs: cipher %q, %v", cipher, err)
+	}
+	tlsDB.Close()
 	if err := s.Exec(
 		"CREATE DATABASE k",
 		"CREATE TABLE k.t (id INT PRIMARY KEY, v VARCHAR(10)) ENGINE=InnoDB",
