@@ -5,6 +5,7 @@
 #   make build   build ./slotproxy
 #   make run     run the proxy locally in front of a throwaway MariaDB
 #   make test    install missing dependencies, vet, run all tests (race)
+#                against MariaDB and against MySQL, both at once
 
 SHELL := /bin/bash
 
@@ -29,13 +30,16 @@ run:
 	scripts/run-local.sh
 
 demo:
-	@scripts/deps.sh >/dev/null
+	@scripts/deps.sh --no-mysql >/dev/null
 	@echo "building slotbench..."
 	@go build -o .local/bin/slotbench ./cmd/slotbench
 	@.local/bin/slotbench --demo
 
+# The Go suite runs once per server (SLOTPROXY_TEST_SERVER=mariadb and
+# =mysql), in parallel; see scripts/test.sh. SLOTPROXY_TEST_SERVERS=mysql
+# make test runs one of them.
 test:
-	scripts/deps.sh && go vet ./... && go test -race -count=1 -timeout 20m ./...
+	scripts/deps.sh && go vet ./... && scripts/test.sh
 	$(MAKE) --no-print-directory fuzz
 
 fuzz:

@@ -2,7 +2,10 @@ package proxy_test
 
 import (
 	"bytes"
+	"crypto/rsa"
+	"crypto/x509"
 	"encoding/binary"
+	"encoding/pem"
 	"fmt"
 	"testing"
 	"time"
@@ -19,14 +22,19 @@ type rawConn struct {
 	t *testing.T
 	*client.Conn
 	deprecateEOF bool
+	tls          bool // the connection is on TLS
 }
 
 func dialRaw(t *testing.T, addr string, deprecateEOF bool) *rawConn {
 	t.Helper()
-	c, err := client.Connect(addr, testdb.NativeUser, testdb.NativePassword, testdb.DBName, func(c *client.Conn) error {
+	c, err := client.Connect(addr, testdb.User, testdb.Password, testdb.DBName, func(c *client.Conn) error {
 		if !deprecateEOF {
 			c.UnsetCapability(gomysql.CLIENT_DEPRECATE_EOF)
 		}
+		// The proxy does not offer CLIENT_QUERY_ATTRIBUTES (MySQL does):
+		// without it a direct connection speaks the same COM_STMT_EXECUTE
+		// as one through the proxy, which the tests build by hand.
+		c.UnsetCapability(gomysql.CLIENT_QUERY_ATTRIBUTES)
 		return nil
 	})
 	if err != nil {
@@ -138,7 +146,7 @@ func TestRawCommands(t *testing.T) {
 			}
 
 			// A read-only cursor over 25 rows, fetched 10 at a time.
-			r.command(gomysql.COM_STMT_PREPARE, []byte("SELECT seq FROM seq_1_to_25")...)
+			r.command(gomysql.COM_STMT_PREPARE, []byte("SELECT seq FROM "+testdb.Seq(25))...)
 			ok := r.expectOK("prepare")
 			stmtID := binary.LittleEndian.Uint32(ok[1:])
 			columns := binary.LittleEndian.Uint16(ok[5:])
@@ -230,14 +238,20 @@ func TestRawCommands(t *testing.T) {
 				t.Fatalf("@v = %q after reset", got)
 			}
 
-			// COM_CHANGE_USER to each account, with an auth switch relayed.
-			changeUser(t, r, testdb.DriverUser, testdb.DriverPassword, "mysql_native_password")
-			if got := r.scalar("SELECT CURRENT_USER()"); got != testdb.DriverUser+"@%" {
-				t.Fatalf("after change user: %q", got)
+			// COM_CHANGE_USER to each account, with an auth switch relayed:
+			// the default plugin's account, then the server's other plugin.
+			type account struct{ user, pass, plugin string }
+			accounts := []account{{testdb.DriverUser, testdb.DriverPassword, testdb.Shared().DefaultAuthPlugin()}}
+			if testdb.Shared().IsMySQL() {
+				accounts = append(accounts, account{testdb.Sha2User, testdb.Sha2Password, "caching_sha2_password"})
+			} else {
+				accounts = append(accounts, account{testdb.EdUser, testdb.EdPassword, "client_ed25519"})
 			}
-			changeUser(t, r, testdb.EdUser, testdb.EdPassword, "client_ed25519")
-			if got := r.scalar("SELECT CURRENT_USER()"); got != testdb.EdUser+"@%" {
-				t.Fatalf("after change user: %q", got)
+			for _, a := range accounts {
+				changeUser(t, r, a.user, a.pass, a.plugin)
+				if got := r.scalar("SELECT CURRENT_USER()"); got != a.user+"@%" {
+					t.Fatalf("after change user: %q", got)
+				}
 			}
 
 			r.command(gomysql.COM_PING)
@@ -252,7 +266,8 @@ func TestRawCommands(t *testing.T) {
 
 // changeUser sends COM_CHANGE_USER naming a plugin the server will not use,
 // so the server answers with an auth switch request carrying a fresh
-// scramble, which is answered for the account's real plugin.
+// scramble, which is answered for the account's real plugin (for
+// caching_sha2_password, with fast or full authentication).
 func changeUser(t *testing.T, r *rawConn, user, pass, plugin string) {
 	t.Helper()
 	payload := append([]byte(user), 0)
@@ -271,16 +286,38 @@ func changeUser(t *testing.T, r *rawConn, user, pass, plugin string) {
 		t.Fatalf("auth switch to %q, want %q", name, plugin)
 	}
 	scramble := bytes.TrimRight(data, "\x00")
-	var resp []byte
-	switch plugin {
-	case "mysql_native_password":
-		resp = gomysql.CalcNativePassword(scramble, []byte(pass))
-	case "client_ed25519":
-		var err error
-		if resp, err = gomysql.CalcEd25519Password(scramble, pass); err != nil {
-			t.Fatal(err)
-		}
+	resp, err := authResponse(plugin, scramble, pass)
+	if err != nil {
+		t.Fatal(err)
 	}
 	r.send(resp)
+	if plugin == "caching_sha2_password" {
+		// 0x01 0x03: fast authentication (the server has the account
+		// cached); 0x01 0x04: full authentication, with the password in
+		// clear over TLS, else encrypted with the server's RSA key.
+		switch p := r.read(); {
+		case len(p) == 2 && p[0] == 1 && p[1] == 3:
+		case len(p) == 2 && p[0] == 1 && p[1] == 4 && r.tls:
+			r.send(append([]byte(pass), 0))
+		case len(p) == 2 && p[0] == 1 && p[1] == 4:
+			r.send([]byte{2})
+			key := r.read()
+			block, _ := pem.Decode(key[1:])
+			if key[0] != 1 || block == nil {
+				t.Fatalf("change user: got %q, want the server's public key", key)
+			}
+			pub, err := x509.ParsePKIXPublicKey(block.Bytes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			enc, err := gomysql.EncryptPassword(pass, scramble, pub.(*rsa.PublicKey))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.send(enc)
+		default:
+			t.Fatalf("change user: got %q after the scramble", p)
+		}
+	}
 	r.expectOK("change user to " + user)
 }

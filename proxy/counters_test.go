@@ -19,14 +19,13 @@ import (
 
 	"github.com/slotproxy/slotproxy/internal/testdb"
 	"github.com/slotproxy/slotproxy/proxy"
-	"github.com/slotproxy/slotproxy/rewrite"
 )
 
 func startRuledProxy(t *testing.T) *testProxy {
 	t.Helper()
 	setupDiffSchemas(t)
 	return startProxy(t, func(c *proxy.Config) {
-		c.Rewriter = rewrite.New(diffCatalog(), rewrite.Options{})
+		c.Rewriter = newRewriter(diffCatalog())
 	})
 }
 
@@ -35,8 +34,8 @@ func startRuledProxy(t *testing.T) *testProxy {
 func TestScanTypes(t *testing.T) {
 	p := startRuledProxy(t)
 	for _, params := range []string{"", "interpolateParams=true"} {
-		direct := openDSN(t, testdb.Shared().DSN(testdb.NativeUser, testdb.NativePassword, plainSchema, params))
-		proxied := openDSN(t, p.dsn(testdb.NativeUser, testdb.NativePassword, ruledSchema, params))
+		direct := openDSN(t, testdb.Shared().DSN(testdb.User, testdb.Password, plainSchema, params))
+		proxied := openDSN(t, p.dsn(testdb.User, testdb.Password, ruledSchema, params))
 		for _, db := range []*sql.DB{direct, proxied} {
 			mustExec(t, db, "UPDATE repos SET downloads = downloads + 1, stars = stars + 2, big = big + 3 WHERE id = ?", 1)
 		}
@@ -126,7 +125,7 @@ func dialRawDB(t *testing.T, addr, db string) *rawConn {
 // increments exactly.
 func TestConcurrentIncrementsExact(t *testing.T) {
 	p := startRuledProxy(t)
-	db := openDSN(t, p.dsn(testdb.NativeUser, testdb.NativePassword, ruledSchema, ""))
+	db := openDSN(t, p.dsn(testdb.User, testdb.Password, ruledSchema, ""))
 	db.SetMaxOpenConns(32)
 	var base int64
 	if err := db.QueryRow("SELECT SUM(downloads) FROM repos WHERE id IN (1, 2)").Scan(&base); err != nil {
@@ -225,7 +224,7 @@ func TestConcurrentIncrementsExact(t *testing.T) {
 func TestRetryAutocommitIncrement(t *testing.T) {
 	p := startRuledProxy(t)
 	ctx := ctxT(t)
-	proxied := openDSN(t, p.dsn(testdb.NativeUser, testdb.NativePassword, ruledSchema, ""))
+	proxied := openDSN(t, p.dsn(testdb.User, testdb.Password, ruledSchema, ""))
 	conn, err := proxied.Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -335,7 +334,7 @@ func TestShadowMode(t *testing.T) {
 	setupDiffSchemas(t)
 	cat := diffCatalog()
 	cat.Tables()[0].Shadow = true
-	p := startProxy(t, func(c *proxy.Config) { c.Rewriter = rewrite.New(cat, rewrite.Options{}) })
+	p := startProxy(t, func(c *proxy.Config) { c.Rewriter = newRewriter(cat) })
 	db := p.open(t, "")
 	mustExec(t, db, "USE "+ruledSchema)
 	db.SetMaxOpenConns(1)
@@ -363,7 +362,7 @@ func TestShadowMode(t *testing.T) {
 // database) reads the client's file as usual.
 func TestLoadDataIntoRuledTable(t *testing.T) {
 	p := startRuledProxy(t)
-	db := openDSN(t, p.dsn(testdb.NativeUser, testdb.NativePassword, ruledSchema, ""))
+	db := openDSN(t, p.dsn(testdb.User, testdb.Password, ruledSchema, ""))
 	db.SetMaxOpenConns(1)
 	mysql.RegisterReaderHandler("ruled", func() io.Reader { return strings.NewReader("100,loaded\n101,loaded\n") })
 	defer mysql.DeregisterReaderHandler("ruled")

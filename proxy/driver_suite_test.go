@@ -17,9 +17,9 @@ import (
 )
 
 // TestGoSQLDriverSuite runs go-sql-driver/mysql's own test suite (from the
-// module cache, at the version this module requires) directly against
-// MariaDB and then through the proxy: every test that passes directly must
-// pass through the proxy.
+// module cache, at the version this module requires) directly against the
+// shared server (MariaDB or MySQL) and then through the proxy: every test
+// that passes directly must pass through the proxy.
 //
 // TestConnectorReturnsTimeout is always skipped: it dials a public address,
 // and our machines may send traffic only to loopback.
@@ -52,8 +52,15 @@ func TestGoSQLDriverSuite(t *testing.T) {
 	}
 	sort.Strings(regressions)
 	sort.Strings(alsoFailing)
-	t.Logf("go-sql-driver suite: %d tests; %d pass directly; %d pass through the proxy",
-		len(direct), len(passDirect), count(proxied, "pass"))
+	var skipped []string
+	for name, res := range direct {
+		if res == "skip" {
+			skipped = append(skipped, name)
+		}
+	}
+	sort.Strings(skipped)
+	t.Logf("go-sql-driver suite against %s %s: %d tests; %d pass directly; %d pass through the proxy; skipped directly: %v",
+		testdb.Shared().Flavor, testdb.Shared().Version, len(direct), len(passDirect), count(proxied, "pass"), skipped)
 	t.Logf("failing directly as well (environment): %v", alsoFailing)
 	if len(passDirect) < 100 {
 		t.Fatalf("only %d driver tests passed directly: the suite did not really run", len(passDirect))

@@ -25,7 +25,7 @@ import (
 // committed increments exactly, and a final roll-up leaves no slot row.
 func TestExactUnderLoadWithRollup(t *testing.T) {
 	p := startRuledProxy(t)
-	db := openDSN(t, p.dsn(testdb.NativeUser, testdb.NativePassword, ruledSchema, ""))
+	db := openDSN(t, p.dsn(testdb.User, testdb.Password, ruledSchema, ""))
 	db.SetMaxOpenConns(40)
 	db.SetMaxIdleConns(40)
 	keys := []int{1, 2, 3}

@@ -35,7 +35,7 @@ func TestBackendUnreachable(t *testing.T) {
 	dead := freeAddr(t)
 	p := startProxy(t, func(c *proxy.Config) { c.Backend = dead })
 	for range 3 { // the proxy keeps serving: every attempt gets the same clear error
-		db := openDSN(t, p.dsn(testdb.NativeUser, testdb.NativePassword, "", "timeout=5s"))
+		db := openDSN(t, p.dsn(testdb.User, testdb.Password, "", "timeout=5s"))
 		start := time.Now()
 		err := db.Ping()
 		var me *mysql.MySQLError
@@ -196,7 +196,7 @@ func TestMaxUnauthenticated(t *testing.T) {
 		readPacket(t, c)
 	}
 	waited := make(chan error, 1)
-	go func() { waited <- openDSN(t, p.dsn(testdb.NativeUser, testdb.NativePassword, "", "timeout=9s")).Ping() }()
+	go func() { waited <- openDSN(t, p.dsn(testdb.User, testdb.Password, "", "timeout=9s")).Ping() }()
 	for p.srv.HandshakesWaiting() < 1 {
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -204,7 +204,7 @@ func TestMaxUnauthenticated(t *testing.T) {
 	// refused at once.
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		err := openDSN(t, p.dsn(testdb.NativeUser, testdb.NativePassword, "", "")).Ping()
+		err := openDSN(t, p.dsn(testdb.User, testdb.Password, "", "")).Ping()
 		var me *mysql.MySQLError
 		if errors.As(err, &me) && me.Number == 1040 {
 			break

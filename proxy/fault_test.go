@@ -91,7 +91,7 @@ func TestFaults(t *testing.T) {
 	}
 	changeUserSwitch := func(t *testing.T, w *wireConn) {
 		t.Helper()
-		payload := append([]byte{gomysql.COM_CHANGE_USER}, testdb.NativeUser...)
+		payload := append([]byte{gomysql.COM_CHANGE_USER}, testdb.User...)
 		payload = append(payload, 0, 0, 0, 0x2d, 0)
 		payload = append(payload, "dummy_plugin\x00"...)
 		payload = append(payload, 0)
@@ -134,7 +134,7 @@ func TestFaults(t *testing.T) {
 			changeUserSwitch(t, w)
 			kill(t, w.connID)
 			time.Sleep(100 * time.Millisecond)
-			_ = w.writePacket(gomysql.CalcNativePassword(bytes.Repeat([]byte{1}, 20), []byte(testdb.NativePassword)), 2)
+			_ = w.writePacket(gomysql.CalcNativePassword(bytes.Repeat([]byte{1}, 20), []byte(testdb.Password)), 2)
 			told(t, w)
 		}},
 		{"client gone inside a guarded write", func(t *testing.T, w *wireConn) {

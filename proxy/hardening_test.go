@@ -5,9 +5,12 @@ import (
 	"bytes"
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/rsa"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -207,16 +210,23 @@ func appendLenEnc(b []byte, n uint64) []byte {
 	return binary.LittleEndian.AppendUint64(append(b, 0xfe), n)
 }
 
-// login answers the greeting as user with mysql_native_password and waits
-// for OK, following an auth switch if the server asks for one.
+// login answers the greeting as user with the shared server's default
+// authentication plugin (testdb.Server.DefaultAuthPlugin) and waits for OK,
+// following an auth switch if the server asks for one and, for
+// caching_sha2_password, a full authentication with the RSA key exchange.
 func (w *wireConn) login(user, pass, db string, extraCaps uint32) error {
 	caps := wireCaps | extraCaps
 	if db != "" {
 		caps |= gomysql.CLIENT_CONNECT_WITH_DB
 	}
 	w.deprecateEOF = caps&gomysql.CLIENT_DEPRECATE_EOF != 0
-	auth := gomysql.CalcNativePassword(w.scramble, []byte(pass))
-	if err := w.writePacket(handshakeResponse(caps, user, auth, db, "mysql_native_password"), 1); err != nil {
+	plugin := testdb.Shared().DefaultAuthPlugin()
+	scramble := w.scramble
+	auth, err := authResponse(plugin, scramble, pass)
+	if err != nil {
+		return err
+	}
+	if err := w.writePacket(handshakeResponse(caps, user, auth, db, plugin), 1); err != nil {
 		return err
 	}
 	for {
@@ -227,15 +237,47 @@ func (w *wireConn) login(user, pass, db string, extraCaps uint32) error {
 		if len(p) == 0 {
 			return errors.New("login: empty packet")
 		}
-		switch p[0] {
-		case 0x00:
+		switch {
+		case p[0] == 0x00:
 			return nil
-		case 0xff:
+		case p[0] == 0xff:
 			return parseErrPacket(p)
-		case 0xfe:
-			_, data, _ := bytes.Cut(p[1:], []byte{0})
-			auth := gomysql.CalcNativePassword(bytes.TrimRight(data, "\x00"), []byte(pass))
+		case p[0] == 0xfe: // auth switch request: plugin name, then its data
+			name, data, _ := bytes.Cut(p[1:], []byte{0})
+			plugin, scramble = string(name), bytes.TrimRight(data, "\x00")
+			auth, err := authResponse(plugin, scramble, pass)
+			if err != nil {
+				return err
+			}
 			if err := w.writePacket(auth, seq+1); err != nil {
+				return err
+			}
+		case p[0] == 0x01 && plugin == "caching_sha2_password" && len(p) == 2 && p[1] == 3:
+			// fast authentication succeeded; OK follows
+		case p[0] == 0x01 && plugin == "caching_sha2_password" && len(p) == 2 && p[1] == 4:
+			// full authentication on a plaintext connection: ask for the
+			// server's RSA key
+			if err := w.writePacket([]byte{2}, seq+1); err != nil {
+				return err
+			}
+		case p[0] == 0x01 && plugin == "caching_sha2_password":
+			block, _ := pem.Decode(p[1:])
+			if block == nil {
+				return fmt.Errorf("login: no RSA public key in %q", p)
+			}
+			key, err := x509.ParsePKIXPublicKey(block.Bytes)
+			if err != nil {
+				return fmt.Errorf("login: %w", err)
+			}
+			rsaKey, ok := key.(*rsa.PublicKey)
+			if !ok {
+				return fmt.Errorf("login: server key is a %T", key)
+			}
+			enc, err := gomysql.EncryptPassword(pass, scramble, rsaKey)
+			if err != nil {
+				return fmt.Errorf("login: %w", err)
+			}
+			if err := w.writePacket(enc, seq+1); err != nil {
 				return err
 			}
 		default:
@@ -244,7 +286,20 @@ func (w *wireConn) login(user, pass, db string, extraCaps uint32) error {
 	}
 }
 
-// loginWire connects and logs in as the native-password user.
+// authResponse is the first authentication answer of plugin to scramble.
+func authResponse(plugin string, scramble []byte, pass string) ([]byte, error) {
+	switch plugin {
+	case "mysql_native_password":
+		return gomysql.CalcNativePassword(scramble, []byte(pass)), nil
+	case "caching_sha2_password":
+		return gomysql.CalcCachingSha2Password(scramble, []byte(pass)), nil
+	case "client_ed25519":
+		return gomysql.CalcEd25519Password(scramble, pass)
+	}
+	return nil, fmt.Errorf("login: no support for the %s plugin", plugin)
+}
+
+// loginWire connects and logs in as testdb.User.
 func loginWire(addr, db string, deprecateEOF bool, timeout time.Duration) (*wireConn, error) {
 	w, err := dialWire(addr, timeout)
 	if err != nil {
@@ -258,7 +313,7 @@ func loginWire(addr, db string, deprecateEOF bool, timeout time.Duration) (*wire
 		_ = w.Close()
 		return nil, err
 	}
-	if err := w.login(testdb.NativeUser, testdb.NativePassword, db, extra); err != nil {
+	if err := w.login(testdb.User, testdb.Password, db, extra); err != nil {
 		_ = w.Close()
 		return nil, err
 	}
@@ -463,9 +518,9 @@ func TestMalformedHandshake(t *testing.T) {
 		c.MaxUnauthenticated = 2
 	})
 	healthy := mustLoginWire(t, p.addr, testdb.DBName)
-	greeted := func(t *testing.T) *wireConn {
+	greeted := func(t *testing.T, addr string) *wireConn {
 		t.Helper()
-		w, err := dialWire(p.addr, 10*time.Second)
+		w, err := dialWire(addr, 10*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -485,46 +540,50 @@ func TestMalformedHandshake(t *testing.T) {
 	}
 	halfClose := func(w *wireConn) { _ = w.Conn.(*net.TCPConn).CloseWrite() }
 	nativeAuth := func(w *wireConn) []byte {
-		return gomysql.CalcNativePassword(w.scramble, []byte(testdb.NativePassword))
+		return gomysql.CalcNativePassword(w.scramble, []byte(testdb.Password))
 	}
-	const anyPackets = -1
+	const anyPackets, serverAnswer = -1, -2
+	plugin := testdb.Shared().DefaultAuthPlugin()
 	cases := []struct {
 		name string
-		// attack drives one connection; it returns it for the close check.
-		attack func(t *testing.T) *wireConn
+		// attack drives one connection to addr; it returns it for the
+		// close check.
+		attack func(t *testing.T, addr string) *wireConn
 		// wantErr: the ERR code the client must get before the close; 0
-		// means no packet at all, anyPackets means whatever the server says.
+		// means no packet at all, anyPackets means whatever the server
+		// says, serverAnswer means what the server answers to the same
+		// bytes sent to it directly (its own answer, relayed).
 		wantErr int
 	}{
-		{"zero-length handshake response", func(t *testing.T) *wireConn {
-			w := greeted(t)
+		{"zero-length handshake response", func(t *testing.T, addr string) *wireConn {
+			w := greeted(t, addr)
 			write(t, w, []byte{0, 0, 0, 1})
 			return w
 		}, 0},
-		{"truncated handshake response, then close", func(t *testing.T) *wireConn {
-			w := greeted(t)
+		{"truncated handshake response, then close", func(t *testing.T, addr string) *wireConn {
+			w := greeted(t, addr)
 			write(t, w, []byte{100, 0, 0, 1}, bytes.Repeat([]byte{0x85}, 20))
 			halfClose(w)
 			return w
 		}, 0},
-		{"truncated handshake response, client stays (handshake deadline)", func(t *testing.T) *wireConn {
-			w := greeted(t)
+		{"truncated handshake response, client stays (handshake deadline)", func(t *testing.T, addr string) *wireConn {
+			w := greeted(t, addr)
 			write(t, w, []byte{100, 0, 0, 1}, bytes.Repeat([]byte{0x85}, 20))
 			return w
 		}, 0},
-		{"length 0xffffff with 10 bytes, then close", func(t *testing.T) *wireConn {
-			w := greeted(t)
+		{"length 0xffffff with 10 bytes, then close", func(t *testing.T, addr string) *wireConn {
+			w := greeted(t, addr)
 			write(t, w, []byte{0xff, 0xff, 0xff, 1}, bytes.Repeat([]byte{0xa5}, 10))
 			halfClose(w)
 			return w
 		}, 0},
-		{"handshake response above the 1 MiB limit", func(t *testing.T) *wireConn {
-			w := greeted(t)
+		{"handshake response above the 1 MiB limit", func(t *testing.T, addr string) *wireConn {
+			w := greeted(t, addr)
 			write(t, w, []byte{0, 0, 0x20, 1}, bytes.Repeat([]byte{0xa5}, 64<<10))
 			return w
 		}, 0},
-		{"HTTP request before the greeting", func(t *testing.T) *wireConn {
-			w, err := dialWire(p.addr, 10*time.Second)
+		{"HTTP request before the greeting", func(t *testing.T, addr string) *wireConn {
+			w, err := dialWire(addr, 10*time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -535,8 +594,8 @@ func TestMalformedHandshake(t *testing.T) {
 			}
 			return w
 		}, 0},
-		{"TLS ClientHello before the greeting", func(t *testing.T) *wireConn {
-			w, err := dialWire(p.addr, 10*time.Second)
+		{"TLS ClientHello before the greeting", func(t *testing.T, addr string) *wireConn {
+			w, err := dialWire(addr, 10*time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -545,8 +604,8 @@ func TestMalformedHandshake(t *testing.T) {
 			write(t, w, hello)
 			return w
 		}, anyPackets},
-		{"random garbage after the greeting", func(t *testing.T) *wireConn {
-			w := greeted(t)
+		{"random garbage after the greeting", func(t *testing.T, addr string) *wireConn {
+			w := greeted(t, addr)
 			rng := rand.New(rand.NewPCG(1, 2))
 			junk := make([]byte, 4096)
 			for i := range junk {
@@ -556,25 +615,25 @@ func TestMalformedHandshake(t *testing.T) {
 			halfClose(w)
 			return w
 		}, anyPackets},
-		{"empty auth field", func(t *testing.T) *wireConn {
-			w := greeted(t)
-			resp := handshakeResponse(wireCaps|gomysql.CLIENT_CONNECT_WITH_DB, testdb.NativeUser, nil, testdb.DBName, "mysql_native_password")
+		{"empty auth field", func(t *testing.T, addr string) *wireConn {
+			w := greeted(t, addr)
+			resp := handshakeResponse(wireCaps|gomysql.CLIENT_CONNECT_WITH_DB, testdb.User, nil, testdb.DBName, plugin)
 			if err := w.writePacket(resp, 1); err != nil {
 				t.Fatal(err)
 			}
 			return w
-		}, gomysql.ER_ACCESS_DENIED_ERROR}, // MariaDB's own answer, relayed
-		{"auth field of 255 bytes", func(t *testing.T) *wireConn {
-			w := greeted(t)
-			resp := handshakeResponse(wireCaps|gomysql.CLIENT_CONNECT_WITH_DB, testdb.NativeUser, bytes.Repeat([]byte{0x41}, 255), testdb.DBName, "mysql_native_password")
+		}, serverAnswer},
+		{"auth field of 255 bytes", func(t *testing.T, addr string) *wireConn {
+			w := greeted(t, addr)
+			resp := handshakeResponse(wireCaps|gomysql.CLIENT_CONNECT_WITH_DB, testdb.User, bytes.Repeat([]byte{0x41}, 255), testdb.DBName, plugin)
 			if err := w.writePacket(resp, 1); err != nil {
 				t.Fatal(err)
 			}
 			return w
-		}, gomysql.ER_HANDSHAKE_ERROR}, // MariaDB's own answer, relayed
-		{"auth length byte 255 with 20 bytes following", func(t *testing.T) *wireConn {
-			w := greeted(t)
-			resp := handshakeResponse(wireCaps, testdb.NativeUser, nil, "", "")
+		}, serverAnswer},
+		{"auth length byte 255 with 20 bytes following", func(t *testing.T, addr string) *wireConn {
+			w := greeted(t, addr)
+			resp := handshakeResponse(wireCaps, testdb.User, nil, "", "")
 			resp = resp[:len(resp)-2] // drop the empty auth and plugin name
 			resp = append(resp, 255)
 			resp = append(resp, nativeAuth(w)...)
@@ -583,10 +642,10 @@ func TestMalformedHandshake(t *testing.T) {
 			}
 			return w
 		}, gomysql.ER_HANDSHAKE_ERROR},
-		{"length-encoded auth length 65535 with 20 bytes following", func(t *testing.T) *wireConn {
-			w := greeted(t)
+		{"length-encoded auth length 65535 with 20 bytes following", func(t *testing.T, addr string) *wireConn {
+			w := greeted(t, addr)
 			caps := uint32(wireCaps | gomysql.CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA)
-			resp := handshakeResponse(caps, testdb.NativeUser, nil, "", "")
+			resp := handshakeResponse(caps, testdb.User, nil, "", "")
 			resp = resp[:len(resp)-2]
 			resp = append(resp, 0xfc, 0xff, 0xff)
 			resp = append(resp, nativeAuth(w)...)
@@ -595,10 +654,10 @@ func TestMalformedHandshake(t *testing.T) {
 			}
 			return w
 		}, gomysql.ER_HANDSHAKE_ERROR},
-		{"length-encoded auth length 2^64-1", func(t *testing.T) *wireConn {
-			w := greeted(t)
+		{"length-encoded auth length 2^64-1", func(t *testing.T, addr string) *wireConn {
+			w := greeted(t, addr)
 			caps := uint32(wireCaps | gomysql.CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA)
-			resp := handshakeResponse(caps, testdb.NativeUser, nil, "", "")
+			resp := handshakeResponse(caps, testdb.User, nil, "", "")
 			resp = resp[:len(resp)-2]
 			resp = append(resp, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)
 			resp = append(resp, nativeAuth(w)...)
@@ -607,8 +666,8 @@ func TestMalformedHandshake(t *testing.T) {
 			}
 			return w
 		}, gomysql.ER_HANDSHAKE_ERROR},
-		{"user name without terminator", func(t *testing.T) *wireConn {
-			w := greeted(t)
+		{"user name without terminator", func(t *testing.T, addr string) *wireConn {
+			w := greeted(t, addr)
 			resp := handshakeResponse(wireCaps, "", nil, "", "")[:32]
 			resp = append(resp, "nativenativenative"...)
 			if err := w.writePacket(resp, 1); err != nil {
@@ -616,19 +675,19 @@ func TestMalformedHandshake(t *testing.T) {
 			}
 			return w
 		}, gomysql.ER_HANDSHAKE_ERROR},
-		{"pre-4.1 handshake response", func(t *testing.T) *wireConn {
-			w := greeted(t)
-			resp := handshakeResponse(wireCaps&^gomysql.CLIENT_PROTOCOL_41, testdb.NativeUser, nativeAuth(w), "", "mysql_native_password")
+		{"pre-4.1 handshake response", func(t *testing.T, addr string) *wireConn {
+			w := greeted(t, addr)
+			resp := handshakeResponse(wireCaps&^gomysql.CLIENT_PROTOCOL_41, testdb.User, nativeAuth(w), "", "mysql_native_password")
 			if err := w.writePacket(resp, 1); err != nil {
 				t.Fatal(err)
 			}
 			return w
 		}, gomysql.ER_HANDSHAKE_ERROR},
-		{"truncated auth switch response, then close", func(t *testing.T) *wireConn {
+		{"truncated auth switch response, then close", func(t *testing.T, addr string) *wireConn {
 			// Naming another plugin makes the server ask for an auth switch;
 			// the answer is a packet header promising more than follows.
-			w := greeted(t)
-			resp := handshakeResponse(wireCaps, testdb.NativeUser, []byte("x"), "", "client_ed25519")
+			w := greeted(t, addr)
+			resp := handshakeResponse(wireCaps, testdb.User, []byte("x"), "", "client_ed25519")
 			if err := w.writePacket(resp, 1); err != nil {
 				t.Fatal(err)
 			}
@@ -643,10 +702,21 @@ func TestMalformedHandshake(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			w := tc.attack(t)
+			w := tc.attack(t, p.addr)
 			pkts, err := w.readUntilClosed(5 * time.Second)
 			if err != nil {
 				t.Fatalf("connection not closed: %v", err)
+			}
+			if tc.wantErr == serverAnswer {
+				direct, err := tc.attack(t, testdb.Shared().Addr).readUntilClosed(5 * time.Second)
+				if err != nil {
+					t.Fatalf("directly: connection not closed: %v", err)
+				}
+				if len(direct) != 1 || direct[0][0] != 0xff {
+					t.Fatalf("the server answers %q directly; this case expects an ERR", direct)
+				}
+				tc.wantErr = int(parseErrPacket(direct[0]).Code)
+				t.Logf("the server answers ERR %d directly", tc.wantErr)
 			}
 			switch {
 			case tc.wantErr == 0 && len(pkts) > 0:
@@ -936,7 +1006,7 @@ func bigSource(t *testing.T) {
 		defer conn.Close()
 		mustExec(t, conn, "CREATE TABLE IF NOT EXISTS hardening_big (id INT PRIMARY KEY, b LONGBLOB)")
 		mustExec(t, conn, "SET SESSION group_concat_max_len = 67108864")
-		mustExec(t, conn, fmt.Sprintf("REPLACE INTO hardening_big SELECT 1, GROUP_CONCAT(RANDOM_BYTES(1024) SEPARATOR '') FROM seq_1_to_%d", (3*wireMax+100)/1024+1))
+		mustExec(t, conn, "REPLACE INTO hardening_big SELECT 1, GROUP_CONCAT(RANDOM_BYTES(1024) SEPARATOR '') FROM "+testdb.Seq((3*wireMax+100)/1024+1))
 	})
 }
 
@@ -1412,7 +1482,7 @@ func TestSlowReaderMemoryBounded(t *testing.T) {
 		}
 	}()
 
-	if err := w.query(fmt.Sprintf("SELECT seq, REPEAT('x', %d) FROM seq_1_to_%d", width, rows)); err != nil {
+	if err := w.query(fmt.Sprintf("SELECT seq, REPEAT('x', %d) FROM %s", width, testdb.Seq(rows))); err != nil {
 		t.Fatal(err)
 	}
 	// Read a few packets, then stall with nothing read for 2 seconds.
@@ -1509,7 +1579,7 @@ type injectionPair struct {
 func newInjectionPair(t *testing.T, p *testProxy, session ...string) *injectionPair {
 	t.Helper()
 	connect := func(addr, db string) *client.Conn {
-		c, err := client.Connect(addr, testdb.NativeUser, testdb.NativePassword, db, func(c *client.Conn) error {
+		c, err := client.Connect(addr, testdb.User, testdb.Password, db, func(c *client.Conn) error {
 			return c.SetCapability(gomysql.CLIENT_MULTI_STATEMENTS)
 		})
 		if err != nil {
@@ -1616,8 +1686,8 @@ func TestMalformedHandshakeSequenceID(t *testing.T) {
 		if err := w.greet(); err != nil {
 			t.Fatal(err)
 		}
-		auth := gomysql.CalcNativePassword(w.scramble, []byte(testdb.NativePassword))
-		resp := handshakeResponse(wireCaps|gomysql.CLIENT_CONNECT_WITH_DB, testdb.NativeUser, auth, testdb.DBName, "mysql_native_password")
+		auth := gomysql.CalcNativePassword(w.scramble, []byte(testdb.Password))
+		resp := handshakeResponse(wireCaps|gomysql.CLIENT_CONNECT_WITH_DB, testdb.User, auth, testdb.DBName, "mysql_native_password")
 		if err := w.writePacket(resp, 7); err != nil {
 			t.Fatal(err)
 		}
@@ -1918,7 +1988,7 @@ func TestStalledClientClosed(t *testing.T) {
 	id := readScalar(t, stalled)
 	// 64 MiB: far more than the socket buffers hold, so the proxy's writes
 	// block once the client stops reading (it never reads at all).
-	if err := stalled.query("SELECT seq, REPEAT('x', 1000) FROM seq_1_to_65536"); err != nil {
+	if err := stalled.query("SELECT seq, REPEAT('x', 1000) FROM " + testdb.Seq(65536)); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(15 * time.Second)
@@ -1936,7 +2006,7 @@ func TestStalledClientClosed(t *testing.T) {
 	sr := &slowReader{r: w.Conn, chunk: 512, pause: 2 * time.Millisecond}
 	sr.slow.Store(true)
 	w.br = bufio.NewReaderSize(sr, 4096)
-	if err := w.query("SELECT seq, REPEAT('y', 1000) FROM seq_1_to_700"); err != nil {
+	if err := w.query("SELECT seq, REPEAT('y', 1000) FROM " + testdb.Seq(700)); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := w.readFull(); err != nil { // column count

@@ -266,7 +266,7 @@ func TestLeakBackendKilled(t *testing.T) {
 		switch {
 		case i >= idle+busy:
 			v.kind = "stalled reader"
-			if err := w.query("SELECT seq, REPEAT('x', 1000) FROM seq_1_to_20000"); err != nil {
+			if err := w.query("SELECT seq, REPEAT('x', 1000) FROM " + testdb.Seq(20000)); err != nil {
 				t.Fatal(err)
 			}
 		case i >= idle:

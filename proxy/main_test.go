@@ -15,12 +15,14 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/slotproxy/slotproxy/internal/catalog"
 	"github.com/slotproxy/slotproxy/internal/testcerts"
 	"github.com/slotproxy/slotproxy/internal/testdb"
 	"github.com/slotproxy/slotproxy/proxy"
+	"github.com/slotproxy/slotproxy/rewrite"
 )
 
-// certs is the test PKI shared by the MariaDB backend (which serves TLS with
+// certs is the test PKI shared by the backend (which serves TLS with
 // certs.Server) and the tests.
 var (
 	certs    *testcerts.Bundle
@@ -75,7 +77,7 @@ type testProxy struct {
 	done chan error
 }
 
-// startProxy starts a proxy in front of the shared MariaDB. mutate may
+// startProxy starts a proxy in front of the shared server. mutate may
 // adjust the configuration. The proxy is closed when the test ends.
 func startProxy(t testing.TB, mutate func(*proxy.Config)) *testProxy {
 	t.Helper()
@@ -122,6 +124,22 @@ func startProxyFull(t testing.TB, mutate func(*proxy.Config), before func(*proxy
 	return p
 }
 
+// pluginAccount is the shared server's account whose authentication plugin
+// is not the server's default, named explicitly: MariaDB's ed25519 account,
+// MySQL's caching_sha2_password account (see testdb.Setup).
+func pluginAccount() (user, pass, plugin string) {
+	if testdb.Shared().IsMySQL() {
+		return testdb.Sha2User, testdb.Sha2Password, "caching_sha2_password"
+	}
+	return testdb.EdUser, testdb.EdPassword, "ed25519"
+}
+
+// newRewriter returns a rewriter for cat as slotproxy builds it for the
+// shared server: with the dialect of its version string.
+func newRewriter(cat *rewrite.Catalog) *rewrite.Rewriter {
+	return catalog.NewRewriter(cat, testdb.Shared().Version)
+}
+
 // dsn is a go-sql-driver DSN through the proxy.
 func (p *testProxy) dsn(user, pass, db, params string) string {
 	cfg := mysql.NewConfig()
@@ -137,10 +155,10 @@ func (p *testProxy) dsn(user, pass, db, params string) string {
 	return s
 }
 
-// open returns a *sql.DB through the proxy as the native-password user.
+// open returns a *sql.DB through the proxy as testdb.User.
 func (p *testProxy) open(t testing.TB, params string) *sql.DB {
 	t.Helper()
-	return openDSN(t, p.dsn(testdb.NativeUser, testdb.NativePassword, testdb.DBName, params))
+	return openDSN(t, p.dsn(testdb.User, testdb.Password, testdb.DBName, params))
 }
 
 func openDSN(t testing.TB, dsn string) *sql.DB {
@@ -153,10 +171,10 @@ func openDSN(t testing.TB, dsn string) *sql.DB {
 	return db
 }
 
-// directDB is a *sql.DB straight to MariaDB, for comparisons and set-up.
+// directDB is a *sql.DB straight to the server, for comparisons and set-up.
 func directDB(t testing.TB, params string) *sql.DB {
 	t.Helper()
-	return openDSN(t, testdb.Shared().DSN(testdb.NativeUser, testdb.NativePassword, testdb.DBName, params))
+	return openDSN(t, testdb.Shared().DSN(testdb.User, testdb.Password, testdb.DBName, params))
 }
 
 func ctxT(t testing.TB) context.Context {

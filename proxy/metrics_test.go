@@ -9,7 +9,6 @@ import (
 
 	"github.com/slotproxy/slotproxy/internal/testdb"
 	"github.com/slotproxy/slotproxy/proxy"
-	"github.com/slotproxy/slotproxy/rewrite"
 )
 
 func TestMetrics(t *testing.T) {
@@ -17,11 +16,11 @@ func TestMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := proxy.NewMetrics(reg)
 	p := startProxy(t, func(c *proxy.Config) {
-		c.Rewriter = rewrite.New(diffCatalog(), rewrite.Options{})
+		c.Rewriter = newRewriter(diffCatalog())
 		c.Metrics = m
 	})
 	proxy.RegisterCacheSize(reg, p.srv)
-	db := openDSN(t, p.dsn(testdb.NativeUser, testdb.NativePassword, ruledSchema, "interpolateParams=true"))
+	db := openDSN(t, p.dsn(testdb.User, testdb.Password, ruledSchema, "interpolateParams=true"))
 	db.SetMaxOpenConns(1)
 	mustExec(t, db, "UPDATE repos SET downloads = downloads + 1 WHERE id = 1") // miss, then cached
 	mustExec(t, db, "UPDATE repos SET downloads = downloads + 1 WHERE id = 1")

@@ -16,7 +16,7 @@ import (
 // dialRawCaps is dialRawDB with capability flags set and unset.
 func dialRawCaps(t *testing.T, addr, db string, set, unset uint32) *rawConn {
 	t.Helper()
-	c, err := client.Connect(addr, testdb.NativeUser, testdb.NativePassword, db, func(c *client.Conn) error {
+	c, err := client.Connect(addr, testdb.User, testdb.Password, db, func(c *client.Conn) error {
 		for f := uint32(1); f != 0; f <<= 1 {
 			if set&f != 0 {
 				c.SetCapability(f)

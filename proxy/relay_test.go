@@ -19,9 +19,10 @@ import (
 
 func TestAuthPassThrough(t *testing.T) {
 	p := startProxy(t, nil)
+	pUser, pPass, _ := pluginAccount()
 	for _, tc := range []struct{ user, pass, want string }{
-		{testdb.NativeUser, testdb.NativePassword, testdb.NativeUser + "@%"},
-		{testdb.EdUser, testdb.EdPassword, testdb.EdUser + "@%"},
+		{testdb.User, testdb.Password, testdb.User + "@%"},
+		{pUser, pPass, pUser + "@%"},
 		{testdb.DriverUser, testdb.DriverPassword, testdb.DriverUser + "@%"},
 	} {
 		t.Run(tc.user, func(t *testing.T) {
@@ -32,7 +33,7 @@ func TestAuthPassThrough(t *testing.T) {
 		})
 	}
 	t.Run("wrong password", func(t *testing.T) {
-		db := openDSN(t, p.dsn(testdb.NativeUser, "not-the-password", testdb.DBName, ""))
+		db := openDSN(t, p.dsn(testdb.User, "not-the-password", testdb.DBName, ""))
 		err := db.Ping()
 		var me *mysql.MySQLError
 		if !errors.As(err, &me) || me.Number != 1045 {
@@ -40,14 +41,14 @@ func TestAuthPassThrough(t *testing.T) {
 		}
 	})
 	t.Run("unknown database", func(t *testing.T) {
-		db := openDSN(t, p.dsn(testdb.NativeUser, testdb.NativePassword, "no_such_db", ""))
+		db := openDSN(t, p.dsn(testdb.User, testdb.Password, "no_such_db", ""))
 		err := db.Ping()
 		var me *mysql.MySQLError
 		if !errors.As(err, &me) || me.Number != 1049 {
 			t.Fatalf("Ping with an unknown database: %v, want error 1049", err)
 		}
 	})
-	if strings.Contains(p.logs.String(), testdb.NativePassword) {
+	if strings.Contains(p.logs.String(), testdb.Password) {
 		t.Fatal("the proxy logged a password")
 	}
 }
@@ -62,7 +63,8 @@ func TestResultShapes(t *testing.T) {
 	mustExec(t, direct, `REPLACE INTO shapes VALUES
 		(1, 9223372036854775807, 12.34, 'héllo', x'00ff10', 1.5, '2024-01-02 03:04:05.678', '{"a":1}', NULL),
 		(2, -1, -0.01, '', '', 0, '1970-01-01 00:00:01', '[]', 7)`)
-	mustExec(t, direct, `CREATE OR REPLACE PROCEDURE two_results() BEGIN SELECT 1 AS a; SELECT 'x' AS b, 2 AS c; END`)
+	mustExec(t, direct, `DROP PROCEDURE IF EXISTS two_results`)
+	mustExec(t, direct, `CREATE PROCEDURE two_results() BEGIN SELECT 1 AS a; SELECT 'x' AS b, 2 AS c; END`)
 	queries := []string{
 		"SELECT * FROM shapes ORDER BY id",
 		"SELECT id, n * 2 AS doubled, CONCAT(s, '!') AS s2 FROM shapes WHERE id = 1",

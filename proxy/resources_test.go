@@ -26,7 +26,7 @@ func TestStatementOverLimit(t *testing.T) {
 		c.Rewriter = rewrite.New(diffCatalog(), rewrite.Options{})
 		c.MaxStatementBytes = 1 << 20
 	})
-	db := openDSN(t, p.dsn(testdb.NativeUser, testdb.NativePassword, ruledSchema, "maxAllowedPacket=0"))
+	db := openDSN(t, p.dsn(testdb.User, testdb.Password, ruledSchema, "maxAllowedPacket=0"))
 	db.SetMaxOpenConns(1)
 	big := strings.Repeat("x", 3<<20)
 	var n int
@@ -52,7 +52,7 @@ func TestStatementOverLimit(t *testing.T) {
 // client prepares, so they cannot use up max_prepared_stmt_count.
 func TestInternalStatementsBounded(t *testing.T) {
 	p := startRuledProxy(t)
-	db := openDSN(t, p.dsn(testdb.NativeUser, testdb.NativePassword, ruledSchema, ""))
+	db := openDSN(t, p.dsn(testdb.User, testdb.Password, ruledSchema, ""))
 	db.SetMaxOpenConns(1)
 	root := openDSN(t, testdb.Shared().RootDSN("", ""))
 	count := func() int {

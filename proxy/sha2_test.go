@@ -142,7 +142,7 @@ func TestCompressionNotOffered(t *testing.T) {
 		t.Fatalf("greeting lost needed capabilities (caps %#x)", caps)
 	}
 	// go-sql-driver with compress=true works (uncompressed) through the proxy.
-	db := openDSN(t, p.dsn(testdb.NativeUser, testdb.NativePassword, "", "compress=true"))
+	db := openDSN(t, p.dsn(testdb.User, testdb.Password, "", "compress=true"))
 	if got := queryString(t, db, "SELECT 1"); got != "1" {
 		t.Fatal(got)
 	}

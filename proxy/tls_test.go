@@ -24,7 +24,7 @@ func registerTLS(t *testing.T, name string, cfg *tls.Config) {
 	t.Cleanup(func() { mysql.DeregisterTLSConfig(name) })
 }
 
-// backendCipher returns the TLS cipher MariaDB sees on this session's
+// backendCipher returns the TLS cipher the server sees on this session's
 // connection: empty when the proxy→backend hop is plaintext.
 func backendCipher(t *testing.T, p *testProxy, params string) string {
 	t.Helper()
@@ -94,10 +94,20 @@ func TestBackendTLS(t *testing.T) {
 		p := startProxy(t, func(c *proxy.Config) {
 			c.BackendTLS = &tls.Config{RootCAs: certs.CA.Pool(), ServerName: "127.0.0.1"}
 		})
+		pUser, pPass, _ := pluginAccount()
+		accounts := [][2]string{{testdb.User, testdb.Password}, {pUser, pPass}, {testdb.DriverUser, testdb.DriverPassword}}
+		// A plaintext client in front of a TLS backend hop gets no full
+		// caching_sha2_password authentication (see TestCachingSha2Server):
+		// have the server cache the accounts.
+		for _, u := range accounts {
+			if err := openDSN(t, testdb.Shared().DSN(u[0], u[1], "", "")).Ping(); err != nil {
+				t.Fatal(err)
+			}
+		}
 		if c := backendCipher(t, p, ""); c == "" {
 			t.Fatal("backend hop is plaintext with BackendTLS set")
 		}
-		for _, u := range [][2]string{{testdb.EdUser, testdb.EdPassword}, {testdb.DriverUser, testdb.DriverPassword}} {
+		for _, u := range accounts[1:] {
 			db := openDSN(t, p.dsn(u[0], u[1], "", ""))
 			if err := db.Ping(); err != nil {
 				t.Fatalf("%s over backend TLS: %v", u[0], err)
@@ -160,7 +170,7 @@ func TestBackendTLSPreferred(t *testing.T) {
 		c.ClientTLS = &tls.Config{Certificates: []tls.Certificate{cert}}
 	})
 	registerTLS(t, "any-server", &tls.Config{InsecureSkipVerify: true})
-	db := openDSN(t, p3.dsn(testdb.NativeUser, testdb.NativePassword, "", "tls=any-server"))
+	db := openDSN(t, p3.dsn(testdb.User, testdb.Password, "", "tls=any-server"))
 	if err := db.Ping(); err != nil {
 		t.Fatalf("client TLS with the generated certificate: %v", err)
 	}

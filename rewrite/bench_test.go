@@ -15,7 +15,7 @@ var (
 // BenchmarkPassThroughDecision is the cost every statement that names no
 // ruled table pays: the pre-filter.
 func BenchmarkPassThroughDecision(b *testing.B) {
-	r := testRewriter(false)
+	r := testRewriter(mariadb)
 	b.ReportAllocs()
 	for b.Loop() {
 		if plans, _ := r.Rewrite(benchPassThrough, Session{DB: "app"}); plans != nil {
@@ -38,7 +38,7 @@ func BenchmarkParse(b *testing.B) {
 // BenchmarkRewriteIncrement and BenchmarkRewriteRead rewrite ruled
 // statements (parse + plan).
 func BenchmarkRewriteIncrement(b *testing.B) {
-	r := testRewriter(false)
+	r := testRewriter(mariadb)
 	b.ReportAllocs()
 	for b.Loop() {
 		if plans, err := r.Rewrite(benchIncrement, Session{DB: "app"}); err != nil || plans[0].Kind != KindIncrement {
@@ -48,7 +48,7 @@ func BenchmarkRewriteIncrement(b *testing.B) {
 }
 
 func BenchmarkRewriteRead(b *testing.B) {
-	r := testRewriter(false)
+	r := testRewriter(mariadb)
 	b.ReportAllocs()
 	for b.Loop() {
 		if plans, err := r.Rewrite(benchRead, Session{DB: "app"}); err != nil || plans[0].Kind != KindRead {

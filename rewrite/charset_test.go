@@ -47,7 +47,7 @@ func TestToUTF8(t *testing.T) {
 // two-byte character is rewritten by where the server ends its strings,
 // and comes back in GBK.
 func TestRewriteGBK(t *testing.T) {
-	r := testRewriter(false)
+	r := testRewriter(mariadb)
 	sql := "UPDATE repos SET downloads = 5 WHERE name = '\xbf\\' OR id = 2 -- '"
 	plans, err := r.Rewrite(sql, Session{DB: "app", Charset: "gbk"})
 	if err != nil || len(plans) != 1 {
@@ -68,7 +68,7 @@ func TestRewriteGBK(t *testing.T) {
 // TestSessionCut: the first statement that changes what a rewrite depends
 // on, when more statements follow it in the same query.
 func TestSessionCut(t *testing.T) {
-	r := testRewriter(false)
+	r := testRewriter(mariadb)
 	for _, tc := range []struct {
 		sql  string
 		want int
@@ -82,8 +82,11 @@ func TestSessionCut(t *testing.T) {
 		{"EXECUTE s; SELECT downloads FROM repos", 0},
 		{"SET @x = 1; SELECT downloads FROM repos", -1},
 		{"SELECT downloads FROM repos; USE other", -1}, // nothing after it
+		// GBK text after SET NAMES gbk that UTF-8 cannot read: the rest is
+		// one plan, planned once SET NAMES has run.
+		{"SET NAMES gbk; UPDATE repos SET downloads = 8 WHERE name = '\xbf\\' OR id = 2 -- '\n; SELECT downloads FROM repos", 0},
 	} {
-		plans, err := r.Rewrite(tc.sql, Session{DB: "app"})
+		plans, err := r.Rewrite(tc.sql, Session{DB: "app", Charset: "utf8mb4"})
 		if err != nil {
 			t.Fatalf("%q: %v", tc.sql, err)
 		}
@@ -92,6 +95,14 @@ func TestSessionCut(t *testing.T) {
 		}
 		if tc.want >= 0 && !Changed(plans) {
 			t.Errorf("%q: not Changed, so the proxy would send it as it is", tc.sql)
+		}
+		// The statement texts tile the query.
+		var all strings.Builder
+		for _, p := range plans {
+			all.WriteString(p.Original)
+		}
+		if all.String() != tc.sql {
+			t.Errorf("%q: the plans' texts are %q", tc.sql, all.String())
 		}
 	}
 }

@@ -40,7 +40,7 @@ func FuzzRewrite(f *testing.F) {
 
 // fuzzCheck is FuzzRewrite's check of sql in one session.
 func fuzzCheck(t *testing.T, sql string, sess Session) {
-	r := testRewriter(false)
+	r := testRewriter(mariadb)
 	plans, err := r.Rewrite(sql, sess)
 	if !r.cat.Mentions(sql) && (plans != nil || err != nil) {
 		t.Fatalf("a statement naming no ruled table was planned: %q", sql)
@@ -87,6 +87,13 @@ func fuzzCheck(t *testing.T, sql string, sess Session) {
 				}
 			}
 			if _, _, err := p.Parse(uq, "", ""); err != nil {
+				// A RETURNING clause (which the parser does not know) is
+				// kept as the client wrote it: the rest must parse.
+				if cut, ok := returningClause(p, uq, err); ok {
+					if _, _, err = p.Parse(uq[:cut], "", ""); err == nil {
+						continue
+					}
+				}
 				t.Fatalf("rewrite of %q does not parse: %v\n%s", sql, err, q)
 			}
 		}

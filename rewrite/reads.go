@@ -140,8 +140,22 @@ func (w *reads) selectStmt(s *ast.SelectStmt) {
 	sc := w.scopeOf(s.From)
 	w.push(sc)
 	defer w.pop()
+	// positions maps the counters that select fields read as bare columns
+	// to the fields' positions (1-based), while no wildcard came before.
+	var positions map[counterRef]int
+	wildcardSeen := false
 	if s.Fields != nil {
-		for _, f := range s.Fields.Fields {
+		for i, f := range s.Fields.Fields {
+			if f.WildCard != nil {
+				wildcardSeen = true
+			} else if k, ok := w.counterColumn(f.Expr); ok && !wildcardSeen {
+				if positions == nil {
+					positions = map[counterRef]int{}
+				}
+				if _, dup := positions[k]; !dup {
+					positions[k] = i + 1
+				}
+			}
 			if f.AsName.O != "" {
 				if sc.aliases == nil {
 					sc.aliases = map[string]bool{}
@@ -175,17 +189,84 @@ func (w *reads) selectStmt(s *ast.SelectStmt) {
 	w.visit(s.Where)
 	w.inOrder = true
 	if s.GroupBy != nil {
+		w.byPositions(s.GroupBy.Items, positions)
 		w.visit(s.GroupBy)
 	}
 	if s.Having != nil {
 		w.visit(s.Having)
 	}
 	if s.OrderBy != nil {
+		if s.GroupBy != nil {
+			w.byPositions(s.OrderBy.Items, positions)
+		}
 		w.visit(s.OrderBy)
 	}
 	w.inOrder = false
 	for i := range s.WindowSpecs {
 		w.visit(&s.WindowSpecs[i])
+	}
+}
+
+// counterRef is a counter of one table source of a query block.
+type counterRef struct {
+	ref *tableRef
+	ctr *Counter
+}
+
+// counterColumn reports whether e is a bare column reference to a counter,
+// and which.
+func (w *reads) counterColumn(e ast.ExprNode) (counterRef, bool) {
+	c, ok := e.(*ast.ColumnNameExpr)
+	if !ok || w.skip[c] {
+		return counterRef{}, false
+	}
+	ref := w.resolve(c.Name)
+	if ref == nil || ref.table == nil {
+		return counterRef{}, false
+	}
+	ctr := ref.table.counter(c.Name.Name.O)
+	if ctr == nil {
+		return counterRef{}, false
+	}
+	return counterRef{ref, ctr}, true
+}
+
+// byPositions rewrites GROUP BY (and a grouped query's ORDER BY) items that
+// are a bare counter column also selected as a bare column into that select
+// field's position. The counter's total is an expression with a subquery,
+// which MySQL's ONLY_FULL_GROUP_BY (on by default) does not match against
+// the same expression in the select list (error 1055); a position refers
+// to the select field itself, on every server.
+func (w *reads) byPositions(items []*ast.ByItem, positions map[counterRef]int) {
+	if len(positions) == 0 {
+		return
+	}
+	sc := w.scopes[len(w.scopes)-1]
+	for _, it := range items {
+		c, ok := it.Expr.(*ast.ColumnNameExpr)
+		if !ok || (c.Name.Table.O == "" && sc.aliases[c.Name.Name.L]) {
+			continue // not a column, or a select-list alias
+		}
+		k, ok := w.counterColumn(c)
+		if !ok {
+			continue
+		}
+		pos, ok := positions[k]
+		if !ok {
+			continue
+		}
+		start := c.OriginTextPosition()
+		end := nameEnd(w.sql, start, w.sess.ANSIQuotes)
+		if end < 0 {
+			w.failed = "cannot locate a counter reference in the statement text"
+			return
+		}
+		w.edits = append(w.edits, edit{start: start, end: end, text: itoa(pos)})
+		if w.skip == nil {
+			w.skip = map[*ast.ColumnNameExpr]bool{}
+		}
+		w.skip[c] = true
+		w.found++
 	}
 }
 

@@ -11,6 +11,8 @@ import (
 	"github.com/pingcap/tidb/pkg/parser/ast"
 	"github.com/pingcap/tidb/pkg/parser/mysql"
 	_ "github.com/pingcap/tidb/pkg/parser/test_driver" // value expressions for the parser
+
+	"github.com/slotproxy/slotproxy/internal/dialect"
 )
 
 // Kind says how a statement is executed.
@@ -132,9 +134,11 @@ type Session struct {
 
 // Options tune generated SQL for the backend.
 type Options struct {
-	// RowAlias makes upserts use MySQL 8.0.20+'s row alias instead of the
-	// VALUES() function, which those versions deprecate (warning 1287).
-	RowAlias bool
+	// Dialect is the backend's: it decides the upsert form (the VALUES()
+	// function, or on MySQL 8.0.20+, which deprecates VALUES() with warning
+	// 1287, the row alias). The zero value gets VALUES(), which every
+	// MariaDB and MySQL accepts.
+	Dialect dialect.Dialect
 	// Slot picks a slot in [0, n); nil means uniformly at random.
 	Slot func(n int) int
 }
@@ -221,6 +225,9 @@ func (r *Rewriter) rewrite(sql string, sess Session, slot func(int) int) ([]Plan
 	p.SetSQLMode(sessionMode(sess))
 	stmts, _, err := p.Parse(sql, "", "")
 	if err != nil {
+		if plans, ok := r.withReturning(p, sql, err, sess, slot); ok {
+			return plans, nil
+		}
 		return nil, err
 	}
 	plans := make([]Plan, 0, len(stmts))
@@ -238,6 +245,14 @@ func (r *Rewriter) rewrite(sql string, sess Session, slot func(int) int) ([]Plan
 			// The parser converted the text (a statement that is not
 			// UTF-8): the statement is the whole input.
 			start, end, text = 0, len(sql), sql
+		case SessionCut(append(plans, Plan{})) >= 0:
+			// A statement before this one changes the session (SET NAMES
+			// gbk): the rest is read in the new state, where it may well
+			// be found. It is one plan, planned again once the statements
+			// before it have run (see SessionCut).
+			rest := sql[pos:]
+			return append(plans, Plan{Kind: KindOriginal, SQL: rest, Original: rest,
+				Reason: "read once the statements before it have changed the session"}), nil
 		default:
 			return nil, fmt.Errorf("rewrite: cannot locate statement text")
 		}
@@ -251,6 +266,60 @@ func (r *Rewriter) rewrite(sql string, sess Session, slot func(int) int) ([]Plan
 		plans = append(plans, plan)
 	}
 	return plans, nil
+}
+
+// withReturning plans a statement with a RETURNING clause (MariaDB 10.5+:
+// INSERT, REPLACE and DELETE … RETURNING), which the parser does not know:
+// parseErr is its complaint about sql. When the dialect has RETURNING and
+// the clause is found (see returningClause), the statement is planned
+// without it and the clause is put back on the plan's statement. A guarded
+// write folds the slots first, so the clause returns exact counters. ok is
+// false when this does not apply: the statement passes through as one that
+// does not parse.
+func (r *Rewriter) withReturning(p *parser.Parser, sql string, parseErr error, sess Session, slot func(int) int) (plans []Plan, ok bool) {
+	if !r.opts.Dialect.Returning() {
+		return nil, false
+	}
+	cut, ok := returningClause(p, sql, parseErr)
+	if !ok {
+		return nil, false
+	}
+	prefix := sql[:cut]
+	plans, err := r.rewrite(prefix, sess, slot)
+	if err != nil || len(plans) != 1 || plans[0].Kind == KindIncrement {
+		return nil, false
+	}
+	pl := &plans[0]
+	end := strings.LastIndex(prefix, pl.Original)
+	if end < 0 {
+		return nil, false
+	}
+	end += len(pl.Original)
+	rest := sql[end:] // the blanks before RETURNING, the clause, what follows
+	pl.Original += rest
+	pl.SQL += rest
+	return plans, true
+}
+
+// returningClause returns where a RETURNING clause starts in sql, given
+// the parser's complaint parseErr about sql: the parser stopped at a
+// RETURNING keyword (so not inside a string or comment), and what follows
+// it is one select list and nothing else (no statement after it).
+func returningClause(p *parser.Parser, sql string, parseErr error) (cut int, ok bool) {
+	msg := parseErr.Error()
+	i := strings.Index(msg, ` near "`)
+	if i < 0 || !strings.HasSuffix(msg, `" `) {
+		return 0, false
+	}
+	near := msg[i+len(` near "`) : len(msg)-len(`" `)]
+	const kw = "RETURNING"
+	if !strings.HasSuffix(sql, near) || len(near) <= len(kw) || !strings.EqualFold(near[:len(kw)], kw) || isIdentByte(near[len(kw)]) {
+		return 0, false
+	}
+	if sel, _, err := p.Parse("SELECT "+near[len(kw):], "", ""); err != nil || len(sel) != 1 {
+		return 0, false
+	}
+	return len(sql) - len(near), true
 }
 
 // changesSession reports whether st may change the session state a rewrite

@@ -23,30 +23,24 @@ func TestTemplatesMatchPlanning(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, c := range splitCases(string(data)) {
-			sess := Session{DB: "app"}
-			for _, opt := range c.opts {
-				switch opt {
-				case "ansi_quotes":
-					sess.ANSIQuotes = true
-				case "no_backslash_escapes":
-					sess.NoBackslashEscapes = true
-				}
-			}
-			r := testRewriter(false)
+			sess := c.session()
 			variant := num.ReplaceAllStringFunc(c.sql, func(s string) string {
 				v, _ := strconv.Atoi(s)
 				return strconv.Itoa(v*7 + 3)
 			})
-			for _, sql := range []string{c.sql, variant, c.sql} {
-				got, gerr := r.Rewrite(sql, sess)
-				want, werr := r.rewrite(sql, sess, r.opts.Slot)
-				if r.cat.Mentions(sql) == false {
-					want, werr = nil, nil
+			for _, srv := range goldenServers {
+				r := testRewriter(srv.dialect)
+				for _, sql := range []string{c.sql, variant, c.sql} {
+					got, gerr := r.Rewrite(sql, sess)
+					want, werr := r.rewrite(sql, sess, r.opts.Slot)
+					if r.cat.Mentions(sql) == false {
+						want, werr = nil, nil
+					}
+					if fmt.Sprint(gerr) != fmt.Sprint(werr) || !reflect.DeepEqual(got, want) {
+						t.Errorf("%s: %q\ntemplate: %s\nparse:    %s", c.name, sql, Explain(got, gerr), Explain(want, werr))
+					}
+					n++
 				}
-				if fmt.Sprint(gerr) != fmt.Sprint(werr) || !reflect.DeepEqual(got, want) {
-					t.Errorf("%s: %q\ntemplate: %s\nparse:    %s", c.name, sql, Explain(got, gerr), Explain(want, werr))
-				}
-				n++
 			}
 		}
 	}

@@ -386,13 +386,18 @@ func (r *Rewriter) insert(s *ast.InsertStmt, w *reads, start, end int) Plan {
 
 // upsert builds the slotted write for increments of ctrs by deltas on one
 // record. Placeholders keep their original order: deltas, then the key.
+//
+// On a dialect with the row alias the slot table's own `count` is
+// qualified with the table's name: MySQL finds an unqualified `count`
+// ambiguous between the table and the alias `_new` (error 1052).
 func (r *Rewriter) upsert(t *Table, ctrs []*Counter, deltas []string, key string, pick func(int) int) string {
 	slot := pick(t.Slots)
+	rowAlias := r.opts.Dialect.UpsertRowAlias()
 	if len(ctrs) == 1 {
 		q := fmt.Sprintf("INSERT INTO %s (`record_type`, `slot`, `count`, `record_id`) VALUES (%d, %d, %s, %s)",
 			t.QualifiedSlots(), ctrs[0].RecordType, slot, deltas[0], key)
-		if r.opts.RowAlias {
-			return q + " AS `_new` ON DUPLICATE KEY UPDATE `count` = `count` + `_new`.`count`"
+		if rowAlias {
+			return q + " AS `_new` ON DUPLICATE KEY UPDATE `count` = " + t.QualifiedSlots() + ".`count` + `_new`.`count`"
 		}
 		return q + " ON DUPLICATE KEY UPDATE `count` = `count` + VALUES(`count`)"
 	}
@@ -406,8 +411,10 @@ func (r *Rewriter) upsert(t *Table, ctrs []*Counter, deltas []string, key string
 	}
 	q := fmt.Sprintf("INSERT INTO %s (`record_type`, `slot`, `count`, `record_id`) SELECT `_u`.`rt`, %d, `_u`.`n`, `_k`.`k` FROM (%s) AS `_u`, (SELECT %s AS `k`) AS `_k`",
 		t.QualifiedSlots(), slot, rows.String(), key)
-	if r.opts.RowAlias {
-		return q + " ON DUPLICATE KEY UPDATE `count` = `count` + `_u`.`n`"
+	if rowAlias {
+		// INSERT … SELECT takes no row alias: the new values are the
+		// SELECT's columns.
+		return q + " ON DUPLICATE KEY UPDATE `count` = " + t.QualifiedSlots() + ".`count` + `_u`.`n`"
 	}
 	return q + " ON DUPLICATE KEY UPDATE `count` = `count` + VALUES(`count`)"
 }

@@ -1,15 +1,37 @@
 #!/usr/bin/env bash
 # deps.sh — install what slotproxy's tests and scripts/run-local.sh need on
 # a Debian-like machine: MariaDB server and client, sysbench, openssl, the
-# build tooling (make, gcc for go test -race, git, CA certificates), and
-# check that Go is at least the version in go.mod.
+# build tooling (make, gcc for go test -race, git, CA certificates), the
+# MySQL chroot, and check that Go is at least the version in go.mod.
+#
+# The MySQL chroot: the tests run against MySQL too (internal/testdb,
+# SLOTPROXY_TEST_SERVER=mysql), which Debian 12 does not package and whose
+# packages conflict with MariaDB's. So Oracle's mysqld runs from a Debian
+# sid chroot with mysql-server-core and mysql-client-core, built here with
+# debootstrap into ${SLOTPROXY_MYSQL_CHROOT:-/var/lib/slotproxy/mysql-sid}
+# (outside the repository) from the Debian mirror of /etc/apt's sources.
+# It is built in a temporary directory next to it and renamed into place
+# once complete, so a broken build is never reused; a present chroot is
+# reused as is. "--no-mysql" skips it (make demo needs only MariaDB).
 #
 # Idempotent: installs only what is missing and prints one line per package
 # installed. Never starts (or relies on) the system MariaDB service: tests
 # and run-local.sh run their own throwaway servers.
 #
-# Runs as root; as another user it uses sudo for apt-get if available.
+# Runs as root; as another user it uses sudo for apt-get and debootstrap if
+# available.
 set -euo pipefail
+
+with_mysql=1
+for arg in "$@"; do
+	case $arg in
+	--no-mysql) with_mysql=0 ;;
+	*)
+		printf 'usage: %s [--no-mysql]\n' "$0" >&2
+		exit 2
+		;;
+	esac
+done
 
 cd "$(dirname "$0")/.."
 
@@ -32,9 +54,13 @@ fi
 apt_updated=0
 apt_log=$(mktemp "${TMPDIR:-/tmp}/slotproxy-deps.XXXXXX")
 policy_created=0
+chroot_build=""
 cleanup() {
 	if [ "$policy_created" -eq 1 ]; then
 		"${SUDO[@]}" rm -f /usr/sbin/policy-rc.d
+	fi
+	if [ -n "$chroot_build" ]; then
+		"${SUDO[@]}" rm -rf --one-file-system "$chroot_build"
 	fi
 	rm -f "$apt_log"
 }
@@ -91,6 +117,83 @@ need gcc gcc libc6-dev
 [ -e /usr/include/stdio.h ] || apt_install libc6-dev
 need git git
 [ -e /etc/ssl/certs/ca-certificates.crt ] || apt_install ca-certificates
+
+# debian_mirror — the Debian archive URL of /etc/apt's sources (deb822
+# "URIs:" or one-line "deb URL SUITE"), not the security archive; the
+# default mirror when there is none.
+debian_mirror() {
+	local f uri
+	for f in /etc/apt/sources.list.d/*.sources /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+		[ -r "$f" ] || continue
+		uri=$(awk '
+			/^[[:space:]]*#/ { next }
+			$1 == "URIs:" { for (i = 2; i <= NF; i++) print $i }
+			$1 == "deb" { for (i = 2; i <= NF; i++) if ($i !~ /^\[/) { print $i; break } }
+		' "$f" | grep -E '^https?://' | grep -v -E 'security|/debian-ports' | grep -E '/debian/?$' | head -n1 || true)
+		if [ -n "$uri" ]; then
+			echo "${uri%/}"
+			return
+		fi
+	done
+	echo "http://deb.debian.org/debian"
+}
+
+# build_mysql_chroot DIR — debootstrap Debian sid with MySQL into DIR.
+build_mysql_chroot() {
+	local dir=$1 parent base mirror log lock start
+	parent=$(dirname "$dir")
+	base=$(basename "$dir")
+	lock="$parent/.$base.lock"
+	"${SUDO[@]}" mkdir -p "$parent"
+	"${SUDO[@]}" touch "$lock"
+	# One build at a time (two checkouts running make test at once).
+	exec 9<"$lock"
+	flock 9
+	if [ -x "$dir/usr/sbin/mysqld" ]; then
+		exec 9<&-
+		return # built by the run we waited for
+	fi
+	# Leftovers of interrupted builds (ours are removed by cleanup).
+	"${SUDO[@]}" rm -rf --one-file-system "$parent/.$base.build."*
+	need debootstrap debootstrap
+	mirror=$(debian_mirror)
+	chroot_build=$("${SUDO[@]}" mktemp -d "$parent/.$base.build.XXXXXX")
+	log "building the MySQL chroot $dir: debootstrap sid (mysql-server-core, mysql-client-core) from $mirror; a few minutes on the first run"
+	log=$(mktemp "${TMPDIR:-/tmp}/slotproxy-debootstrap.XXXXXX")
+	start=$SECONDS
+	# debootstrap prints "I: <Verb> <what>" per step and package: show the
+	# first line of each phase, so that a first run is not silent.
+	if ! "${SUDO[@]}" debootstrap --variant=minbase --include=mysql-server-core,mysql-client-core \
+		sid "$chroot_build" "$mirror" 2>&1 | tee "$log" |
+		awk '/^I: / && !seen[$2]++ { sub(/^I: /, ""); print "deps: mysql chroot: " $0; fflush() }'; then
+		tail -n 30 "$log" >&2
+		rm -f "$log"
+		die "debootstrap of the MySQL chroot failed (see above)"
+	fi
+	rm -f "$log"
+	if ! "${SUDO[@]}" chroot "$chroot_build" /usr/sbin/mysqld --no-defaults --version >/dev/null 2>&1; then
+		die "the MySQL chroot was built but its mysqld does not run"
+	fi
+	"${SUDO[@]}" chmod 755 "$chroot_build" # mktemp made it 0700
+	"${SUDO[@]}" mv -T "$chroot_build" "$dir"
+	chroot_build=""
+	exec 9<&-
+	log "MySQL chroot ready in $((SECONDS - start))s: $("${SUDO[@]}" chroot "$dir" /usr/sbin/mysqld --no-defaults --version 2>/dev/null)"
+}
+
+if [ "$with_mysql" -eq 1 ]; then
+	mysql_chroot=${SLOTPROXY_MYSQL_CHROOT:-/var/lib/slotproxy/mysql-sid}
+	if [ ! -x "$mysql_chroot/usr/sbin/mysqld" ]; then
+		if [ -e "$mysql_chroot" ] && [ -n "$(ls -A "$mysql_chroot" 2>/dev/null)" ]; then
+			die "$mysql_chroot exists but has no usr/sbin/mysqld: not a complete MySQL chroot; remove it and run $0 again"
+		fi
+		if [ "$(id -u)" -ne 0 ] && [ ${#SUDO[@]} -eq 0 ]; then
+			die "need root (or sudo) to build the MySQL chroot $mysql_chroot"
+		fi
+		[ -d "$mysql_chroot" ] && "${SUDO[@]}" rmdir "$mysql_chroot"
+		build_mysql_chroot "$mysql_chroot"
+	fi
+fi
 
 # Go: not installed by this script (Debian's is too old); expected at
 # /usr/local/go from https://go.dev/dl/.

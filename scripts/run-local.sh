@@ -20,7 +20,7 @@ cd "$ROOT"
 log() { printf 'run-local: %s\n' "$*"; }
 die() { printf 'run-local: ERROR: %s\n' "$*" >&2; exit 1; }
 
-"$ROOT/scripts/deps.sh"
+"$ROOT/scripts/deps.sh" --no-mysql # MariaDB only: no MySQL chroot needed
 # shellcheck source=scripts/lib.sh
 . "$ROOT/scripts/lib.sh"
 MARIADBD=$(find_bin mariadbd)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/slotproxy/slotproxy/internal/catalog"
 	"github.com/slotproxy/slotproxy/internal/config"
+	"github.com/slotproxy/slotproxy/internal/dialect"
 	"github.com/slotproxy/slotproxy/internal/testdb"
 	"github.com/slotproxy/slotproxy/proxy"
 	"github.com/slotproxy/slotproxy/rewrite"
@@ -73,7 +74,7 @@ func (b *bench) setup(ctx context.Context) error {
 			return err
 		}
 		b.backendAddr = s.Addr
-		b.user, b.password = testdb.NativeUser, testdb.NativePassword
+		b.user, b.password = testdb.User, testdb.Password
 		b.adminUser, b.adminPass = s.RootUser, s.RootPassword
 		b.rep.Env.Backend = "throwaway mariadbd (internal/testdb)"
 		if data, err := os.ReadFile(filepath.Join(s.Dir, "mysqld.pid")); err == nil {
@@ -119,7 +120,7 @@ func (b *bench) setup(ctx context.Context) error {
 		return fmt.Errorf("catalog: want one ruled table with one counter, got %d tables", len(t))
 	}
 	b.recordType = t[0].Counters[0].RecordType
-	b.rowAlias = catalog.RowAlias(b.version)
+	b.rowAlias = dialect.Parse(b.version).UpsertRowAlias()
 
 	logger := slog.New(slog.NewTextHandler(b.cons, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	b.srv, err = proxy.NewServer(proxy.Config{Backend: b.backendAddr, Rewriter: rw, Logger: logger})
@@ -198,7 +199,7 @@ func (b *bench) setupExternal(ctx context.Context, t0 time.Time) error {
 		return fmt.Errorf("catalog: want one ruled table, got %d", len(t))
 	}
 	b.recordType = t[0].Counters[0].RecordType
-	b.rowAlias = catalog.RowAlias(b.version)
+	b.rowAlias = dialect.Parse(b.version).UpsertRowAlias()
 	b.proxyAddr = b.opts.proxy
 	if b.relay, err = startRelay(b.backendAddr); err != nil {
 		return err

@@ -212,7 +212,7 @@ func TestDemoExternalProxy(t *testing.T) {
 	ctx := t.Context()
 	if err := execAll(ctx, admin, "CREATE DATABASE app",
 		"CREATE TABLE app.repos (id BIGINT PRIMARY KEY, name VARCHAR(100) NOT NULL DEFAULT '', downloads BIGINT NOT NULL DEFAULT 0)",
-		"INSERT INTO app.repos (id) SELECT seq FROM app.seq_1_to_200"); err != nil {
+		"INSERT INTO app.repos (id) SELECT seq FROM "+testdb.Seq(200)); err != nil {
 		t.Fatal(err)
 	}
 	schema = "app"
@@ -235,7 +235,7 @@ func TestDemoExternalProxy(t *testing.T) {
 
 	var stdout, stderr bytes.Buffer
 	err = run([]string{"--demo", "--backend", s.Addr, "--proxy", ln.Addr().String(), "--rule", rule,
-		"--user", testdb.NativeUser, "--password", testdb.NativePassword,
+		"--user", testdb.User, "--password", testdb.Password,
 		"--admin-user", s.RootUser, "--admin-password", s.RootPassword,
 		"--clients", "4", "--hold", "1ms", "--rounds", "1", "--duration", "300ms", "--warmup", "50ms"}, &stdout, &stderr)
 	out := stdout.String()

@@ -141,7 +141,7 @@ func (b *bench) hotTxScenario(n int, committed *atomic.Int64, targets ...string)
 func (b *bench) handwrittenIncrement(rng *rand.Rand) string {
 	upd := "ON DUPLICATE KEY UPDATE count = count + VALUES(count)"
 	if b.rowAlias {
-		upd = "AS new ON DUPLICATE KEY UPDATE count = count + new.count"
+		upd = "AS new ON DUPLICATE KEY UPDATE count = " + config.DefaultSlotsTable + ".count + new.count"
 	}
 	return fmt.Sprintf("INSERT INTO %s (record_type, slot, count, record_id) VALUES (%d, %d, 1, %d) %s",
 		config.DefaultSlotsTable, b.recordType, rng.IntN(b.opts.slots), hotID, upd)

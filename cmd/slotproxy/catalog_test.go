@@ -32,7 +32,8 @@ func setupDB(db *testdb.Server) error {
 	return db.Exec(
 		"CREATE DATABASE IF NOT EXISTS app",
 		"CREATE TABLE IF NOT EXISTS app.repos (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR(100) NOT NULL DEFAULT '', downloads BIGINT NOT NULL DEFAULT 0) ENGINE=InnoDB",
-		"CREATE OR REPLACE USER "+exampleUser+"@'%' IDENTIFIED BY '"+examplePassword+"'",
+		"DROP USER IF EXISTS "+exampleUser+"@'%'",
+		"CREATE USER "+exampleUser+"@'%' IDENTIFIED BY '"+examplePassword+"'",
 		"GRANT SELECT, INSERT, UPDATE, DELETE, CREATE ON app.* TO "+exampleUser+"@'%'",
 	)
 }
@@ -265,14 +266,18 @@ func TestServeRules(t *testing.T) {
 	}
 	p := startServe(t, "serve", "--config", path)
 	line := p.waitFor(t, "msg=\"loaded rules\"")
-	if !strings.Contains(line, "tables=1") || !strings.Contains(line, "row_alias=false") {
+	// The dialect is the backend's: the row alias on MySQL 8.0.20 and
+	// later, VALUES() on MariaDB.
+	d := testdb.Shared().Dialect()
+	if !strings.Contains(line, "tables=1") || !strings.Contains(line, fmt.Sprintf("row_alias=%v", d.UpsertRowAlias())) ||
+		!strings.Contains(line, fmt.Sprintf("dialect=%q", d.String())) {
 		t.Errorf("loaded rules line: %s", line)
 	}
 	p.waitFor(t, "msg=listening")
 
 	// Through the proxy, as an application would.
 	cfg := mysql.NewConfig()
-	cfg.User, cfg.Passwd, cfg.Net, cfg.Addr, cfg.DBName = testdb.NativeUser, testdb.NativePassword, "tcp", listen, schema
+	cfg.User, cfg.Passwd, cfg.Net, cfg.Addr, cfg.DBName = testdb.User, testdb.Password, "tcp", listen, schema
 	conn, err := mysql.NewConnector(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -33,7 +33,7 @@ func appendConfig(t *testing.T, path, yaml string) {
 
 func openProxy(t *testing.T, srv *testdb.Server, addr, schema string) *sql.DB {
 	t.Helper()
-	dsn := strings.Replace(srv.DSN(testdb.NativeUser, testdb.NativePassword, schema, "timeout=5s&readTimeout=10s&writeTimeout=10s"), srv.Addr, addr, 1)
+	dsn := strings.Replace(srv.DSN(testdb.User, testdb.Password, schema, "timeout=5s&readTimeout=10s&writeTimeout=10s"), srv.Addr, addr, 1)
 	db, err := sql.Open("mysql", dsn)
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +45,7 @@ func openProxy(t *testing.T, srv *testdb.Server, addr, schema string) *sql.DB {
 // total is base + slots of repos 1 and 2, read directly from MariaDB.
 func total(t *testing.T, srv *testdb.Server, schema string) int64 {
 	t.Helper()
-	db, err := sql.Open("mysql", srv.DSN(testdb.NativeUser, testdb.NativePassword, schema, ""))
+	db, err := sql.Open("mysql", srv.DSN(testdb.User, testdb.Password, schema, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +239,7 @@ func TestRollupCommand(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	direct, err := sql.Open("mysql", srv.DSN(testdb.NativeUser, testdb.NativePassword, schema, ""))
+	direct, err := sql.Open("mysql", srv.DSN(testdb.User, testdb.Password, schema, ""))
 	if err != nil {
 		t.Fatal(err)
 	}

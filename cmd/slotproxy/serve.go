@@ -15,6 +15,7 @@ import (
 
 	"github.com/slotproxy/slotproxy/internal/catalog"
 	"github.com/slotproxy/slotproxy/internal/config"
+	"github.com/slotproxy/slotproxy/internal/dialect"
 	"github.com/slotproxy/slotproxy/proxy"
 	"github.com/slotproxy/slotproxy/rewrite"
 	"github.com/slotproxy/slotproxy/rules"
@@ -105,7 +106,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		logger.Info("loaded rules", "dir", cfg.Rules, "tables", len(rw.Catalog().Tables()),
-			"backend_version", version, "row_alias", catalog.RowAlias(version))
+			"backend_version", version, "dialect", dialect.Parse(version).String(), "row_alias", dialect.Parse(version).UpsertRowAlias())
 		srv.SetRewriter(rw)
 		l.set = set
 		ready.loaded.Store(true)

@@ -42,6 +42,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/slotproxy/slotproxy/internal/dialect"
 )
 
 // Defaults for Options.
@@ -326,7 +328,7 @@ func Analyze(ctx context.Context, db *sql.DB, opts Options) (*Report, error) {
 }
 
 func lockWaitSourceName(srv *server) string {
-	if srv.flavor == MySQL {
+	if srv.dialect.LockWaits() == dialect.DataLockWaits {
 		return SourceDataLocks
 	}
 	return SourceLockWaits

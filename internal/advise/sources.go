@@ -8,14 +8,17 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/slotproxy/slotproxy/internal/dialect"
 )
 
-// Flavor is the kind of server, from SELECT VERSION().
-type Flavor string
+// Flavor is the kind of server, from SELECT VERSION() (see dialect.Parse).
+type Flavor = dialect.Flavor
 
+// The flavours Report.Flavor may name.
 const (
-	MariaDB Flavor = "MariaDB"
-	MySQL   Flavor = "MySQL"
+	MariaDB = dialect.MariaDB
+	MySQL   = dialect.MySQL
 )
 
 // Source names, as used in Report.Sources and the rule file comments.
@@ -43,6 +46,7 @@ type Source struct {
 type server struct {
 	version string
 	flavor  Flavor
+	dialect dialect.Dialect
 	uptime  time.Duration
 	// pfs: performance_schema is compiled in and ON.
 	pfs bool
@@ -58,6 +62,7 @@ var systemTables = []string{
 	"performance_schema.setup_consumers",
 	"performance_schema.threads",
 	"performance_schema.events_statements_history",
+	"performance_schema.events_statements_current",
 	"performance_schema.data_lock_waits",
 	"performance_schema.data_locks",
 	"information_schema.innodb_trx",
@@ -67,30 +72,33 @@ var systemTables = []string{
 
 func (s *server) has(table string) bool { return s.tables[strings.ToLower(table)] }
 
-// DetectFlavor returns the server's version string and flavour.
-func DetectFlavor(ctx context.Context, db *sql.DB) (version string, flavor Flavor, err error) {
+// DetectDialect returns the server's dialect, from SELECT VERSION().
+func DetectDialect(ctx context.Context, db *sql.DB) (dialect.Dialect, error) {
+	var version string
 	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
-		return "", "", fmt.Errorf("SELECT VERSION(): %w", err)
+		return dialect.Dialect{}, fmt.Errorf("SELECT VERSION(): %w", err)
 	}
-	flavor = MySQL
-	if strings.Contains(strings.ToLower(version), "mariadb") {
-		flavor = MariaDB
-	}
-	return version, flavor, nil
+	return dialect.Parse(version), nil
 }
 
-// inspect detects the flavour and which system tables exist.
+// inspect detects the dialect and which system tables exist.
 func inspect(ctx context.Context, db *sql.DB) (*server, error) {
-	version, flavor, err := DetectFlavor(ctx, db)
+	d, err := DetectDialect(ctx, db)
 	if err != nil {
 		return nil, err
 	}
-	s := &server{version: version, flavor: flavor, tables: map[string]bool{}}
+	flavor := d.Flavor
+	if flavor == dialect.Unknown {
+		flavor = MySQL // what a server that does not say MariaDB most likely is
+	}
+	s := &server{version: d.Version, flavor: flavor, dialect: d, tables: map[string]bool{}}
 	var conds []string
 	var args []any
 	for _, t := range systemTables {
 		schema, name, _ := strings.Cut(t, ".")
-		conds = append(conds, "(TABLE_SCHEMA = ? AND TABLE_NAME = ?)")
+		// LOWER(): MySQL 8+ lists information_schema's own tables in
+		// upper case (INNODB_TRX) and compares TABLE_NAME case-sensitively.
+		conds = append(conds, "(LOWER(TABLE_SCHEMA) = ? AND LOWER(TABLE_NAME) = ?)")
 		args = append(args, schema, name)
 	}
 	rows, err := db.QueryContext(ctx, "SELECT LOWER(TABLE_SCHEMA), LOWER(TABLE_NAME) FROM information_schema.TABLES WHERE "+
@@ -247,18 +255,30 @@ func NewSampler(ctx context.Context, db *sql.DB) (*Sampler, error) {
 func newSampler(ctx context.Context, db *sql.DB, srv *server) (*Sampler, string, error) {
 	s := &Sampler{db: db}
 	var note string
-	switch {
-	case srv.has("performance_schema.data_lock_waits") && srv.has("performance_schema.data_locks"):
+	switch srv.dialect.LockWaits() {
+	case dialect.DataLockWaits:
+		if !srv.has("performance_schema.data_lock_waits") || !srv.has("performance_schema.data_locks") {
+			return nil, "", fmt.Errorf("%s has no performance_schema.data_lock_waits and data_locks (performance_schema not compiled in?)", srv.dialect)
+		}
 		if !srv.pfs {
 			return nil, "", fmt.Errorf("performance_schema is OFF")
 		}
 		s.Source = SourceDataLocks
+		current := srv.has("performance_schema.events_statements_current") && srv.has("performance_schema.threads") &&
+			consumerEnabled(ctx, db, "events_statements_current")
 		trx := srv.has("information_schema.innodb_trx")
-		s.query = mysqlLockWaitsSQL(trx)
-		if !trx {
-			note = "no information_schema.INNODB_TRX, so no statement texts"
+		s.query = mysqlLockWaitsSQL(current, trx)
+		switch {
+		case current:
+		case trx:
+			note = "the events_statements_current consumer is off: statement texts from INNODB_TRX, which lags up to 0.1s"
+		default:
+			note = "no events_statements_current consumer and no information_schema.INNODB_TRX, so no statement texts"
 		}
-	case srv.has("information_schema.innodb_lock_waits") && srv.has("information_schema.innodb_trx"):
+	default:
+		if !srv.has("information_schema.innodb_lock_waits") || !srv.has("information_schema.innodb_trx") {
+			return nil, "", fmt.Errorf("%s has no information_schema.INNODB_LOCK_WAITS and INNODB_TRX (InnoDB not loaded?)", srv.dialect)
+		}
 		s.Source = SourceLockWaits
 		s.lockTable = true
 		locks := srv.has("information_schema.innodb_locks")
@@ -266,8 +286,6 @@ func newSampler(ctx context.Context, db *sql.DB, srv *server) (*Sampler, string,
 		if !locks {
 			note = "no information_schema.INNODB_LOCKS, so the locked table is taken from the waiting statement"
 		}
-	default:
-		return nil, "", fmt.Errorf("neither performance_schema.data_lock_waits (MySQL 8) nor information_schema.INNODB_LOCK_WAITS (MariaDB, MySQL 5.7) exists")
 	}
 	if _, err := s.Sample(ctx); err != nil {
 		return nil, "", err
@@ -292,10 +310,24 @@ LEFT JOIN information_schema.INNODB_TRX rt ON rt.trx_id = w.requesting_trx_id
 LEFT JOIN information_schema.INNODB_TRX bt ON bt.trx_id = w.blocking_trx_id` + join
 }
 
-// mysqlLockWaitsSQL reads data_lock_waits; trx: INNODB_TRX exists.
-func mysqlLockWaitsSQL(trx bool) string {
+// mysqlLockWaitsSQL reads data_lock_waits. The statements and connection
+// ids come from performance_schema (current: the events_statements_current
+// consumer is on), which is live, else from INNODB_TRX (trx: it exists),
+// a cache InnoDB refreshes at most every 0.1s, so that short transactions
+// waiting now are often not in it yet.
+func mysqlLockWaitsSQL(current, trx bool) string {
 	cols, join := "0, '', 0, ''", ""
-	if trx {
+	switch {
+	case current:
+		// A statement that has ended (END_EVENT_ID set) is the thread's
+		// last one: the transaction is between statements.
+		cols = "COALESCE(rt.PROCESSLIST_ID, 0), COALESCE(rs.SQL_TEXT, ''), COALESCE(bt.PROCESSLIST_ID, 0), COALESCE(bs.SQL_TEXT, '')"
+		join = `
+LEFT JOIN performance_schema.threads rt ON rt.THREAD_ID = w.REQUESTING_THREAD_ID
+LEFT JOIN performance_schema.events_statements_current rs ON rs.THREAD_ID = w.REQUESTING_THREAD_ID AND rs.NESTING_EVENT_LEVEL = 0 AND rs.END_EVENT_ID IS NULL
+LEFT JOIN performance_schema.threads bt ON bt.THREAD_ID = w.BLOCKING_THREAD_ID
+LEFT JOIN performance_schema.events_statements_current bs ON bs.THREAD_ID = w.BLOCKING_THREAD_ID AND bs.NESTING_EVENT_LEVEL = 0 AND bs.END_EVENT_ID IS NULL`
+	case trx:
 		cols = "COALESCE(rt.trx_mysql_thread_id, 0), COALESCE(rt.trx_query, ''), COALESCE(bt.trx_mysql_thread_id, 0), COALESCE(bt.trx_query, '')"
 		join = `
 LEFT JOIN information_schema.INNODB_TRX rt ON rt.trx_id = w.REQUESTING_ENGINE_TRANSACTION_ID

@@ -3,56 +3,16 @@ package catalog
 import (
 	"context"
 	"log/slog"
-	"strconv"
-	"strings"
 	"sync"
 
+	"github.com/slotproxy/slotproxy/internal/dialect"
 	"github.com/slotproxy/slotproxy/rewrite"
 )
 
-// RowAlias reports whether upserts for a backend whose greeting announced
-// serverVersion should use the row alias (INSERT … AS new ON DUPLICATE KEY
-// UPDATE count = count + new.count) instead of VALUES(): true for MySQL
-// 8.0.20 and later, which deprecate VALUES() there, and false for MariaDB
-// (whose version string contains "MariaDB", possibly after a "5.5.5-"
-// prefix), which has no row alias, and for anything unparsable.
-func RowAlias(serverVersion string) bool {
-	if strings.Contains(strings.ToLower(serverVersion), "mariadb") {
-		return false
-	}
-	var v [3]int
-	rest := serverVersion
-	for i := range v {
-		n := 0
-		for n < len(rest) && '0' <= rest[n] && rest[n] <= '9' {
-			n++
-		}
-		if n == 0 {
-			return false
-		}
-		v[i], _ = strconv.Atoi(rest[:n])
-		rest = rest[n:]
-		if i < 2 {
-			if !strings.HasPrefix(rest, ".") {
-				return false
-			}
-			rest = rest[1:]
-		}
-	}
-	switch {
-	case v[0] != 8:
-		return v[0] > 8
-	case v[1] != 0:
-		return v[1] > 0
-	default:
-		return v[2] >= 20
-	}
-}
-
 // NewRewriter returns a rewriter for cat that generates SQL suited to the
-// backend whose greeting announced serverVersion (see RowAlias).
+// backend whose greeting announced serverVersion (see dialect.Parse).
 func NewRewriter(cat *rewrite.Catalog, serverVersion string) *rewrite.Rewriter {
-	return rewrite.New(cat, rewrite.Options{RowAlias: RowAlias(serverVersion)})
+	return rewrite.New(cat, rewrite.Options{Dialect: dialect.Parse(serverVersion)})
 }
 
 // Reloader rebuilds the rewriter after DDL, one rebuild at a time. Its

@@ -49,8 +49,8 @@ func TestMain(m *testing.M) {
 
 // The account the client programs log in with.
 var (
-	clientUser     = testdb.NativeUser
-	clientPassword = testdb.NativePassword
+	clientUser     = testdb.User
+	clientPassword = testdb.Password
 )
 
 // schemaDDL creates the tables of both schemas of a test. repos holds the

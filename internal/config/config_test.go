@@ -12,10 +12,13 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/slotproxy/slotproxy/internal/testdb"
 )
 
 // tlsFiles writes a CA, a certificate it signed with its key, an unrelated
@@ -630,5 +633,27 @@ func TestLoadDockerConfig(t *testing.T) {
 	want.Metrics.Listen = "0.0.0.0:9307"
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("docker/slotproxy.yaml:\n got %+v\nwant %+v", c, want)
+	}
+}
+
+// TestDockerComposeMySQLVersion: docker-compose.yml runs the MySQL version
+// the test suite runs (the MySQL chroot's mysqld, without its Debian
+// revision).
+func TestDockerComposeMySQLVersion(t *testing.T) {
+	v, err := testdb.ServerVersion(testdb.MySQL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	upstream, _, _ := strings.Cut(v, "-")
+	data, err := os.ReadFile("../../docker-compose.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^\s*image:\s*mysql:(\S+)\s*$`).FindSubmatch(data)
+	if m == nil {
+		t.Fatal("docker-compose.yml has no mysql image")
+	}
+	if string(m[1]) != upstream {
+		t.Errorf("docker-compose.yml runs mysql:%s; the tests run MySQL %s (%s)", m[1], upstream, v)
 	}
 }

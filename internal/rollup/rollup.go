@@ -25,6 +25,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
 
+	"github.com/slotproxy/slotproxy/internal/dialect"
 	"github.com/slotproxy/slotproxy/rewrite"
 )
 
@@ -59,6 +60,9 @@ func (s *Stats) add(o Stats) {
 // Conn is what a roll-up needs from a connection (go-mysql's client.Conn).
 type Conn interface {
 	Execute(command string, args ...any) (*mysql.Result, error)
+	// GetServerVersion is the version string of the server's greeting,
+	// from which the roll-up takes the dialect (see dialect.Parse).
+	GetServerVersion() string
 }
 
 var _ Conn = (*client.Conn)(nil)
@@ -194,6 +198,8 @@ func (r *Roller) passOne(ctx context.Context, conn Conn, slots string, targets m
 		last := recs[len(recs)-1]
 		r.cursors[slots] = cursor{last.rt, last.id}
 	}
+	// FOR UPDATE NOWAIT's error for a busy base row.
+	nowait := dialect.Parse(conn.GetServerVersion()).LockNowaitError()
 	for _, rc := range recs {
 		if err := ctx.Err(); err != nil {
 			return st, err
@@ -204,7 +210,7 @@ func (r *Roller) passOne(ctx context.Context, conn Conn, slots string, targets m
 		}
 		one, err := fold(conn, slots, tg, rc.id)
 		var me *mysql.MyError
-		if errors.As(err, &me) && (me.Code == mysql.ER_LOCK_DEADLOCK || me.Code == mysql.ER_LOCK_WAIT_TIMEOUT || me.Code == errLockNowait) {
+		if errors.As(err, &me) && (me.Code == mysql.ER_LOCK_DEADLOCK || me.Code == mysql.ER_LOCK_WAIT_TIMEOUT || me.Code == nowait) {
 			// Base row busy, or lost to increments in flight: nothing
 			// changed, fold it later.
 			one, err = Stats{Skipped: 1}, nil
@@ -306,9 +312,6 @@ func fold(conn Conn, slots string, tg target, id int64) (st Stats, err error) {
 	st.SlotRows = len(idle)
 	return st, nil
 }
-
-// errLockNowait is MySQL's ER_LOCK_NOWAIT (MariaDB reports 1205 instead).
-const errLockNowait = 3572
 
 func quote(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
 

@@ -1,23 +1,31 @@
 //go:build unix
 
-// Package testdb starts throwaway MariaDB servers for Go tests.
+// Package testdb starts throwaway MariaDB or MySQL servers for Go tests.
 //
-// A server lives in a fresh temporary directory under os.TempDir, listens
-// only on 127.0.0.1 on a free port, and is removed again by Stop. Test
-// binaries normally use Main from TestMain, which starts one server per
-// test binary and exposes it through Shared:
+// A server lives in a fresh temporary directory, listens only on 127.0.0.1
+// on a free port, and is removed again by Stop. Test binaries normally use
+// Main from TestMain, which starts one server per test binary and exposes it
+// through Shared:
 //
 //	func TestMain(m *testing.M) { testdb.Main(m, testdb.Setup) }
 //
-// The freshly installed data directory (the output of mariadb-install-db)
-// is cached in os.TempDir, keyed by the mariadbd binary and version, so
-// only the first test binary on a machine pays for mariadb-install-db;
-// later ones copy the cached template. Set SLOTPROXY_TESTDB_NOCACHE=1 (or
-// Options.NoCache) to bypass the cache.
+// Which server: Options.Flavor, or when that is empty the environment
+// variable SLOTPROXY_TEST_SERVER: "mariadb" (the default) runs the system's
+// mariadbd; "mysql" runs Oracle's mysqld from a Debian chroot
+// (SLOTPROXY_MYSQL_CHROOT, default /var/lib/slotproxy/mysql-sid, built by
+// scripts/deps.sh). A MySQL server runs chrooted: its directory is inside
+// the chroot (Server.Dir is the host's path to it), and the host files that
+// Options.ExtraArgs name (--ssl-cert=/tmp/...) are copied into it.
+//
+// The freshly installed data directory (the output of mariadb-install-db or
+// mysqld --initialize-insecure) is cached, keyed by the server binary and
+// version, so only the first test binary on a machine pays for the
+// installation; later ones copy the cached template. Set
+// SLOTPROXY_TESTDB_NOCACHE=1 (or Options.NoCache) to bypass the cache.
 //
 // A server that could not be started is an error, never a skip: the tests
-// in this repository are meant to run against a real MariaDB. Run
-// scripts/deps.sh to install one.
+// in this repository are meant to run against real servers. Run
+// scripts/deps.sh to install them.
 package testdb
 
 import (
@@ -43,29 +51,83 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/slotproxy/slotproxy/internal/dialect"
 )
 
 // Standard databases and accounts created by Setup. Every package that
-// tests against MariaDB uses these names.
+// tests against a server uses these names.
 const (
 	// DBName is the database for slotproxy's own tests.
 	DBName = "slotproxy_test"
 	// DriverDBName is the database go-sql-driver's test suite expects.
 	DriverDBName = "gotest"
 
-	// NativeUser authenticates with mysql_native_password and has ALL on *.*.
-	NativeUser     = "native"
-	NativePassword = "native-pass"
+	// User is the general test account: ALL PRIVILEGES on *.*, the
+	// server's default authentication plugin (Server.DefaultAuthPlugin:
+	// mysql_native_password on MariaDB, caching_sha2_password on MySQL).
+	User     = "tester"
+	Password = "tester-pass"
 
-	// EdUser authenticates with MariaDB's ed25519 plugin and has ALL on *.*.
+	// EdUser authenticates with MariaDB's ed25519 plugin and has ALL on
+	// *.*. MariaDB only: Setup does not create it on MySQL.
 	EdUser     = "ed"
 	EdPassword = "ed-pass"
+
+	// Sha2User authenticates with caching_sha2_password, named explicitly,
+	// and has ALL on *.*. MySQL only: MariaDB 10.11 has no such plugin.
+	Sha2User     = "sha2"
+	Sha2Password = "sha2-pass"
 
 	// DriverUser is the account for go-sql-driver's test suite: ALL
 	// PRIVILEGES on *.* WITH GRANT OPTION, default authentication plugin.
 	DriverUser     = "gotest"
 	DriverPassword = "secret"
 )
+
+// Flavor is the kind of server: MariaDB or MySQL.
+type Flavor string
+
+const (
+	// MariaDB is the system's mariadbd (Debian's mariadb-server).
+	MariaDB Flavor = "mariadb"
+	// MySQL is Oracle's mysqld, run in the chroot MySQLChroot.
+	MySQL Flavor = "mysql"
+)
+
+// Environment variables read by testdb.
+const (
+	// EnvServer selects the flavour when Options.Flavor is empty:
+	// "mariadb" (the default when unset) or "mysql".
+	EnvServer = "SLOTPROXY_TEST_SERVER"
+	// EnvMySQLChroot is the MySQL chroot's directory (default
+	// DefaultMySQLChroot).
+	EnvMySQLChroot = "SLOTPROXY_MYSQL_CHROOT"
+	// DefaultMySQLChroot is where scripts/deps.sh builds the chroot.
+	DefaultMySQLChroot = "/var/lib/slotproxy/mysql-sid"
+)
+
+// FlavorFromEnv returns the flavour SLOTPROXY_TEST_SERVER asks for:
+// MariaDB when it is unset or empty, an error when it names neither.
+func FlavorFromEnv() (Flavor, error) {
+	switch v := strings.ToLower(strings.TrimSpace(os.Getenv(EnvServer))); v {
+	case "", string(MariaDB):
+		return MariaDB, nil
+	case string(MySQL):
+		return MySQL, nil
+	default:
+		return "", fmt.Errorf("testdb: %s=%q: want %q or %q", EnvServer, v, MariaDB, MySQL)
+	}
+}
+
+// MySQLChroot returns the MySQL chroot's directory: SLOTPROXY_MYSQL_CHROOT,
+// or DefaultMySQLChroot.
+func MySQLChroot() string {
+	if d := os.Getenv(EnvMySQLChroot); d != "" {
+		return filepath.Clean(d)
+	}
+	return DefaultMySQLChroot
+}
 
 const (
 	rootUser     = "root"
@@ -76,56 +138,19 @@ const (
 	defaultStartTimeout = 60 * time.Second
 	// stopTimeout bounds a graceful shutdown before Stop falls back to SIGKILL.
 	stopTimeout = 30 * time.Second
-	// portAttempts is how many free ports Start tries when mariadbd fails to
-	// bind (another process grabbed the port between probe and bind).
+	// portAttempts is how many free ports Start tries when the server fails
+	// to bind (another process grabbed the port between probe and bind).
 	portAttempts = 5
 
 	runDirPrefix   = "slotproxy-testdb-run-"
 	templatePrefix = "slotproxy-testdb-tmpl-"
 	ownerFile      = "owner.pid"
-	logFile        = "mariadbd.log"
+	logFile        = "server.log"
 	socketFile     = "mysqld.sock"
+	// hostFilesDir (in a MySQL server's Dir) holds the copies of the host
+	// files that ExtraArgs name.
+	hostFilesDir = "hostfiles"
 )
-
-// installArgs are passed to mariadb-install-db in addition to --datadir and
-// --user. The InnoDB sizes match serverArgs so that the first start does not
-// have to resize the redo log.
-var installArgs = []string{
-	"--no-defaults",
-	"--auth-root-authentication-method=normal",
-	"--skip-test-db",
-	"--innodb-buffer-pool-size=64M",
-	"--innodb-log-file-size=16M",
-}
-
-// serverArgs are the mariadbd flags common to every server; the per-server
-// paths, the port and Options.ExtraArgs are added by Start.
-var serverArgs = []string{
-	"--skip-name-resolve",
-	"--innodb-buffer-pool-size=64M",
-	"--innodb-log-file-size=16M",
-	"--skip-log-bin",
-	"--innodb-flush-log-at-trx-commit=2",
-	"--max-connections=2000",
-	"--local-infile=1",
-	"--max-allowed-packet=256M",
-	"--plugin-load-add=auth_ed25519",
-}
-
-// bootstrapSQL runs inside mariadb-install-db (--extra-file), so it is part
-// of the cached template. The bootstrap reader ends a statement at a line
-// ending in ";", so compound statements must be on one line. The bootstrap
-// server runs without grant tables;
-// FLUSH PRIVILEGES loads them so that account statements work. It gives
-// root a password for localhost (unix socket) and 127.0.0.1 and drops the
-// root accounts that are unreachable here (::1 and the machine's host name,
-// which --skip-name-resolve ignores with a warning on every start).
-var bootstrapSQL = `FLUSH PRIVILEGES;
-ALTER USER 'root'@'localhost' IDENTIFIED BY '` + rootPassword + `';
-ALTER USER 'root'@'127.0.0.1' IDENTIFIED BY '` + rootPassword + `';
-DROP USER IF EXISTS 'root'@'::1';
-IF @current_hostname NOT IN ('localhost', '127.0.0.1', '::1') THEN EXECUTE IMMEDIATE CONCAT('DROP USER IF EXISTS ''root''@', QUOTE(@current_hostname)); END IF;
-`
 
 // errPortInUse marks a start attempt that failed because the TCP port was
 // taken; Start retries those on another port.
@@ -133,50 +158,81 @@ var errPortInUse = errors.New("port already in use")
 
 // Options configure Start. The zero value is ready to use.
 type Options struct {
-	// ExtraArgs are appended to the mariadbd command line after the default
+	// Flavor is the server to run; empty means the one SLOTPROXY_TEST_SERVER
+	// names (see FlavorFromEnv).
+	Flavor Flavor
+	// ExtraArgs are appended to the server's command line after the default
 	// flags, so they can override them (e.g. "--performance-schema=ON").
+	// For MySQL, an argument "--name=/path" naming a host file outside the
+	// chroot gets the path of a copy inside it.
 	ExtraArgs []string
 	// Logf, if set, receives progress messages (timings, cache use).
 	Logf func(format string, args ...any)
 	// StartTimeout bounds the wait for the server to accept queries on
 	// Start and Restart. Zero means 60s.
 	StartTimeout time.Duration
-	// NoCache disables the cached data directory template and always runs
-	// mariadb-install-db. The environment variable SLOTPROXY_TESTDB_NOCACHE=1
-	// has the same effect.
+	// NoCache disables the cached data directory template and always
+	// installs a data directory. The environment variable
+	// SLOTPROXY_TESTDB_NOCACHE=1 has the same effect.
 	NoCache bool
 }
 
-// Server is a running (or stopped) throwaway MariaDB. Its exported fields
-// are fixed for the server's lifetime, across Kill and Restart. Methods are
-// safe for concurrent use.
+// Server is a running (or stopped) throwaway MariaDB or MySQL. Its exported
+// fields are fixed for the server's lifetime, across Kill and Restart.
+// Methods are safe for concurrent use.
 type Server struct {
+	// Flavor is the kind of server.
+	Flavor Flavor
 	// Addr is the TCP address, "127.0.0.1:<Port>".
 	Addr string
 	// Port is the TCP port; it stays the same across Restart.
 	Port int
-	// Dir is the server's private directory: data directory (Dir/data),
-	// unix socket, temp dir and the mariadbd output log (Dir/mariadbd.log).
-	// Stop removes it.
+	// Dir is the server's private directory, as the host sees it (inside
+	// the chroot for MySQL): data directory (Dir/data), unix socket, temp
+	// dir and the server's output log (Dir/server.log). Stop removes it.
 	Dir string
-	// Socket is the unix socket path.
+	// Socket is the unix socket path, as the host sees it (for MySQL the
+	// server binds the shorter path inside the chroot; the host's path
+	// may exceed the 107 bytes a client can connect to).
 	Socket string
 	// RootUser and RootPassword log in as the superuser over TCP from
 	// 127.0.0.1 and over the unix socket.
 	RootUser, RootPassword string
-	// Version is mariadbd's version string, e.g. "10.11.19-MariaDB-0+deb12u1".
+	// Version is the server's version string, as SELECT VERSION() and the
+	// greeting report it (MariaDB's greeting prefixes "5.5.5-"), e.g.
+	// "10.11.14-MariaDB-0+deb12u2" or "9.7.4-2".
 	Version string
 
-	opts     Options
-	mariadbd string
-	logPath  string
+	opts    Options
+	eng     *engine
+	args    []string // ExtraArgs, with host files copied into the chroot
+	logPath string
 
 	mu      sync.Mutex
 	proc    *process // nil when not running
 	stopped bool     // Stop was called; the directory is gone
 }
 
-// process is one mariadbd incarnation.
+// IsMySQL reports whether the server is MySQL.
+func (s *Server) IsMySQL() bool { return s.Flavor == MySQL }
+
+// IsMariaDB reports whether the server is MariaDB.
+func (s *Server) IsMariaDB() bool { return s.Flavor == MariaDB }
+
+// Dialect is what the product code makes of the server's version string.
+func (s *Server) Dialect() dialect.Dialect { return dialect.Parse(s.Version) }
+
+// DefaultAuthPlugin is the authentication plugin of accounts created
+// without naming one, such as User and DriverUser: mysql_native_password on
+// MariaDB, caching_sha2_password on MySQL.
+func (s *Server) DefaultAuthPlugin() string {
+	if s.IsMySQL() {
+		return "caching_sha2_password"
+	}
+	return "mysql_native_password"
+}
+
+// process is one server incarnation.
 type process struct {
 	cmd  *exec.Cmd
 	done chan struct{} // closed once the process has been reaped
@@ -192,7 +248,7 @@ func (p *process) exited() bool {
 	}
 }
 
-// Start installs a fresh data directory and starts mariadbd on a free
+// Start installs a fresh data directory and starts the server on a free
 // 127.0.0.1 port. It returns once SELECT works as root over TCP. On error
 // nothing is left running and the directory is removed; the error includes
 // the tail of the server log. The caller must call Stop.
@@ -206,57 +262,65 @@ func Start(opts Options) (*Server, error) {
 	if os.Getenv("SLOTPROXY_TESTDB_NOCACHE") == "1" {
 		opts.NoCache = true
 	}
-
-	mariadbd, err := findBinary("mariadbd", "/usr/sbin", "/usr/local/sbin", "/usr/local/mysql/bin")
+	if opts.Flavor == "" {
+		f, err := FlavorFromEnv()
+		if err != nil {
+			return nil, err
+		}
+		opts.Flavor = f
+	}
+	eng, err := newEngine(opts.Flavor)
 	if err != nil {
 		return nil, err
 	}
-	installDB, err := findBinary("mariadb-install-db", "/usr/bin", "/usr/local/bin", "/usr/local/mysql/scripts")
+	base, err := eng.baseDir()
 	if err != nil {
 		return nil, err
 	}
-	versionOut, err := exec.Command(mariadbd, "--version").CombinedOutput()
-	if err != nil {
-		return nil, fmt.Errorf("testdb: %s --version: %w: %s", mariadbd, err, bytes.TrimSpace(versionOut))
-	}
+	sweepStaleDirs(base, opts.Logf)
 
-	sweepStaleDirs(opts.Logf)
-
-	dir, err := os.MkdirTemp("", runDirPrefix)
+	dir, err := os.MkdirTemp(base, runDirPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("testdb: create server dir: %w", err)
 	}
 	s := &Server{
+		Flavor:       opts.Flavor,
 		Dir:          dir,
 		Socket:       filepath.Join(dir, socketFile),
 		RootUser:     rootUser,
 		RootPassword: rootPassword,
-		Version:      parseVersion(string(versionOut)),
+		Version:      parseVersion(string(eng.versionOut)),
 		opts:         opts,
-		mariadbd:     mariadbd,
+		eng:          eng,
 		logPath:      filepath.Join(dir, logFile),
 	}
-	if err := s.start(installDB, versionOut); err != nil {
+	if err := s.start(base); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
 	return s, nil
 }
 
-func (s *Server) start(installDB string, versionOut []byte) error {
+func (s *Server) start(base string) error {
 	if err := os.WriteFile(filepath.Join(s.Dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
 		return fmt.Errorf("testdb: %w", err)
 	}
-	// sun_path is 108 bytes on Linux and 104 on macOS.
-	if len(s.Socket) > 100 {
-		return fmt.Errorf("testdb: unix socket path %q is too long; set TMPDIR to a shorter directory", s.Socket)
+	// sun_path is 108 bytes on Linux and 104 on macOS. What counts is the
+	// path the server binds (inside the chroot for MySQL).
+	if sock := s.eng.inner(s.Socket); len(sock) > 100 {
+		return fmt.Errorf("testdb: unix socket path %q is too long; set TMPDIR to a shorter directory", sock)
 	}
 	if err := os.Mkdir(filepath.Join(s.Dir, "tmp"), 0o700); err != nil {
 		return fmt.Errorf("testdb: %w", err)
 	}
+	args, err := s.eng.copyHostFiles(s.Dir, s.opts.ExtraArgs)
+	if err != nil {
+		return err
+	}
+	s.args = args
 
 	t0 := time.Now()
-	how, err := s.prepareDatadir(installDB, versionOut)
+	how, err := s.prepareDatadir(base)
 	if err != nil {
 		return err
 	}
@@ -273,8 +337,8 @@ func (s *Server) start(installDB string, versionOut []byte) error {
 		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		lastErr = s.launch()
 		if lastErr == nil {
-			s.opts.Logf("testdb: MariaDB %s ready at %s (datadir %s in %s, server start %s)",
-				s.Version, s.Addr, how, prepared.Round(time.Millisecond), time.Since(t1).Round(time.Millisecond))
+			s.opts.Logf("testdb: %s %s ready at %s (datadir %s in %s, server start %s)",
+				s.eng.name(), s.Version, s.Addr, how, prepared.Round(time.Millisecond), time.Since(t1).Round(time.Millisecond))
 			return nil
 		}
 		if !errors.Is(lastErr, errPortInUse) {
@@ -286,17 +350,17 @@ func (s *Server) start(installDB string, versionOut []byte) error {
 }
 
 // prepareDatadir fills s.Dir/data with a pristine installation, from the
-// template cache if possible. It reports how ("copied from cache" or
-// "installed").
-func (s *Server) prepareDatadir(installDB string, versionOut []byte) (string, error) {
+// template cache in base if possible. It reports how ("copied from cache"
+// or "installed").
+func (s *Server) prepareDatadir(base string) (string, error) {
 	datadir := filepath.Join(s.Dir, "data")
 	if s.opts.NoCache {
-		if err := s.installDatadir(installDB, datadir); err != nil {
+		if err := s.installDatadir(base, datadir); err != nil {
 			return "", err
 		}
 		return "installed", nil
 	}
-	tmpl, created, err := s.template(installDB, versionOut)
+	tmpl, created, err := s.template(base)
 	if err != nil {
 		return "", err
 	}
@@ -309,15 +373,15 @@ func (s *Server) prepareDatadir(installDB string, versionOut []byte) (string, er
 	return "copied from cache", nil
 }
 
-// template returns the cached pristine data directory for this mariadbd,
-// creating it if needed. Creation is serialized across processes by an
-// exclusive flock on a lock file next to the template; a published template
-// is never modified, so copying it needs no lock.
-func (s *Server) template(installDB string, versionOut []byte) (dir string, created bool, err error) {
-	key := templateKey(s.mariadbd, installDB, versionOut)
-	final := filepath.Join(os.TempDir(), templatePrefix+key)
+// template returns the cached pristine data directory for this server
+// binary, creating it in base if needed. Creation is serialized across
+// processes by an exclusive flock on a lock file next to the template; a
+// published template is never modified, so copying it needs no lock.
+func (s *Server) template(base string) (dir string, created bool, err error) {
+	key := templateKey(s.eng)
+	final := filepath.Join(base, templatePrefix+key)
 	datadir := filepath.Join(final, "data")
-	if templateComplete(datadir) {
+	if s.templateComplete(datadir) {
 		return datadir, false, nil
 	}
 
@@ -331,18 +395,18 @@ func (s *Server) template(installDB string, versionOut []byte) (dir string, crea
 	}
 	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
 
-	if templateComplete(datadir) { // another process built it while we waited
+	if s.templateComplete(datadir) { // another process built it while we waited
 		return datadir, false, nil
 	}
 	if err := os.RemoveAll(final); err != nil { // incomplete leftover
 		return "", false, fmt.Errorf("testdb: remove broken template: %w", err)
 	}
-	staging, err := os.MkdirTemp("", templatePrefix+key+".staging-")
+	staging, err := os.MkdirTemp(base, templatePrefix+key+".staging-")
 	if err != nil {
 		return "", false, fmt.Errorf("testdb: %w", err)
 	}
 	defer os.RemoveAll(staging) // no-op after a successful rename
-	if err := s.installDatadir(installDB, filepath.Join(staging, "data")); err != nil {
+	if err := s.installDatadir(base, filepath.Join(staging, "data")); err != nil {
 		return "", false, err
 	}
 	if err := os.Rename(staging, final); err != nil {
@@ -353,8 +417,8 @@ func (s *Server) template(installDB string, versionOut []byte) (dir string, crea
 
 // templateComplete is a cheap sanity check that a template was fully
 // installed and has not been partly removed by a tmp cleaner.
-func templateComplete(datadir string) bool {
-	for _, f := range []string{"ibdata1", "ib_logfile0", "mysql_upgrade_info", "mysql/global_priv.MAI", "mysql/db.MAI"} {
+func (s *Server) templateComplete(datadir string) bool {
+	for _, f := range s.eng.templateFiles {
 		if _, err := os.Stat(filepath.Join(datadir, f)); err != nil {
 			return false
 		}
@@ -362,64 +426,63 @@ func templateComplete(datadir string) bool {
 	return true
 }
 
-// templateKey identifies a template: the binaries (path, size, mtime), the
-// server version and everything that goes into the installation.
-func templateKey(mariadbd, installDB string, versionOut []byte) string {
+// templateKey identifies a template: the flavour, the binaries (path, size,
+// mtime), the server version and everything that goes into the
+// installation.
+func templateKey(e *engine) string {
 	h := sha256.New()
-	for _, bin := range []string{mariadbd, installDB} {
+	fmt.Fprintf(h, "%s\n%s\n", e.flavor, e.root)
+	for _, bin := range []string{e.hostServer(), e.installDB} {
+		if bin == "" {
+			continue
+		}
 		fmt.Fprintf(h, "%s\n", bin)
 		if fi, err := os.Stat(bin); err == nil {
 			fmt.Fprintf(h, "%d %d\n", fi.Size(), fi.ModTime().UnixNano())
 		}
 	}
-	h.Write(versionOut)
-	fmt.Fprintf(h, "%q\n%s\nuid=%d\n", installArgs, bootstrapSQL, os.Geteuid())
+	h.Write(e.versionOut)
+	fmt.Fprintf(h, "%q\n%s\nuid=%d\n", e.installArgs, e.bootstrapSQL, os.Geteuid())
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
-// installDatadir runs mariadb-install-db into datadir (which must not exist).
-func (s *Server) installDatadir(installDB, datadir string) error {
+// installDatadir installs a fresh data directory datadir (which must not
+// exist), working in a temporary directory in base.
+func (s *Server) installDatadir(base, datadir string) error {
 	t0 := time.Now()
-	work, err := os.MkdirTemp("", "slotproxy-testdb-install-")
+	work, err := os.MkdirTemp(base, "slotproxy-testdb-install-")
 	if err != nil {
 		return fmt.Errorf("testdb: %w", err)
 	}
 	defer os.RemoveAll(work)
-	extra := filepath.Join(work, "bootstrap.sql")
-	if err := os.WriteFile(extra, []byte(bootstrapSQL), 0o600); err != nil {
-		return fmt.Errorf("testdb: %w", err)
+	if err := s.eng.install(work, datadir); err != nil {
+		return err
 	}
-	args := append([]string(nil), installArgs...)
-	args = append(args, "--datadir="+datadir, "--extra-file="+extra)
-	args = append(args, userArg()...)
-	cmd := exec.Command(installDB, args...)
-	// Make install-db bootstrap with the same mariadbd we will run.
-	cmd.Env = append(os.Environ(), "MYSQLD_BOOTSTRAP="+s.mariadbd)
-	cmd.Dir = work
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("testdb: %s failed: %w\n%s", installDB, err, tailLines(out, 30))
-	}
-	s.opts.Logf("testdb: mariadb-install-db took %s", time.Since(t0).Round(time.Millisecond))
+	s.opts.Logf("testdb: installing a %s data directory took %s", s.eng.name(), time.Since(t0).Round(time.Millisecond))
 	return nil
 }
 
-// launch starts mariadbd on s.Port with the existing data directory and
+// launch starts the server on s.Port with the existing data directory and
 // waits until it is ready. On error the process is gone; the error wraps
 // errPortInUse if the port could not be bound.
 func (s *Server) launch() error {
+	in := s.eng.inner
 	args := []string{
 		"--no-defaults",
-		"--datadir=" + filepath.Join(s.Dir, "data"),
+		"--datadir=" + in(filepath.Join(s.Dir, "data")),
 		"--port=" + strconv.Itoa(s.Port),
 		"--bind-address=127.0.0.1",
-		"--socket=" + s.Socket,
-		"--pid-file=" + filepath.Join(s.Dir, "mysqld.pid"),
-		"--tmpdir=" + filepath.Join(s.Dir, "tmp"),
+		"--socket=" + in(s.Socket),
+		"--pid-file=" + in(filepath.Join(s.Dir, "mysqld.pid")),
+		"--tmpdir=" + in(filepath.Join(s.Dir, "tmp")),
 	}
-	args = append(args, userArg()...)
-	args = append(args, serverArgs...)
-	args = append(args, s.opts.ExtraArgs...)
+	if s.IsMySQL() {
+		args = append(args, "--user=root")
+	} else {
+		args = append(args, userArg()...)
+	}
+	args = append(args, s.eng.serverArgs...)
+	args = append(args, s.args...)
 
 	p, err := s.spawn(args)
 	if err != nil {
@@ -433,19 +496,17 @@ func (s *Server) launch() error {
 	return nil
 }
 
-// spawn starts mariadbd with its output appended to the server log.
+// spawn starts the server with its output appended to the server log.
 func (s *Server) spawn(args []string) (*process, error) {
 	logf, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("testdb: open server log: %w", err)
 	}
-	fmt.Fprintf(logf, "%s%s %s\n", logMarker, s.mariadbd, strings.Join(args, " "))
+	fmt.Fprintf(logf, "%s%s %s\n", logMarker, s.eng.server, strings.Join(args, " "))
 
-	cmd := exec.Command(s.mariadbd, args...)
-	cmd.Dir = s.Dir
+	cmd := s.eng.command(s.Dir, args...)
 	cmd.Stdout = logf
 	cmd.Stderr = logf
-	cmd.SysProcAttr = childSysProcAttr()
 	p := &process{cmd: cmd, done: make(chan struct{})}
 
 	started := make(chan error, 1)
@@ -464,7 +525,7 @@ func (s *Server) spawn(args []string) (*process, error) {
 		close(p.done)
 	}()
 	if err := <-started; err != nil {
-		return nil, fmt.Errorf("testdb: start %s: %w", s.mariadbd, err)
+		return nil, fmt.Errorf("testdb: start %s: %w", s.eng.server, err)
 	}
 	return p, nil
 }
@@ -486,9 +547,14 @@ func (s *Server) waitReady(p *process) error {
 		if errors.Is(lastErr, errPortInUse) {
 			return lastErr
 		}
+		if s.bindFailed() {
+			// The server says so before it has shut down (MySQL takes
+			// seconds to); launch kills it.
+			return fmt.Errorf("testdb: %s could not bind %s: %w", s.eng.name(), s.Addr, errPortInUse)
+		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("testdb: mariadbd on %s not ready after %s: %w\n%s",
-				s.Addr, s.opts.StartTimeout, lastErr, s.logTail())
+			return fmt.Errorf("testdb: %s on %s not ready after %s: %w\n%s",
+				s.eng.name(), s.Addr, s.opts.StartTimeout, lastErr, s.logTail())
 		}
 		select {
 		case <-p.done:
@@ -499,15 +565,28 @@ func (s *Server) waitReady(p *process) error {
 
 // probeWhileRunning runs one probe, abandoning it after 2s or as soon as p
 // exits (a port holder that accepts but never speaks would otherwise stall
-// the probe while our mariadbd has already died of the bind error).
+// the probe while our server has already died of the bind error).
 func (s *Server) probeWhileRunning(p *process) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	go func() {
-		select {
-		case <-p.done:
-			cancel()
-		case <-ctx.Done():
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-p.done:
+				cancel()
+				return
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				// Our server cannot bind the port, and whoever holds
+				// it does not answer.
+				if s.bindFailed() {
+					cancel()
+					return
+				}
+			}
 		}
 	}()
 	return s.probe(ctx)
@@ -527,22 +606,29 @@ func (s *Server) probe(ctx context.Context) error {
 	if err := db.QueryRowContext(ctx, "SELECT @@socket").Scan(&sock); err != nil {
 		return err
 	}
-	if sock != s.Socket {
+	if sock != s.eng.inner(s.Socket) {
 		// Another test binary's server won the race for this port.
-		return fmt.Errorf("%w: %s is served by another MariaDB (socket %s)", errPortInUse, s.Addr, sock)
+		return fmt.Errorf("%w: %s is served by another server (socket %s)", errPortInUse, s.Addr, sock)
 	}
 	return nil
 }
 
-// exitError describes an unexpected exit of p during startup.
-func (s *Server) exitError(p *process) error {
-	if cur := s.currentLog(); strings.Contains(cur, "Address already in use") || strings.Contains(cur, "Bind on TCP/IP port") {
-		return fmt.Errorf("testdb: mariadbd could not bind %s: %w", s.Addr, errPortInUse)
-	}
-	return fmt.Errorf("testdb: mariadbd exited during startup (%v):\n%s", p.err, s.logTail())
+// bindFailed reports whether the latest server incarnation logged that it
+// could not bind its TCP port.
+func (s *Server) bindFailed() bool {
+	cur := s.currentLog()
+	return strings.Contains(cur, "Address already in use") || strings.Contains(cur, "Bind on TCP/IP port")
 }
 
-// logMarker starts the output of each mariadbd incarnation in the log.
+// exitError describes an unexpected exit of p during startup.
+func (s *Server) exitError(p *process) error {
+	if s.bindFailed() {
+		return fmt.Errorf("testdb: %s could not bind %s: %w", s.eng.name(), s.Addr, errPortInUse)
+	}
+	return fmt.Errorf("testdb: %s exited during startup (%v):\n%s", s.eng.name(), p.err, s.logTail())
+}
+
+// logMarker starts the output of each server incarnation in the log.
 const logMarker = "==== testdb: "
 
 // readLogEnd returns up to the last 64 KiB of the server log.
@@ -561,7 +647,7 @@ func (s *Server) readLogEnd() ([]byte, error) {
 	return io.ReadAll(f)
 }
 
-// currentLog returns the log output of the latest mariadbd incarnation.
+// currentLog returns the log output of the latest server incarnation.
 func (s *Server) currentLog() string {
 	b, _ := s.readLogEnd()
 	if i := bytes.LastIndex(b, []byte(logMarker)); i >= 0 {
@@ -608,17 +694,17 @@ func (s *Server) shutdownLocked() error {
 	}
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !p.exited() {
 		killAndWait(p)
-		return fmt.Errorf("testdb: signal mariadbd: %w", err)
+		return fmt.Errorf("testdb: signal %s: %w", s.eng.name(), err)
 	}
 	select {
 	case <-p.done:
 		if p.err != nil {
-			return fmt.Errorf("testdb: mariadbd shutdown: %w\n%s", p.err, s.logTail())
+			return fmt.Errorf("testdb: %s shutdown: %w\n%s", s.eng.name(), p.err, s.logTail())
 		}
 		return nil
 	case <-time.After(stopTimeout):
 		killAndWait(p)
-		return fmt.Errorf("testdb: mariadbd did not shut down within %s; killed\n%s", stopTimeout, s.logTail())
+		return fmt.Errorf("testdb: %s did not shut down within %s; killed\n%s", s.eng.name(), stopTimeout, s.logTail())
 	}
 }
 
@@ -669,11 +755,11 @@ func (s *Server) Restart() error {
 	if err != nil {
 		return fmt.Errorf("testdb: restart on %s: %w", s.Addr, err)
 	}
-	s.opts.Logf("testdb: MariaDB restarted at %s in %s", s.Addr, time.Since(t0).Round(time.Millisecond))
+	s.opts.Logf("testdb: %s restarted at %s in %s", s.eng.name(), s.Addr, time.Since(t0).Round(time.Millisecond))
 	return nil
 }
 
-// Running reports whether the mariadbd process is alive.
+// Running reports whether the server process is alive.
 func (s *Server) Running() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -745,21 +831,43 @@ func (s *Server) Exec(stmts ...string) error {
 }
 
 // Setup creates the standard test databases and accounts (see the
-// constants). It is idempotent and suitable as the setup argument of Main.
+// constants): on both servers DBName, DriverDBName, User and DriverUser;
+// on MariaDB also EdUser, on MySQL also Sha2User. It is idempotent and
+// suitable as the setup argument of Main.
 func Setup(s *Server) error {
-	return s.Exec(
-		"CREATE DATABASE IF NOT EXISTS "+quoteIdent(DBName),
-		"CREATE DATABASE IF NOT EXISTS "+quoteIdent(DriverDBName),
-		fmt.Sprintf("CREATE OR REPLACE USER %s@'%%' IDENTIFIED VIA mysql_native_password USING PASSWORD(%s)",
-			quoteString(NativeUser), quoteString(NativePassword)),
-		fmt.Sprintf("GRANT ALL PRIVILEGES ON *.* TO %s@'%%'", quoteString(NativeUser)),
-		fmt.Sprintf("CREATE OR REPLACE USER %s@'%%' IDENTIFIED VIA ed25519 USING PASSWORD(%s)",
-			quoteString(EdUser), quoteString(EdPassword)),
-		fmt.Sprintf("GRANT ALL PRIVILEGES ON *.* TO %s@'%%'", quoteString(EdUser)),
-		fmt.Sprintf("CREATE OR REPLACE USER %s@'%%' IDENTIFIED BY %s",
-			quoteString(DriverUser), quoteString(DriverPassword)),
-		fmt.Sprintf("GRANT ALL PRIVILEGES ON *.* TO %s@'%%' WITH GRANT OPTION", quoteString(DriverUser)),
-	)
+	stmts := []string{
+		"CREATE DATABASE IF NOT EXISTS " + quoteIdent(DBName),
+		"CREATE DATABASE IF NOT EXISTS " + quoteIdent(DriverDBName),
+	}
+	// account creates user@'%' anew with ALL PRIVILEGES on *.*; via is
+	// the authentication clause before the password.
+	account := func(user, via, pass, grantOption string) {
+		u := quoteString(user) + "@'%'"
+		stmts = append(stmts,
+			"DROP USER IF EXISTS "+u,
+			fmt.Sprintf("CREATE USER %s IDENTIFIED %s %s", u, via, pass),
+			fmt.Sprintf("GRANT ALL PRIVILEGES ON *.* TO %s%s", u, grantOption))
+	}
+	account(User, "BY", quoteString(Password), "")
+	account(DriverUser, "BY", quoteString(DriverPassword), " WITH GRANT OPTION")
+	switch s.Flavor {
+	case MariaDB:
+		account(EdUser, "VIA ed25519 USING", "PASSWORD("+quoteString(EdPassword)+")", "")
+	case MySQL:
+		account(Sha2User, "WITH caching_sha2_password BY", quoteString(Sha2Password), "")
+	}
+	return s.Exec(stmts...)
+}
+
+// Seq returns a table expression for a FROM clause that yields the integers
+// 1 to n, in order, in a column named seq, on MariaDB and MySQL alike: the
+// portable spelling of MariaDB's seq_1_to_n (MySQL has no Sequence engine).
+// It is named seq_1_to_n.
+func Seq(n int) string {
+	if n < 1 {
+		n = 1
+	}
+	return fmt.Sprintf("JSON_TABLE(CONCAT('[', REPEAT('0,', %d), '0]'), '$[*]' COLUMNS (seq FOR ORDINALITY)) AS seq_1_to_%d", n-1, n)
 }
 
 func quoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
@@ -802,8 +910,9 @@ func Run(m *testing.M, opts Options, setup func(*Server) error) int {
 	}
 	s, err := Start(opts)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: testdb: cannot start a MariaDB server for the tests: %v\n"+
-			"These tests need mariadbd and mariadb-install-db; run scripts/deps.sh to install them.\n", err)
+		fmt.Fprintf(os.Stderr, "FAIL: testdb: cannot start a %s server for the tests: %v\n"+
+			"These tests need a real server (MariaDB: mariadbd and mariadb-install-db; MySQL: the chroot %s); "+
+			"run scripts/deps.sh to install them.\n", flavorName(opts.Flavor), err, MySQLChroot())
 		return 1
 	}
 	shared = s
@@ -826,20 +935,20 @@ func Run(m *testing.M, opts Options, setup func(*Server) error) int {
 	return code
 }
 
-// sweepStaleDirs removes server directories left behind by test binaries
-// that died without Stop (killed, timed out). Their mariadbd was killed
-// with them (Pdeathsig on Linux).
-func sweepStaleDirs(logf func(string, ...any)) {
+// sweepStaleDirs removes server directories in base left behind by test
+// binaries that died without Stop (killed, timed out). Their server was
+// killed with them (Pdeathsig on Linux).
+func sweepStaleDirs(base string, logf func(string, ...any)) {
 	// Template staging and install work dirs of interrupted installs.
 	for _, pat := range []string{templatePrefix + "*.staging-*", "slotproxy-testdb-install-*"} {
-		matches, _ := filepath.Glob(filepath.Join(os.TempDir(), pat))
+		matches, _ := filepath.Glob(filepath.Join(base, pat))
 		for _, dir := range matches {
 			if fi, err := os.Stat(dir); err == nil && time.Since(fi.ModTime()) > time.Hour {
 				os.RemoveAll(dir)
 			}
 		}
 	}
-	matches, _ := filepath.Glob(filepath.Join(os.TempDir(), runDirPrefix+"*"))
+	matches, _ := filepath.Glob(filepath.Join(base, runDirPrefix+"*"))
 	for _, dir := range matches {
 		b, err := os.ReadFile(filepath.Join(dir, ownerFile))
 		if err != nil {
@@ -859,6 +968,40 @@ func sweepStaleDirs(logf func(string, ...any)) {
 	}
 }
 
+// ServerVersion returns the version string of flavour f's server binary
+// (for MySQL, the chroot's mysqld), as Server.Version would be, without
+// starting a server.
+func ServerVersion(f Flavor) (string, error) {
+	e, err := newEngine(f)
+	if err != nil {
+		return "", err
+	}
+	return parseVersion(string(e.versionOut)), nil
+}
+
+// BaseDir returns the host directory under which servers of flavour f keep
+// their directories and cached templates: os.TempDir() for MariaDB, the
+// same path inside the chroot for MySQL.
+func BaseDir(f Flavor) string {
+	if f == MySQL {
+		return filepath.Join(MySQLChroot(), os.TempDir())
+	}
+	return os.TempDir()
+}
+
+// flavorName is f for messages; empty means the environment's choice.
+func flavorName(f Flavor) string {
+	if f == "" {
+		if env, err := FlavorFromEnv(); err == nil {
+			f = env
+		}
+	}
+	if f == MySQL {
+		return "MySQL"
+	}
+	return "MariaDB"
+}
+
 // findBinary looks name up in PATH, then in the given directories.
 func findBinary(name string, dirs ...string) (string, error) {
 	if p, err := exec.LookPath(name); err == nil {
@@ -874,7 +1017,7 @@ func findBinary(name string, dirs ...string) (string, error) {
 		name, strings.Join(dirs, ", "))
 }
 
-// userArg returns --user=root when running as root: mariadbd refuses to
+// userArg returns --user=root when running as root: the server refuses to
 // run as root otherwise. As another user the flag is unnecessary.
 func userArg() []string {
 	if os.Geteuid() == 0 {
@@ -884,7 +1027,7 @@ func userArg() []string {
 }
 
 // freePort returns a currently free TCP port on 127.0.0.1. Another process
-// may take it before mariadbd binds it; callers retry.
+// may take it before the server binds it; callers retry.
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -894,7 +1037,9 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// parseVersion extracts "10.11.19-MariaDB-..." from "mariadbd  Ver 10.11.19-MariaDB-... for ...".
+// parseVersion extracts "10.11.19-MariaDB-..." from "mariadbd  Ver
+// 10.11.19-MariaDB-... for ..." and "9.7.4-2" from "/usr/sbin/mysqld  Ver
+// 9.7.4-2 for Linux on x86_64 ((Debian))".
 func parseVersion(out string) string {
 	f := strings.Fields(out)
 	for i, w := range f {

@@ -14,9 +14,10 @@ import (
 	"testing"
 	"time"
 
-	_ "github.com/go-sql-driver/mysql"
+	"github.com/go-sql-driver/mysql"
 	"go.uber.org/goleak"
 
+	"github.com/slotproxy/slotproxy/internal/testcerts"
 	"github.com/slotproxy/slotproxy/internal/testdb"
 )
 
@@ -45,14 +46,20 @@ func queryString(t *testing.T, db *sql.DB, query string) string {
 
 func TestAccounts(t *testing.T) {
 	s := testdb.Shared()
-	for _, tc := range []struct {
-		user, pass, db, plugin string
-	}{
-		{s.RootUser, s.RootPassword, "", "mysql_native_password"},
-		{testdb.NativeUser, testdb.NativePassword, testdb.DBName, "mysql_native_password"},
-		{testdb.EdUser, testdb.EdPassword, testdb.DBName, "ed25519"},
-		{testdb.DriverUser, testdb.DriverPassword, testdb.DriverDBName, "mysql_native_password"},
-	} {
+	type account struct{ user, pass, db, plugin string }
+	accounts := []account{
+		{s.RootUser, s.RootPassword, "", s.DefaultAuthPlugin()},
+		{testdb.User, testdb.Password, testdb.DBName, s.DefaultAuthPlugin()},
+		{testdb.DriverUser, testdb.DriverPassword, testdb.DriverDBName, s.DefaultAuthPlugin()},
+	}
+	// The plugin-specific account of each server; the other's does not
+	// exist.
+	only, missing := account{testdb.EdUser, testdb.EdPassword, testdb.DBName, "ed25519"}, testdb.Sha2User
+	if s.IsMySQL() {
+		only, missing = account{testdb.Sha2User, testdb.Sha2Password, testdb.DBName, "caching_sha2_password"}, testdb.EdUser
+	}
+	accounts = append(accounts, only)
+	for _, tc := range accounts {
 		t.Run(tc.user, func(t *testing.T) {
 			db := openDB(t, s.DSN(tc.user, tc.pass, tc.db, ""))
 			if got := queryString(t, db, "SELECT 1"); got != "1" {
@@ -74,11 +81,72 @@ func TestAccounts(t *testing.T) {
 	}
 
 	t.Run("wrong password", func(t *testing.T) {
-		db := openDB(t, s.DSN(testdb.EdUser, "nope", "", ""))
+		db := openDB(t, s.DSN(only.user, "nope", "", ""))
 		if err := db.Ping(); err == nil || !strings.Contains(err.Error(), "1045") {
 			t.Fatalf("Ping with wrong password: %v, want error 1045", err)
 		}
 	})
+	t.Run("no "+missing, func(t *testing.T) {
+		db := openDB(t, s.RootDSN("", ""))
+		if n := queryString(t, db, "SELECT COUNT(*) FROM mysql.user WHERE user = '"+missing+"'"); n != "0" {
+			t.Fatalf("%s exists on %s", missing, s.Flavor)
+		}
+	})
+}
+
+func TestFlavor(t *testing.T) {
+	s := testdb.Shared()
+	want, err := testdb.FlavorFromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := openDB(t, s.RootDSN("", ""))
+	version := queryString(t, db, "SELECT VERSION()")
+	if s.Flavor != want || s.IsMySQL() != (want == testdb.MySQL) || s.IsMariaDB() != (want == testdb.MariaDB) {
+		t.Fatalf("Flavor %q (IsMySQL %v), want %q from %s", s.Flavor, s.IsMySQL(), want, testdb.EnvServer)
+	}
+	if version != s.Version {
+		t.Errorf("VERSION() = %q, Server.Version = %q", version, s.Version)
+	}
+	if d := s.Dialect(); d.IsMySQL() != s.IsMySQL() || d.IsMariaDB() != s.IsMariaDB() {
+		t.Errorf("Dialect() = %v for a %s server", d, s.Flavor)
+	}
+	// The greeting announces the same version.
+	conn, err := net.Dial("tcp", s.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	buf := make([]byte, 256)
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	n, err := conn.Read(buf)
+	if err != nil || n < 6 {
+		t.Fatalf("read greeting: %d bytes, %v", n, err)
+	}
+	// MariaDB's greeting prefixes "5.5.5-".
+	end := strings.IndexByte(string(buf[5:n]), 0)
+	if end < 0 || strings.TrimPrefix(string(buf[5:5+end]), "5.5.5-") != s.Version {
+		t.Errorf("greeting %q does not announce %q", buf[5:n], s.Version)
+	}
+}
+
+func TestFlavorFromEnv(t *testing.T) {
+	for _, tc := range []struct {
+		env  string
+		want testdb.Flavor
+		err  bool
+	}{
+		{"", testdb.MariaDB, false},
+		{"mariadb", testdb.MariaDB, false},
+		{"MySQL", testdb.MySQL, false},
+		{"postgres", "", true},
+	} {
+		t.Setenv(testdb.EnvServer, tc.env)
+		got, err := testdb.FlavorFromEnv()
+		if got != tc.want || (err != nil) != tc.err {
+			t.Errorf("%s=%q: %q, %v", testdb.EnvServer, tc.env, got, err)
+		}
+	}
 }
 
 func TestDSN(t *testing.T) {
@@ -110,7 +178,7 @@ func TestExec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db := openDB(t, s.DSN(testdb.NativeUser, testdb.NativePassword, testdb.DBName, ""))
+	db := openDB(t, s.DSN(testdb.User, testdb.Password, testdb.DBName, ""))
 	if got := queryString(t, db, "SELECT SUM(id) FROM exec_test"); got != "3" {
 		t.Errorf("SUM = %q, want 3", got)
 	}
@@ -120,12 +188,23 @@ func TestExec(t *testing.T) {
 	}
 }
 
-// TestKillRestart uses a private server so that the shared one stays up.
+// TestKillRestart uses a private server so that the shared one stays up. It
+// also checks that ExtraArgs apply, including flags naming host files.
 func TestKillRestart(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 
+	// Server flags that name host files: for MySQL they are copied into
+	// the chroot.
+	certs, err := testcerts.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, cert, key, err := certs.WriteFiles(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
 	s, err := testdb.Start(testdb.Options{
-		ExtraArgs: []string{"--performance-schema=ON"},
+		ExtraArgs: []string{"--performance-schema=ON", "--ssl-ca=" + ca, "--ssl-cert=" + cert, "--ssl-key=" + key},
 		Logf:      t.Logf,
 	})
 	if err != nil {
@@ -147,6 +226,17 @@ func TestKillRestart(t *testing.T) {
 	if got := queryString(t, db, "SELECT @@performance_schema"); got != "1" {
 		t.Errorf("@@performance_schema = %q, want 1 (ExtraArgs not applied)", got)
 	}
+	// The server presents the test certificate, verified with the test CA.
+	if err := mysql.RegisterTLSConfig("testdb-kill", certs.ClientTLS("127.0.0.1")); err != nil {
+		t.Fatal(err)
+	}
+	defer mysql.DeregisterTLSConfig("testdb-kill")
+	tlsDB := openDB(t, s.RootDSN("", "tls=testdb-kill"))
+	var name, cipher string
+	if err := tlsDB.QueryRow("SHOW SESSION STATUS LIKE 'Ssl_cipher'").Scan(&name, &cipher); err != nil || cipher == "" {
+		t.Errorf("TLS with the certificate from ExtraArgs: cipher %q, %v", cipher, err)
+	}
+	tlsDB.Close()
 	if err := s.Exec(
 		"CREATE DATABASE k",
 		"CREATE TABLE k.t (id INT PRIMARY KEY, v VARCHAR(10)) ENGINE=InnoDB",
@@ -192,10 +282,31 @@ func TestKillRestart(t *testing.T) {
 	db.Close()
 }
 
+// privateTempDir points TMPDIR at a fresh directory for this test, so that
+// the template cache starts empty, and removes what the servers left there
+// (for MySQL inside the chroot) when the test ends.
+func privateTempDir(t *testing.T) {
+	flavor, err := testdb.FlavorFromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outer := testdb.BaseDir(flavor)
+	t.Setenv("TMPDIR", t.TempDir())
+	if base := testdb.BaseDir(flavor); base != os.TempDir() {
+		t.Cleanup(func() {
+			os.RemoveAll(base)
+			// and the directories made for it, up to the usual base
+			for d := filepath.Dir(base); strings.HasPrefix(d, outer+"/"); d = filepath.Dir(d) {
+				_ = os.Remove(d)
+			}
+		})
+	}
+}
+
 // TestTemplateRace starts several servers at once with an empty template
 // cache, so they race to build it.
 func TestTemplateRace(t *testing.T) {
-	t.Setenv("TMPDIR", t.TempDir())
+	privateTempDir(t)
 	var wg sync.WaitGroup
 	servers := make([]*testdb.Server, 3)
 	errs := make([]error, len(servers))
@@ -220,7 +331,7 @@ func TestTemplateRace(t *testing.T) {
 }
 
 func TestStartFailure(t *testing.T) {
-	t.Setenv("TMPDIR", t.TempDir())
+	privateTempDir(t)
 	_, err := testdb.Start(testdb.Options{ExtraArgs: []string{"--no-such-option-xyz"}})
 	if err == nil {
 		t.Fatal("Start with a bad option succeeded")
@@ -230,7 +341,8 @@ func TestStartFailure(t *testing.T) {
 		t.Errorf("error does not include the server log tail: %v", err)
 	}
 	// Nothing but the template cache is left behind.
-	left, _ := filepath.Glob(filepath.Join(os.TempDir(), "slotproxy-testdb-run-*"))
+	flavor, _ := testdb.FlavorFromEnv()
+	left, _ := filepath.Glob(filepath.Join(testdb.BaseDir(flavor), "slotproxy-testdb-run-*"))
 	if len(left) != 0 {
 		t.Errorf("server dirs left behind: %v", left)
 	}

@@ -47,3 +47,14 @@ DROP TABLE users
 -- case: a backslash is not an escape under NO_BACKSLASH_ESCAPES: no statement is smuggled into the guard
 -- session: no_backslash_escapes
 UPDATE repos SET downloads = 7 WHERE name = 'x\'; UPDATE users SET downloads = downloads + 1 WHERE id = 2 -- '
+-- case: delete returning a counter (MariaDB 10.5+): folded first, so the clause returns the total
+DELETE FROM repos WHERE id = ? RETURNING id, downloads
+-- case: replace returning a counter
+REPLACE INTO repos (id, name, downloads, stars) VALUES (1, 'a', 0, 0) RETURNING id, downloads
+-- case: insert returning a counter of the new row
+INSERT INTO repos (id, name) VALUES (9, 'x') RETURNING id, downloads
+-- case: RETURNING in a comment is not a clause
+DELETE FROM repos WHERE id = 1 -- RETURNING x
+OR id = 2
+-- case: a RETURNING clause followed by another statement is not planned
+DELETE FROM repos WHERE id = 1 RETURNING downloads; SELECT downloads FROM repos

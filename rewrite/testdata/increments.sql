@@ -14,12 +14,8 @@ UPDATE /* hot */ app.repos AS r SET r.DOWNLOADS = r.downloads  +  2 WHERE r.ID =
 UPDATE App.Repos SET downloads = downloads + 1 WHERE id = 1
 -- case: two counters in one SET
 UPDATE repos SET downloads = downloads + ?, stars = stars + ? WHERE id = ?
--- case: two counters, MySQL 8 row alias
--- session: row_alias
+-- case: two counters, literal deltas
 UPDATE repos SET downloads = downloads + 1, stars = stars + 2 WHERE id = 3
--- case: MySQL 8 row alias, one counter
--- session: row_alias
-UPDATE repos SET downloads = downloads + 1 WHERE id = 3
 -- case: zero delta
 UPDATE repos SET downloads = downloads + 0 WHERE id = 3
 -- case: schema from the session

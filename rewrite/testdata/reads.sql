@@ -10,6 +10,21 @@ SELECT * FROM repos WHERE id = 1
 SELECT r.*, u.* FROM repos r JOIN users u ON u.id = r.owner_id
 -- case: where, order by, group by, having
 SELECT owner_id, SUM(downloads) FROM repos WHERE stars > 10 GROUP BY owner_id HAVING SUM(downloads) > 5 ORDER BY MAX(downloads) DESC
+-- case: group by a counter (MySQL's ONLY_FULL_GROUP_BY, on by default)
+SELECT downloads, COUNT(*) FROM repos GROUP BY downloads ORDER BY downloads
+-- case: group by a counter with a qualified name and an alias
+SELECT r.downloads AS d, COUNT(*) FROM repos r GROUP BY r.downloads HAVING COUNT(*) > 0
+-- case: group by a counter's position
+SELECT downloads, COUNT(*) FROM repos GROUP BY 1
+-- case: group by a counter that is not selected
+SELECT COUNT(*) FROM repos GROUP BY downloads
+-- case: group by a counter after a wildcard keeps the expression
+SELECT *, COUNT(*) FROM repos GROUP BY id, downloads
+-- case: group by two counters, one of them selected
+SELECT stars, COUNT(*) FROM repos GROUP BY downloads, stars ORDER BY stars DESC
+-- case: order by a grouped counter that is not selected (known limitation on MySQL)
+-- session: fails_on=mysql:1055
+SELECT stars, COUNT(*) FROM repos GROUP BY downloads, stars ORDER BY downloads
 -- case: order by a select alias is left alone
 SELECT name AS downloads FROM repos ORDER BY downloads
 -- case: join condition and the other table's same-named column
