@@ -18,6 +18,7 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 
+	"github.com/slotproxy/slotproxy/internal/dialect"
 	"github.com/slotproxy/slotproxy/internal/wire"
 	"github.com/slotproxy/slotproxy/rewrite"
 )
@@ -110,6 +111,7 @@ type Session struct {
 	link Link
 	log  *slog.Logger
 	rd   wire.Reader
+	dial dialect.Dialect
 
 	status     uint16 // server status after the last response
 	rolledBack bool   // a deadlock or lock wait timeout rolled the transaction back
@@ -125,6 +127,7 @@ func NewSession(env *Env, link Link, log *slog.Logger, status uint16, serverVers
 		link:   link,
 		log:    log,
 		rd:     wire.Reader{Src: link.Backend, DeprecateEOF: link.Caps&mysql.CLIENT_DEPRECATE_EOF != 0},
+		dial:   dialect.Parse(serverVersion),
 		status: status,
 	}
 }

@@ -50,6 +50,10 @@ func (s *Session) settleTransaction() {
 }
 
 func (s *Session) handleOther(payload []byte) error {
+	if s.dial.AnswersShortNoReplyCommand(payload[0], len(payload)) {
+		_, err := s.forward(payload, wire.One, nil) // MySQL says the command is malformed
+		return err
+	}
 	switch payload[0] {
 	case mysql.COM_STMT_CLOSE:
 		if len(payload) >= 5 {

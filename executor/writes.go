@@ -359,7 +359,12 @@ func (s *Session) guardedOnce(p rewrite.Plan, ex *execution, wrapped bool) (*wir
 		if r.Failed() {
 			return nil, r.Err, nil
 		}
-		ok.Status = r.Status
+		// The client's statement ran in autocommit: its OK says so, and
+		// carries no state change of the proxy's COMMIT.
+		ok.Status &^= mysql.SERVER_STATUS_IN_TRANS
+		if r.OK != nil && ok.Status&mysql.SERVER_SESSION_STATE_CHANGED == 0 {
+			ok.State = nil
+		}
 	}
 	return &ok, nil, nil
 }

@@ -2,11 +2,14 @@ package proxy
 
 import (
 	"bytes"
+	"crypto/rand"
 	"crypto/rsa"
+	"crypto/sha1"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 
@@ -132,6 +135,12 @@ func (a *authRelay) run() error {
 			if len(pkt) == 2 && pkt[1] == 3 { // caching_sha2 fast auth succeeded: OK follows
 				continue
 			}
+			if len(pkt) == 2 && pkt[1] == 4 && !a.clientTLS && a.backendTLS {
+				if err := a.bridgeToTLS(); err != nil {
+					return err
+				}
+				continue
+			}
 			if len(pkt) == 2 && pkt[1] == 4 && a.mustBridge() {
 				// caching_sha2 full authentication: the client sends its
 				// password in clear next.
@@ -232,6 +241,67 @@ func (a *authRelay) sendEncrypted(pw, keyPkt []byte, kseq byte) error {
 		return err
 	}
 	a.delta += 2
+	return s.back.Flush()
+}
+
+// proxyKey is the proxy's own RSA key pair, made on first use, for clients
+// that ask for a public key on their plaintext hop while the backend's hop
+// is TLS (see bridgeToTLS).
+var proxyKey = sync.OnceValues(func() (*rsa.PrivateKey, error) { return rsa.GenerateKey(rand.Reader, 2048) })
+
+// bridgeToTLS completes caching_sha2_password full authentication for a
+// plaintext client in front of a TLS backend hop: the backend, on TLS,
+// expects the password in clear; the client, on plaintext, asks for a
+// public key (2) to encrypt it with. The proxy answers with its own key,
+// decrypts what the client sends, and passes the password on inside the
+// backend's TLS. A client that encrypts with a key it already had (the
+// server's) is relayed as it is and fails, as the proxy cannot read it.
+func (a *authRelay) bridgeToTLS() error {
+	s := a.s
+	ans, cseq, err := s.client.ReadPacket(nil, handshakePacketLimit)
+	if err != nil {
+		return fmt.Errorf("client during auth: %w", wire.NoEOF(err))
+	}
+	defer clear(ans)
+	bseq := cseq + a.delta
+	if len(ans) == 1 && ans[0] == 2 {
+		key, err := proxyKey()
+		if err != nil {
+			return fmt.Errorf("make the proxy's RSA key: %w", err)
+		}
+		der, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+		if err != nil {
+			return err
+		}
+		pemKey := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
+		if _, err := s.client.WritePacket(append([]byte{1}, pemKey...), cseq+1); err != nil {
+			return err
+		}
+		if err := s.client.Flush(); err != nil {
+			return err
+		}
+		enc, _, err := s.client.ReadPacket(nil, handshakePacketLimit)
+		if err != nil {
+			return fmt.Errorf("client during auth: %w", wire.NoEOF(err))
+		}
+		plain, err := rsa.DecryptOAEP(sha1.New(), rand.Reader, key, enc, nil)
+		if err != nil {
+			_ = sendError(s.client, cseq+3, wire.Errorf(mysql.ER_ACCESS_DENIED_ERROR, "28000",
+				"the password the client encrypted cannot be decrypted"))
+			return fmt.Errorf("decrypt the client's password: %w", err)
+		}
+		defer clear(plain)
+		for i := range plain {
+			if len(a.scramble) > 0 {
+				plain[i] ^= a.scramble[i%len(a.scramble)]
+			}
+		}
+		ans = append(ans[:0], plain...) // the password and its NUL
+		a.delta -= 2                    // two packets the backend never saw
+	}
+	if _, err := s.back.WritePacket(ans, bseq); err != nil {
+		return err
+	}
 	return s.back.Flush()
 }
 

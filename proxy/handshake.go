@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 
+	"github.com/slotproxy/slotproxy/internal/dialect"
 	"github.com/slotproxy/slotproxy/internal/wire"
 )
 
@@ -292,6 +293,7 @@ func (s *session) handshake(ctx context.Context) error {
 	gr.setCaps(advertised)
 	s.serverVersion = gr.serverVersion
 	lastVersion.Store(&s.serverVersion)
+	s.dialect = dialect.Parse(s.serverVersion)
 	s.backendConnID = gr.connID
 	if _, err := s.client.WritePacket(gr.raw, 0); err != nil {
 		return err

@@ -17,6 +17,7 @@ import (
 func dialRawCaps(t *testing.T, addr, db string, set, unset uint32) *rawConn {
 	t.Helper()
 	c, err := client.Connect(addr, testdb.User, testdb.Password, db, func(c *client.Conn) error {
+		c.UnsetCapability(gomysql.CLIENT_QUERY_ATTRIBUTES) // the proxy does not offer it
 		for f := uint32(1); f != 0; f <<= 1 {
 			if set&f != 0 {
 				c.SetCapability(f)

@@ -24,6 +24,10 @@ func (s *session) relay(cmd byte, h wire.Header) error {
 			_ = s.back.Flush()
 			return io.EOF
 		}
+		if s.dialect.AnswersShortNoReplyCommand(cmd, h.Length) {
+			kind = wire.One // MySQL says the command is malformed
+			break
+		}
 		return nil // flushed with the next command, or before idling
 	case wire.Stream:
 		return s.stream()

@@ -15,6 +15,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/slotproxy/slotproxy/executor"
+	"github.com/slotproxy/slotproxy/internal/dialect"
 	"github.com/slotproxy/slotproxy/internal/wire"
 )
 
@@ -74,6 +75,7 @@ type session struct {
 	// Set by the handshake, read-only afterwards.
 	caps          uint32
 	serverVersion string
+	dialect       dialect.Dialect
 	backendConnID uint32
 	user, db      string
 	tls           bool // the client's hop is TLS

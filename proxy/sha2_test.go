@@ -55,6 +55,7 @@ func TestCachingSha2(t *testing.T) {
 		{"RSA exchange, no TLS", false, false, fakebackend.PathFullRSA},
 		{"TLS on both hops", true, true, fakebackend.PathFullTLS},
 		{"TLS client, plaintext backend (proxy bridges with RSA)", true, false, fakebackend.PathFullRSA},
+		{"plaintext client, TLS backend (proxy answers with its own RSA key)", false, true, fakebackend.PathFullTLS},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -173,3 +173,21 @@ func (d Dialect) LockNowaitError() uint16 {
 	}
 	return ErrLockNowait
 }
+
+// AnswersShortNoReplyCommand reports whether the server answers, with ERR
+// 1835 (malformed packet), a COM_STMT_CLOSE or COM_STMT_SEND_LONG_DATA too
+// short to name a statement (and a parameter), commands it otherwise never
+// answers: MySQL does, MariaDB does not. cmd is the command byte and
+// length the payload's length, command byte included.
+func (d Dialect) AnswersShortNoReplyCommand(cmd byte, length int) bool {
+	if d.Flavor != MySQL {
+		return false
+	}
+	switch cmd {
+	case 0x19: // COM_STMT_CLOSE: command, statement id (4)
+		return length < 5
+	case 0x18: // COM_STMT_SEND_LONG_DATA: command, statement id (4), parameter (2)
+		return length < 7
+	}
+	return false
+}
