@@ -55,6 +55,11 @@ func (s *Session) query(sql string) (*wire.Response, error) {
 // number of packets than the client's command did (a rewrite across a 16
 // MiB boundary), the response is renumbered to follow the client's.
 func (s *Session) forward(payload []byte, kind wire.Kind, patch func(*wire.OK)) (wire.Result, error) {
+	return s.forwardPatched(payload, kind, patch, nil)
+}
+
+// forwardPatched is forward with the column patch cp (nil: none).
+func (s *Session) forwardPatched(payload []byte, kind wire.Kind, patch func(*wire.OK), cp *columnPatch) (wire.Result, error) {
 	if packets := len(payload)/wire.MaxPayload + 1; packets != int(s.respSeq) {
 		s.link.Client.SeqShift = s.respSeq - byte(packets)
 	}
@@ -62,6 +67,7 @@ func (s *Session) forward(payload []byte, kind wire.Kind, patch func(*wire.OK)) 
 		return wire.Result{}, err
 	}
 	sink := &wire.Forward{Client: s.link.Client, Server: s.link.Backend, Caps: s.link.Caps, PatchOK: patch}
+	cp.install(sink)
 	res, err := s.rd.Read(kind, sink)
 	s.link.Client.SeqShift = 0
 	if err != nil {
@@ -110,6 +116,11 @@ func (s *Session) writeErr(pkt []byte, seq *byte) error {
 // and dropped. It returns the statement id and parameter count, or the ERR
 // packet.
 func (s *Session) prepare(sql []byte, relay bool) (id uint32, params int, errPkt []byte, err error) {
+	return s.preparePatched(sql, relay, nil)
+}
+
+// preparePatched is prepare with the relayed column definitions patched.
+func (s *Session) preparePatched(sql []byte, relay bool, cp *columnPatch) (id uint32, params int, errPkt []byte, err error) {
 	if err := s.send(append([]byte{mysql.COM_STMT_PREPARE}, sql...)); err != nil {
 		return 0, 0, nil, err
 	}
@@ -118,7 +129,9 @@ func (s *Session) prepare(sql []byte, relay bool) (id uint32, params int, errPkt
 	seq := s.respSeq
 	switch {
 	case relay:
-		sink = &wire.Forward{Client: s.link.Client, Server: s.link.Backend, Caps: s.link.Caps, Seq: &seq}
+		f := &wire.Forward{Client: s.link.Client, Server: s.link.Backend, Caps: s.link.Caps, Seq: &seq}
+		cp.install(f)
+		sink = f
 	default:
 		c = &wire.Collect{}
 		sink = c

@@ -80,8 +80,13 @@ type Env struct {
 	Stats Stats
 
 	exists       *existsCache
+	meta         metaCache
 	shadowLogged atomic.Int64 // unix nanoseconds of the last shadow log line at info
 }
+
+// SchemaChanged forgets what the executor learned of the schema (column
+// definitions of statements); call it when the catalog is reloaded.
+func (e *Env) SchemaChanged() { e.meta.forget() }
 
 // NewEnv returns an Env with its shared caches.
 func NewEnv() *Env { return &Env{exists: newExistsCache(1 << 20)} }

@@ -20,6 +20,8 @@ type stmtInfo struct {
 	// key to check or lock, a delta, or every parameter when the statement
 	// may run as written instead of rewritten.
 	longVals [][]byte
+	// origCols are a rewritten read's own column definitions (nil: unknown).
+	origCols [][]byte
 }
 
 // maxKeptLongData bounds the long data the proxy copies per parameter. Keys
@@ -67,16 +69,22 @@ func (s *Session) handlePrepare(rw *rewrite.Rewriter, payload []byte) error {
 		_, err := s.forward(payload, wire.Prepare, nil)
 		return err
 	}
+	var orig [][]byte
+	if p.Kind == rewrite.KindRead && !p.Shadow {
+		if orig, err = s.originalColumns(p); err != nil {
+			return err
+		}
+	}
 	// Rewritten statements are prepared by the executor, to learn the
 	// statement id their executions will name.
-	id, params, errPkt, err := s.prepare([]byte(sql), true)
+	id, params, errPkt, err := s.preparePatched([]byte(sql), true, newColumnPatch(orig, false))
 	if err != nil || errPkt != nil {
 		return err
 	}
 	if s.rw.stmts == nil {
 		s.rw.stmts = map[uint32]*stmtInfo{}
 	}
-	s.rw.stmts[id] = &stmtInfo{plan: p, params: params}
+	s.rw.stmts[id] = &stmtInfo{plan: p, params: params, origCols: orig}
 	return nil
 }
 
@@ -99,7 +107,7 @@ func (s *Session) handleExecute(payload []byte) error {
 	case p.Kind == rewrite.KindRead:
 		s.env.Stats.RewrittenReads.Add(1)
 		s.env.metrics().Statement(PathRewrittenRead, "")
-		_, err := s.forward(payload, wire.Results, nil)
+		_, err := s.forwardPatched(payload, wire.Results, nil, newColumnPatch(st.origCols, true))
 		return err
 	}
 	ep, err := parseExecute(payload, st.params, st.types, st.longData)

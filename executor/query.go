@@ -266,6 +266,17 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 			simple = false
 		}
 	}
+	if simple && len(plans) == 1 && plans[0].Kind == rewrite.KindRead && !plans[0].Shadow {
+		p := plans[0]
+		s.env.Stats.RewrittenReads.Add(1)
+		s.env.metrics().Statement(PathRewrittenRead, "")
+		orig, err := s.originalColumns(p)
+		if err != nil {
+			return err
+		}
+		_, err = s.forwardPatched(queryPacket(p.SQL), wire.Results, nil, newColumnPatch(orig, false))
+		return err
+	}
 	if simple {
 		var text strings.Builder
 		for _, p := range plans {

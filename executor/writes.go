@@ -84,6 +84,9 @@ func (s *Session) afterSuccess(p rewrite.Plan) error {
 			s.log.Warn("slot clean-up after the statement failed", "table", p.Table.Qualified(), "err", (&backendError{r.Err}).Error())
 		}
 	}
+	if p.Reload {
+		s.env.SchemaChanged()
+	}
 	if p.Reload && s.env.OnDDL != nil {
 		go s.env.OnDDL()
 	}

@@ -159,7 +159,10 @@ func NewServer(cfg Config) (*Server, error) {
 // SetRewriter replaces the rewriter for statements prepared or sent from
 // now on; statements already prepared keep the plan they were prepared
 // with. Nil turns rewriting off.
-func (s *Server) SetRewriter(r *rewrite.Rewriter) { s.rewriter.Store(r) }
+func (s *Server) SetRewriter(r *rewrite.Rewriter) {
+	s.env.SchemaChanged()
+	s.rewriter.Store(r)
+}
 
 // Rewriter returns the current rewriter (nil when rewriting is off).
 func (s *Server) Rewriter() *rewrite.Rewriter { return s.rewriter.Load() }

@@ -65,6 +65,13 @@ type Plan struct {
 	// sql_mode or client character set, so statements after it in the same
 	// query must be planned again once it has run.
 	ChangesSession bool
+	// MetaKey, for a KindRead plan of a SELECT, identifies the result's
+	// column definitions: statements with the same MetaKey (in the same
+	// database) return columns of the same types, lengths and names. It is
+	// the text of the select list exactly, then the rest of the statement
+	// with its integer literals masked (they cannot change a column's
+	// definition there). Empty: no key (use Original).
+	MetaKey string
 }
 
 // Increment describes a slotted upsert. The upsert keeps the original
@@ -259,6 +266,12 @@ func (r *Rewriter) rewrite(sql string, sess Session, slot func(int) int) ([]Plan
 		pos = end
 		plan := r.plan(st, sql, start, end, sess, slot)
 		plan.Original = text
+		if sel, ok := st.(*ast.SelectStmt); ok && plan.Kind == KindRead && sel.Fields != nil && len(sel.Fields.Fields) > 0 {
+			last := sel.Fields.Fields[len(sel.Fields.Fields)-1]
+			if fe := last.Offset + len(last.Text()); fe > start && fe <= end && sql[last.Offset:fe] == last.Text() {
+				plan.MetaKey = sql[start:fe] + "\x00" + maskSentinels(sql[fe:end])
+			}
+		}
 		plan.ChangesSession = changesSession(st)
 		if plan.Kind == KindOriginal {
 			plan.SQL = text

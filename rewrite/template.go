@@ -177,6 +177,7 @@ func (t *template) instantiate(sql string, spans [][2]int, slot func(int) int) [
 		p.SQL = sub(p.SQL)
 		p.Original = sub(p.Original)
 		p.After = sub(p.After)
+		p.MetaKey = sub(p.MetaKey)
 		if p.Increment != nil {
 			inc := *p.Increment
 			inc.KeyLiteral = sub(inc.KeyLiteral)
@@ -191,6 +192,26 @@ func (t *template) instantiate(sql string, spans [][2]int, slot func(int) int) [
 		out[i] = p
 	}
 	return out
+}
+
+// maskSentinels replaces the literal sentinels in s by '#', so that a
+// template's text after them does not depend on the literals.
+func maskSentinels(s string) string {
+	const prefix = "73924691358"
+	if !strings.Contains(s, prefix) {
+		return s
+	}
+	var b strings.Builder
+	for {
+		k := strings.Index(s, prefix)
+		if k < 0 || k+17 > len(s) {
+			b.WriteString(s)
+			return b.String()
+		}
+		b.WriteString(s[:k])
+		b.WriteByte('#')
+		s = s[k+17:]
+	}
 }
 
 // substitute replaces every sentinel in s.

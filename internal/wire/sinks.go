@@ -26,18 +26,26 @@ type Forward struct {
 	// PatchOK, when set, rewrites the payload of the response's final OK
 	// (an increment's OK made to look like the UPDATE's).
 	PatchOK func(ok *OK)
+	// Column and Row, when set, rewrite the column definitions (i counts
+	// from 0) and the rows of the response's first result set (or the
+	// column definitions of a COM_STMT_PREPARE response).
+	Column func(i int, def []byte) []byte
+	Row    func(row []byte) []byte
 	// Infiles counts LOCAL INFILE requests served.
 	Infiles int
 
 	infileSeq byte // the server's sequence id of its LOCAL INFILE request
+	sets      int  // result sets begun
+	col       int  // column definitions of the current set seen
 }
 
 // Wait flushes the client before the reader blocks on the server.
 func (f *Forward) Wait() error { return f.Client.Flush() }
 
-// ForwardRows implements RowForwarder when the numbering is the server's.
+// ForwardRows implements RowForwarder when the numbering is the server's
+// and rows are not rewritten.
 func (f *Forward) ForwardRows(src *Conn) error {
-	if f.Seq != nil {
+	if f.Seq != nil || (f.Row != nil && f.sets <= 1) {
 		return nil
 	}
 	return src.ForwardBufferedRows(f.Client)
@@ -45,8 +53,22 @@ func (f *Forward) ForwardRows(src *Conn) error {
 
 // Take forwards one packet.
 func (f *Forward) Take(src *Conn, p *Packet) error {
-	if p.Role == RoleInfile {
+	switch p.Role {
+	case RoleInfile:
 		f.infileSeq = p.Header.Seq
+	case RoleColumnCount:
+		f.sets++
+		f.col = 0
+	case RoleColumn:
+		if f.Column != nil && f.sets <= 1 {
+			i := f.col
+			f.col++
+			return f.rewrite(src, p, func(def []byte) []byte { return f.Column(i, def) })
+		}
+	case RoleRow:
+		if f.Row != nil && f.sets <= 1 {
+			return f.rewrite(src, p, f.Row)
+		}
 	}
 	patch := p.Last && ((p.Role == RoleOK && (f.PatchOK != nil || f.More)) || (p.Role == RoleEnd && f.More))
 	if !patch && f.Seq == nil {
@@ -75,6 +97,21 @@ func (f *Forward) Take(src *Conn, p *Packet) error {
 	} else {
 		payload = SetEOFStatus(payload, p.Status|mysql.SERVER_MORE_RESULTS_EXISTS)
 	}
+	seq := p.Header.Seq + f.Client.SeqShift
+	if f.Seq != nil {
+		seq = f.nextSeq()
+	}
+	_, err = f.Client.WritePacket(payload, seq)
+	return err
+}
+
+// rewrite reads a packet, rewrites its payload with fn and writes it.
+func (f *Forward) rewrite(src *Conn, p *Packet, fn func([]byte) []byte) error {
+	payload, _, err := src.ReadRest(nil, p.Header, 1<<30)
+	if err != nil {
+		return err
+	}
+	payload = fn(payload)
 	seq := p.Header.Seq + f.Client.SeqShift
 	if f.Seq != nil {
 		seq = f.nextSeq()
@@ -165,7 +202,7 @@ func (c *Collect) Take(src *Conn, p *Packet) error {
 	case RoleColumnCount:
 		c.R.Sets++
 	case RoleColumn:
-		if c.R.Sets == 1 {
+		if c.R.Sets <= 1 { // the first result set's, or a prepared statement's
 			c.R.Columns = append(c.R.Columns, payload)
 		}
 	case RoleRow:
