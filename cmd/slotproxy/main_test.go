@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -266,13 +267,18 @@ func TestServeLifecycle(t *testing.T) {
 // process is a running slotproxy whose stderr is collected line by line.
 type process struct {
 	cmd    *exec.Cmd
-	lines  chan string // stderr, closed at EOF
-	seen   []string    // lines read from lines so far
-	exited chan error  // the result of Wait, once stderr is drained
+	exited chan error // the result of Wait, once stderr is drained
+
+	mu   sync.Mutex
+	all  []string      // every stderr line so far
+	next int           // all[:next] have been examined by waitFor
+	done bool          // stderr ended
+	more chan struct{} // a line arrived or stderr ended (capacity 1)
 }
 
 // startServe starts slotproxy with args; the test kills it if it is still
-// running at the end.
+// running at the end. Its stderr is read all the time, whatever the test
+// does: a proxy whose log pipe filled up would block on its next log line.
 func startServe(t *testing.T, args ...string) *process {
 	t.Helper()
 	cmd := exec.Command(binary, args...)
@@ -283,55 +289,81 @@ func startServe(t *testing.T, args ...string) *process {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &process{cmd: cmd, lines: make(chan string, 1000), exited: make(chan error, 1)}
+	p := &process{cmd: cmd, exited: make(chan error, 1), more: make(chan struct{}, 1)}
+	signal := func() {
+		select {
+		case p.more <- struct{}{}:
+		default:
+		}
+	}
 	go func() {
 		sc := bufio.NewScanner(pipe)
 		for sc.Scan() {
-			p.lines <- sc.Text()
+			p.mu.Lock()
+			p.all = append(p.all, sc.Text())
+			p.mu.Unlock()
+			signal()
 		}
-		close(p.lines)
+		p.mu.Lock()
+		p.done = true
+		p.mu.Unlock()
+		signal()
 		p.exited <- cmd.Wait() // only after the pipe is drained, as Wait requires
 	}()
 	t.Cleanup(func() { cmd.Process.Kill() })
 	return p
 }
 
-// waitFor returns the first stderr line containing s, failing the test if
-// the process ends or 10s pass first.
+// waitFor returns the first stderr line containing s that an earlier
+// waitFor has not examined, failing the test if the process ends or 10s
+// pass first.
 func (p *process) waitFor(t *testing.T, s string) string {
 	t.Helper()
 	timeout := time.After(10 * time.Second)
 	for {
-		select {
-		case line, ok := <-p.lines:
-			if !ok {
-				t.Fatalf("serve ended before logging %q\nstderr:\n%s", s, p.stderr())
-			}
-			p.seen = append(p.seen, line)
+		p.mu.Lock()
+		for p.next < len(p.all) {
+			line := p.all[p.next]
+			p.next++
 			if strings.Contains(line, s) {
+				p.mu.Unlock()
 				return line
 			}
+		}
+		done := p.done
+		p.mu.Unlock()
+		if done {
+			t.Fatalf("serve ended before logging %q\nstderr:\n%s", s, p.stderr())
+		}
+		select {
+		case <-p.more:
 		case <-timeout:
 			t.Fatalf("serve did not log %q within 10s\nstderr:\n%s", s, p.stderr())
 		}
 	}
 }
 
-// stderr returns what the process has written to stderr so far, waiting
-// briefly for lines still in flight.
+// stderr returns what the process wrote to stderr so far, after giving it
+// half a second to write more (less once stderr has ended).
 func (p *process) stderr() string {
 	deadline := time.After(500 * time.Millisecond)
 	for {
-		select {
-		case line, ok := <-p.lines:
-			if !ok {
-				return strings.Join(p.seen, "\n")
-			}
-			p.seen = append(p.seen, line)
-		case <-deadline:
-			return strings.Join(p.seen, "\n")
+		p.mu.Lock()
+		done := p.done
+		p.mu.Unlock()
+		if done {
+			break
 		}
+		select {
+		case <-p.more:
+			continue
+		case <-deadline:
+		}
+		break
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Join(p.all, "\n")
 }
 
 // fakeBackend is a TCP listener that accepts connections and never answers,
