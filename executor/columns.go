@@ -143,8 +143,14 @@ func (c *columnPatch) column(i int, def []byte) []byte {
 		return def
 	}
 	if defOrigin(c.orig[i]) {
-		// The statement's own column: its definition is the column's.
+		// A column of a table: its definition is the column's (MySQL
+		// marks columns next to the rewrite's subqueries nullable).
 		return c.orig[i]
+	}
+	if sameButFlags(def, c.orig[i]) {
+		// An expression the rewrite did not change: the server's
+		// definition from running it is the truest.
+		return def
 	}
 	// An expression: the server's flags depend on how the statement runs
 	// (a temporary table drops BINARY), which the rewrite does alike; its
@@ -228,7 +234,8 @@ func defOrigin(def []byte) bool {
 }
 
 // mergeDef is the statement's own definition orig with the flags the
-// server gave the rewritten expression (got), but orig's signedness.
+// server gave the rewritten expression (got), but orig's signedness and
+// nullability.
 func mergeDef(orig, got []byte) []byte {
 	of, ok1 := defFixed(orig)
 	gf, ok2 := defFixed(got)
@@ -236,9 +243,19 @@ func mergeDef(orig, got []byte) []byte {
 		return orig
 	}
 	out := append([]byte(nil), orig...)
-	flags := binary.LittleEndian.Uint16(got[gf+7:])&^mysql.UNSIGNED_FLAG | binary.LittleEndian.Uint16(orig[of+7:])&mysql.UNSIGNED_FLAG
+	const own = mysql.UNSIGNED_FLAG | mysql.NOT_NULL_FLAG
+	flags := binary.LittleEndian.Uint16(got[gf+7:])&^own | binary.LittleEndian.Uint16(orig[of+7:])&own
 	binary.LittleEndian.PutUint16(out[of+7:], flags)
 	return out
+}
+
+// sameButFlags reports whether two column definitions differ at most in
+// their flags.
+func sameButFlags(a, b []byte) bool {
+	af, ok1 := defFixed(a)
+	bf, ok2 := defFixed(b)
+	return ok1 && ok2 && len(a) == len(b) && af == bf &&
+		string(a[:af+7]) == string(b[:bf+7]) && string(a[af+9:]) == string(b[bf+9:])
 }
 
 // defType returns a column definition's type and flags.

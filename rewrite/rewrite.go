@@ -269,7 +269,7 @@ func (r *Rewriter) rewrite(sql string, sess Session, slot func(int) int) ([]Plan
 		if sel, ok := st.(*ast.SelectStmt); ok && plan.Kind == KindRead && sel.Fields != nil && len(sel.Fields.Fields) > 0 {
 			last := sel.Fields.Fields[len(sel.Fields.Fields)-1]
 			if fe := last.Offset + len(last.Text()); fe > start && fe <= end && sql[last.Offset:fe] == last.Text() {
-				plan.MetaKey = sql[start:fe] + "\x00" + maskSentinels(sql[fe:end])
+				plan.MetaKey = sql[start:fe] + "\x00" + maskInts(maskSentinels(sql[fe:end]), sess)
 			}
 		}
 		plan.ChangesSession = changesSession(st)

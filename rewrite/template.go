@@ -194,6 +194,18 @@ func (t *template) instantiate(sql string, spans [][2]int, slot func(int) int) [
 	return out
 }
 
+// maskInts replaces the integer literals of s that a template would take
+// as parameters by '#'.
+func maskInts(s string, sess Session) string {
+	key, _, _ := templateKey(s, Session{ANSIQuotes: sess.ANSIQuotes, NoBackslashEscapes: sess.NoBackslashEscapes}, nil, nil)
+	if i := strings.IndexByte(string(key), 0); i >= 0 {
+		if j := strings.IndexByte(string(key[i+1:]), 0); j >= 0 {
+			return string(key[i+1+j+1:])
+		}
+	}
+	return s
+}
+
 // maskSentinels replaces the literal sentinels in s by '#', so that a
 // template's text after them does not depend on the literals.
 func maskSentinels(s string) string {

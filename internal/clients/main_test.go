@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"database/sql"
 	"encoding/hex"
 	"errors"
@@ -21,6 +22,7 @@ import (
 	_ "github.com/go-sql-driver/mysql" // for the version query in TestMain
 
 	"github.com/slotproxy/slotproxy/internal/catalog"
+	"github.com/slotproxy/slotproxy/internal/config"
 	"github.com/slotproxy/slotproxy/internal/testdb"
 	"github.com/slotproxy/slotproxy/proxy"
 	"github.com/slotproxy/slotproxy/rewrite"
@@ -196,10 +198,19 @@ type proxyServer struct {
 func startProxy(t *testing.T, backend string, rw *rewrite.Rewriter) *proxyServer {
 	t.Helper()
 	logs := &syncBuffer{}
+	// The proxy's defaults, as slotproxy serve sets them: TLS offered to
+	// clients with a generated certificate, TLS to a backend that offers it.
+	cert, _, err := config.SelfSigned("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv, err := proxy.NewServer(proxy.Config{
-		Backend:  backend,
-		Rewriter: rw,
-		Logger:   slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Backend:             backend,
+		Rewriter:            rw,
+		ClientTLS:           &tls.Config{Certificates: []tls.Certificate{cert}},
+		BackendTLS:          &tls.Config{InsecureSkipVerify: true},
+		BackendTLSPreferred: true,
+		Logger:              slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	if err != nil {
 		t.Fatal(err)

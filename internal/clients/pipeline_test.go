@@ -293,7 +293,10 @@ func dialPipeline(tg target) (*rawConn, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := client.ConnectWithDialer(ctx, "tcp", net.JoinHostPort(tg.host, tg.port), clientUser, clientPassword, tg.db, dialer)
+	// The packets are built without query attributes, which the proxy does
+	// not offer and MySQL would expect when agreed.
+	noAttrs := func(c *client.Conn) error { c.UnsetCapability(gomysql.CLIENT_QUERY_ATTRIBUTES); return nil }
+	c, err := client.ConnectWithDialer(ctx, "tcp", net.JoinHostPort(tg.host, tg.port), clientUser, clientPassword, tg.db, dialer, noAttrs)
 	if err != nil {
 		return nil, fmt.Errorf("connect to the %s target: %w", tg.name, err)
 	}
