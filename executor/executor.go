@@ -14,6 +14,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -41,7 +42,6 @@ type Recorder interface {
 	RewriteTook(seconds float64)
 	BackendError(code uint16)
 	Retry()
-	ExistsLookup(hit bool)
 }
 
 type nopRecorder struct{}
@@ -50,7 +50,6 @@ func (nopRecorder) Statement(string, string) {}
 func (nopRecorder) RewriteTook(float64)      {}
 func (nopRecorder) BackendError(uint16)      {}
 func (nopRecorder) Retry()                   {}
-func (nopRecorder) ExistsLookup(bool)        {}
 
 // Stats are counters since start, shared by all sessions.
 type Stats struct {
@@ -59,7 +58,6 @@ type Stats struct {
 	GuardedWrites   atomic.Uint64
 	ParseFailures   atomic.Uint64
 	Shadowed        atomic.Uint64
-	ExistsHits      atomic.Uint64
 	Retries         atomic.Uint64
 	Refused         atomic.Uint64
 }
@@ -79,8 +77,11 @@ type Env struct {
 
 	Stats Stats
 
-	exists       *existsCache
-	meta         metaCache
+	meta metaCache
+	// locked are the ruled tables whose counters transactions read after
+	// incrementing them (see noteReadAfterIncrement); guarded by lockedMu.
+	lockedMu     sync.RWMutex
+	locked       map[string]bool // by rule name
 	shadowLogged atomic.Int64 // unix nanoseconds of the last shadow log line at info
 }
 
@@ -89,11 +90,27 @@ type Env struct {
 func (e *Env) SchemaChanged() { e.meta.forget() }
 
 // NewEnv returns an Env with its shared caches.
-func NewEnv() *Env { return &Env{exists: newExistsCache(1 << 20)} }
+func NewEnv() *Env { return &Env{} }
 
-// ExistsCacheSize is the number of keys in the existence cache.
-func (e *Env) ExistsCacheSize() int { return e.exists.size() }
+// lockedCounters reports whether increments of t's counters inside
+// transactions run on the base row (see noteReadAfterIncrement).
+func (e *Env) lockedCounters(t *rewrite.Table) bool {
+	e.lockedMu.RLock()
+	defer e.lockedMu.RUnlock()
+	return e.locked[ruleName(t)]
+}
 
+// LockedTables lists the ruled tables whose increments inside transactions
+// run on the base row.
+func (e *Env) LockedTables() []string {
+	e.lockedMu.RLock()
+	defer e.lockedMu.RUnlock()
+	var out []string
+	for t := range e.locked {
+		out = append(out, t)
+	}
+	return out
+}
 func (e *Env) metrics() Recorder {
 	if e.Metrics == nil {
 		return nopRecorder{}

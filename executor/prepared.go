@@ -3,7 +3,6 @@ package executor
 import (
 	"bytes"
 	"encoding/binary"
-	"slices"
 
 	"github.com/slotproxy/slotproxy/internal/wire"
 	"github.com/slotproxy/slotproxy/rewrite"
@@ -107,6 +106,13 @@ func (s *Session) handleExecute(payload []byte) error {
 	case p.Kind == rewrite.KindRead:
 		s.env.Stats.RewrittenReads.Add(1)
 		s.env.metrics().Statement(PathRewrittenRead, "")
+		if errPkt, err := s.foldOwn(p.Reads); err != nil || errPkt != nil {
+			if err != nil {
+				return err
+			}
+			seq := s.respSeq
+			return s.writeErr(errPkt, &seq)
+		}
 		_, err := s.forwardPatched(payload, wire.Results, nil, newColumnPatch(st.origCols, true))
 		return err
 	}
@@ -120,15 +126,6 @@ func (s *Session) handleExecute(payload []byte) error {
 		st.types = bytes.Clone(ep.types)
 	}
 	ex := &execution{payload: payload, params: ep, stmtID: binary.LittleEndian.Uint32(payload[1:])}
-	if p.Kind == rewrite.KindIncrement && !s.autocommitted() {
-		key, changed, ok := incArgs(p.Increment, ex)
-		if ok && !slices.Contains(ep.long, true) && s.keyKnown(p.Table, key) {
-			s.env.Stats.RewrittenWrites.Add(1)
-			s.env.metrics().Statement(PathRewrittenWrite, ruleName(p.Table))
-			_, err := s.forward(payload, wire.Results, s.incPatch(1, boolInt(changed)))
-			return err
-		}
-	}
 	seq := s.respSeq
 	_, err = s.execPlan(p, ex, &seq, false)
 	return err

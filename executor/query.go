@@ -1,7 +1,6 @@
 package executor
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -25,27 +24,21 @@ type rewriteState struct {
 	charset     string               // character_set_client
 	stmts       map[uint32]*stmtInfo // rewritten prepared statements by backend id
 	internal    internalStmts        // statements the proxy prepared for itself
-	txnKnown    []knownKey           // keys found inside the open transaction
-	sawRollback bool
+	// own are the records the open transaction incremented (slotted),
+	// by table: reading one of their counters takes their lock first.
+	own map[*rewrite.Table]map[string]bool
+	// privOK: when the privileges of each statement shape were last checked.
+	privOK map[string]time.Time
 	// COM_SET_OPTION turned multi-statements on or off after the handshake.
 	multiOn, multiOff bool
 }
 
-type knownKey struct{ table, key string }
-
-// settleTransaction promotes keys found inside a transaction to the shared
-// cache once it committed, and drops them when it rolled back.
+// settleTransaction forgets the records the transaction incremented once
+// it ended.
 func (s *Session) settleTransaction() {
-	if len(s.rw.txnKnown) == 0 || s.inTransaction() {
-		return
+	if len(s.rw.own) > 0 && !s.inTransaction() {
+		s.rw.own = nil
 	}
-	if !s.rw.sawRollback && !s.rolledBack {
-		for _, k := range s.rw.txnKnown {
-			s.env.exists.add(k.table, k.key)
-		}
-	}
-	s.rw.txnKnown = s.rw.txnKnown[:0]
-	s.rw.sawRollback = false
 	s.rolledBack = false
 }
 
@@ -136,9 +129,30 @@ func isWordByte(c byte) bool {
 	return c == '_' || c == '$' || c >= 0x80 || ('0' <= c && c <= '9') || ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z')
 }
 
-func isRollback(sql []byte) bool {
-	t := bytes.TrimLeft(sql, " \t\r\n")
-	return len(t) >= 8 && strings.EqualFold(string(t[:8]), "rollback")
+// privilegesMayChange reports whether a query may change the session's
+// privileges (GRANT, REVOKE, roles, accounts, FLUSH PRIVILEGES), which the
+// increments' privilege checks depend on. Conservative, like
+// sessionMayChange.
+func privilegesMayChange(sql []byte) bool {
+	for i := 0; i < len(sql); {
+		if !isWordByte(sql[i]) {
+			i++
+			continue
+		}
+		j := i + 1
+		for j < len(sql) && isWordByte(sql[j]) {
+			j++
+		}
+		w := sql[i:j]
+		i = j
+		switch len(w) {
+		case 4, 5, 6, 10:
+			if equalFold(w, "role") || equalFold(w, "grant") || equalFold(w, "revoke") || equalFold(w, "privileges") || equalFold(w, "user") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // containsFold is a case-insensitive substring test for an ASCII lower-case
@@ -224,8 +238,8 @@ func (s *Session) plan(rw *rewrite.Rewriter, sql []byte) ([]rewrite.Plan, error)
 
 func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 	sql := payload[1:]
-	if isRollback(sql) {
-		s.rw.sawRollback = true
+	if privilegesMayChange(sql) {
+		s.rw.privOK = nil
 	}
 	defer func() {
 		// Only worth a scan while the session state is known (plan may
@@ -270,6 +284,12 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 		p := plans[0]
 		s.env.Stats.RewrittenReads.Add(1)
 		s.env.metrics().Statement(PathRewrittenRead, "")
+		if errPkt, err := s.foldOwn(p.Reads); err != nil || errPkt != nil {
+			if err != nil {
+				return err
+			}
+			return s.writeErr(errPkt, &seq)
+		}
 		orig, err := s.originalColumns(p)
 		if err != nil {
 			return err
@@ -278,6 +298,16 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 		return err
 	}
 	if simple {
+		for _, p := range plans {
+			if p.Kind == rewrite.KindRead && !p.Shadow {
+				if errPkt, err := s.foldOwn(p.Reads); err != nil || errPkt != nil {
+					if err != nil {
+						return err
+					}
+					return s.writeErr(errPkt, &seq)
+				}
+			}
+		}
 		var text strings.Builder
 		for _, p := range plans {
 			switch {
@@ -303,18 +333,6 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 		s.env.metrics().Statement(PathPassThrough, "")
 		_, err := s.forward(payload, wire.Results, nil)
 		return err
-	}
-	// A lone increment whose key is known to exist: one statement, relayed
-	// with the OK patched. (Autocommit increments take the path below,
-	// which can retry them.)
-	if len(plans) == 1 && plans[0].Kind == rewrite.KindIncrement && !s.autocommitted() {
-		p := plans[0]
-		if s.keyKnown(p.Table, p.Increment.KeyLiteral) {
-			s.env.Stats.RewrittenWrites.Add(1)
-			s.env.metrics().Statement(PathRewrittenWrite, ruleName(p.Table))
-			_, err := s.forward(queryPacket(p.SQL), wire.Results, s.incPatch(1, boolInt(!p.Increment.Zero)))
-			return err
-		}
 	}
 	for i, p := range plans {
 		more := i < len(plans)-1
@@ -386,31 +404,6 @@ func boolInt(b bool) uint64 {
 	return 0
 }
 
-func tableKey(t *rewrite.Table) string { return t.Schema + "." + t.Name }
-
-func (s *Session) keyKnown(t *rewrite.Table, key string) bool {
-	known := s.lookupKey(t, key)
-	s.env.metrics().ExistsLookup(known)
-	return known
-}
-
-func (s *Session) lookupKey(t *rewrite.Table, key string) bool {
-	if key == "" {
-		return false
-	}
-	tk := tableKey(t)
-	if s.env.exists.has(tk, key) {
-		s.env.Stats.ExistsHits.Add(1)
-		return true
-	}
-	for _, k := range s.rw.txnKnown {
-		if k.table == tk && k.key == key {
-			return true
-		}
-	}
-	return false
-}
-
 // countShadow counts and logs a statement a shadow-mode rule would have
 // rewritten.
 func (s *Session) countShadow(p rewrite.Plan) {
@@ -424,17 +417,4 @@ func (s *Session) countShadow(p rewrite.Plan) {
 	} else {
 		s.log.Debug("shadow: would rewrite", "rule", ruleName(p.Table), "as", p.Kind.String())
 	}
-}
-
-// rememberKey records that the base row of key exists: in the shared cache
-// when that is committed knowledge, else until the transaction ends.
-func (s *Session) rememberKey(t *rewrite.Table, key string, inTxn bool) {
-	if key == "" {
-		return
-	}
-	if inTxn {
-		s.rw.txnKnown = append(s.rw.txnKnown, knownKey{tableKey(t), key})
-		return
-	}
-	s.env.exists.add(tableKey(t), key)
 }

@@ -1,10 +1,13 @@
 package executor
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -60,6 +63,13 @@ func (s *Session) execPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) 
 	case p.Kind == rewrite.KindRead:
 		s.env.Stats.RewrittenReads.Add(1)
 		s.env.metrics().Statement(PathRewrittenRead, "")
+		errPkt, err := s.foldOwn(p.Reads)
+		if err != nil {
+			return false, err
+		}
+		if errPkt != nil {
+			return true, s.writeErr(errPkt, seq)
+		}
 	default:
 		s.env.metrics().Statement(PathPassThrough, ruleName(p.Table))
 	}
@@ -72,9 +82,6 @@ func (s *Session) execPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) 
 
 // afterSuccess does a plan's follow-up once its statement succeeded.
 func (s *Session) afterSuccess(p rewrite.Plan) error {
-	if p.Table != nil && p.Invalidate {
-		s.env.exists.forget(tableKey(p.Table))
-	}
 	if p.After != "" {
 		r, err := s.query(p.After)
 		if err != nil {
@@ -133,6 +140,10 @@ func errLongData() []byte {
 // the path for parameters the slotted upsert cannot take as they are.
 func (s *Session) execAsWritten(p rewrite.Plan, ex *execution, seq *byte, more bool) (bool, error) {
 	s.env.metrics().Statement(PathPassThrough, ruleName(p.Table))
+	if ex == nil {
+		res, err := s.relayAs(queryPacket(p.Original), seq, more)
+		return res.Failed(), err
+	}
 	id, err := s.internalStmt(p.Original)
 	if err != nil {
 		var be *backendError
@@ -170,30 +181,17 @@ func (s *Session) execIncrement(p rewrite.Plan, ex *execution, seq *byte, more b
 	if !plain {
 		return s.execAsWritten(p, ex, seq, more)
 	}
-	if !s.keyKnown(p.Table, key) {
-		var r *wire.Response
-		var err error
-		if ex != nil && inc.KeyParam >= 0 {
-			r, err = s.executeInternal(inc.CheckSQL, ex.params, []int{inc.KeyParam})
-		} else {
-			r, err = s.query(inc.CheckSQL)
-		}
+	if s.env.lockedCounters(p.Table) && (s.inTransaction() || !s.autocommit()) {
+		// This table's counters are read after increments in transactions
+		// (see noteReadAfterIncrement): increments inside a transaction
+		// lock the record, so such readers wait instead of deadlocking.
+		return s.execOnBase(p, ex, seq, more)
+	}
+	if denied, err := s.checkPrivileges(inc); err != nil || denied != nil {
 		if err != nil {
-			var be *backendError
-			if errors.As(err, &be) {
-				return true, s.writeErr(be.pkt, seq)
-			}
 			return false, err
 		}
-		if r.Failed() {
-			return true, s.writeErr(r.Err, seq)
-		}
-		if len(r.Rows) == 0 {
-			// No base row: the UPDATE would have matched nothing, and no
-			// slot may be created for a key without a row.
-			return false, s.writeOK(wire.OK{Status: r.Status, Info: wire.UpdateInfo(0, 0, 0)}, seq, more)
-		}
-		s.rememberKey(p.Table, key, r.Status&mysql.SERVER_STATUS_IN_TRANS != 0)
+		return true, s.writeErr(denied, seq)
 	}
 	s.env.Stats.RewrittenWrites.Add(1)
 	s.env.metrics().Statement(PathRewrittenWrite, ruleName(p.Table))
@@ -214,6 +212,14 @@ func (s *Session) execIncrement(p rewrite.Plan, ex *execution, seq *byte, more b
 		if !r.Failed() {
 			break
 		}
+		switch r.ErrCode {
+		case errOutOfRange, errDataOutOfRange, errCheckViolated:
+			// Beyond the slot's share of the counter's range: the
+			// client's statement decides on the base row, with the
+			// server's own errors.
+			s.rolledBack = false
+			return s.execOnBase(p, ex, seq, more)
+		}
 		if retryable && s.retry(r.ErrCode, attempt) {
 			continue
 		}
@@ -222,9 +228,122 @@ func (s *Session) execIncrement(p rewrite.Plan, ex *execution, seq *byte, more b
 	if r.OK == nil {
 		return false, errors.New("slotted increment returned rows")
 	}
+	matched := uint64(0)
+	if n, ok := infoRecords(r.OK.Info); ok && inc.Counters > 0 {
+		matched = n / uint64(inc.Counters)
+	} else if r.OK.Affected > 0 {
+		matched = 1
+	}
+	if matched == 0 {
+		// No row: nothing was written. The statement as written changes
+		// nothing either, and answers exactly as the server does (an
+		// impossible WHERE, say, gets no info string from MariaDB).
+		return s.execAsWritten(p, ex, seq, more)
+	}
+	if r.Status&mysql.SERVER_STATUS_IN_TRANS != 0 {
+		s.noteOwnIncrement(p.Table, key)
+	}
 	ok := *r.OK
-	s.incPatch(1, boolInt(changed))(&ok)
+	s.incPatch(matched, boolInt(changed && matched > 0))(&ok)
 	return false, s.writeOK(ok, seq, more)
+}
+
+// Errors a slotted increment raises when a delta is beyond its slot's
+// share of the counter's range (see rewrite.Rewriter.slottedIncrement).
+const (
+	errOutOfRange     = 1690 // ER_DATA_OUT_OF_RANGE: the increment's own check
+	errDataOutOfRange = 1264 // ER_WARN_DATA_OUT_OF_RANGE
+	errCheckViolated  = 3819 // ER_CHECK_CONSTRAINT_VIOLATED
+)
+
+// infoRecords reads N from an INSERT … SELECT's info string, "Records: N
+// Duplicates: D  Warnings: W".
+func infoRecords(info []byte) (uint64, bool) {
+	const prefix = "Records: "
+	if !bytes.HasPrefix(info, []byte(prefix)) {
+		return 0, false
+	}
+	rest := info[len(prefix):]
+	n := bytes.IndexByte(rest, ' ')
+	if n < 0 {
+		n = len(rest)
+	}
+	v, err := strconv.ParseUint(string(rest[:n]), 10, 64)
+	return v, err == nil
+}
+
+// execOnBase runs an increment as the client wrote it, on the base row: the
+// record is locked and its slots folded into the base row first, in one
+// transaction (the client's, or one of the proxy's own around an
+// autocommit statement). The response is the statement's own.
+func (s *Session) execOnBase(p rewrite.Plan, ex *execution, seq *byte, more bool) (bool, error) {
+	g := rewrite.Plan{Kind: rewrite.KindGuarded, Table: p.Table, SQL: p.Original, Original: p.Original, Guard: p.Increment.Guard}
+	main := func() ([]byte, []byte, error) {
+		if ex == nil {
+			return queryPacket(p.Original), nil, nil
+		}
+		id, err := s.internalStmt(p.Original)
+		if err != nil {
+			var be *backendError
+			if errors.As(err, &be) {
+				return nil, be.pkt, nil
+			}
+			return nil, nil, err
+		}
+		idx := make([]int, ex.params.n)
+		for i := range idx {
+			idx[i] = i
+		}
+		pkt, err := ex.params.executePacket(id, idx)
+		if err != nil {
+			return nil, errLongData(), nil
+		}
+		return pkt, nil, nil
+	}
+	return s.execGuardedWith(g, ex, seq, more, main)
+}
+
+// noteOwnIncrement records that the open transaction incremented the
+// record key of t.
+func (s *Session) noteOwnIncrement(t *rewrite.Table, key string) {
+	if key == "" {
+		return
+	}
+	if s.rw.own == nil {
+		s.rw.own = map[*rewrite.Table]map[string]bool{}
+	}
+	if s.rw.own[t] == nil {
+		s.rw.own[t] = map[string]bool{}
+	}
+	s.rw.own[t][key] = true
+}
+
+// privilegeTTL bounds how long a session trusts a privilege check of its
+// own (grants changed by another session apply within it).
+const privilegeTTL = time.Second
+
+// checkPrivileges makes sure the client's account may run the increment's
+// own statement: the slotted write needs other privileges (SELECT on the
+// table, INSERT and UPDATE on the slot table) than the UPDATE (UPDATE on
+// the column), so the proxy runs the client's statement made to touch no
+// row, at most once a second per statement shape and session, and again
+// after the session changed privileges. denied is the server's ERR.
+func (s *Session) checkPrivileges(inc *rewrite.Increment) (denied []byte, err error) {
+	if t, ok := s.rw.privOK[inc.PrivKey]; ok && time.Since(t) < privilegeTTL {
+		return nil, nil
+	}
+	r, err := s.query(inc.ProbeSQL)
+	if err != nil {
+		return nil, err
+	}
+	if r.Failed() {
+		return r.Err, nil
+	}
+	if s.rw.privOK == nil {
+		s.rw.privOK = map[string]time.Time{}
+	}
+	s.rw.privOK[inc.PrivKey] = time.Now()
+	return nil, nil
 }
 
 // retry decides whether to run a failed autocommit statement again, and
@@ -245,6 +364,17 @@ func (s *Session) retry(code uint16, attempt int) bool {
 // base rows, then runs the write, all in one transaction (the client's, or
 // one the proxy opens and commits around an autocommit statement).
 func (s *Session) execGuarded(p rewrite.Plan, ex *execution, seq *byte, more bool) (bool, error) {
+	return s.execGuardedWith(p, ex, seq, more, func() ([]byte, []byte, error) {
+		if ex != nil {
+			return ex.payload, nil, nil
+		}
+		return queryPacket(p.SQL), nil, nil
+	})
+}
+
+// execGuardedWith is execGuarded whose statement is main's: the command
+// to send, or an ERR to report instead.
+func (s *Session) execGuardedWith(p rewrite.Plan, ex *execution, seq *byte, more bool, main func() ([]byte, []byte, error)) (bool, error) {
 	s.env.Stats.GuardedWrites.Add(1)
 	s.env.metrics().Statement(PathGuarded, ruleName(p.Table))
 	// An autocommit statement gets a transaction of its own around the
@@ -252,12 +382,24 @@ func (s *Session) execGuarded(p rewrite.Plan, ex *execution, seq *byte, more boo
 	// autocommit off) everything runs in the client's transaction.
 	wrapped := s.autocommitted()
 	for attempt := 1; ; attempt++ {
-		ok, errPkt, err := s.guardedOnce(p, ex, wrapped)
+		res, errPkt, err := s.guardedOnce(p, ex, wrapped, main)
 		if err != nil {
 			return false, err
 		}
 		if errPkt == nil {
-			if err := s.writeOK(*ok, seq, more); err != nil {
+			// The statement's result, as it ended: in the proxy's own
+			// transaction, its status says so, which the client's
+			// autocommit statement's would not.
+			status := func(st uint16) uint16 {
+				if wrapped {
+					st &^= mysql.SERVER_STATUS_IN_TRANS
+				}
+				if more {
+					st |= mysql.SERVER_MORE_RESULTS_EXISTS
+				}
+				return st
+			}
+			if err := res.WriteTo(s.link.Client, seq, s.link.Caps, status); err != nil {
 				return false, err
 			}
 			return false, s.afterSuccess(p)
@@ -270,10 +412,11 @@ func (s *Session) execGuarded(p rewrite.Plan, ex *execution, seq *byte, more boo
 	}
 }
 
-// guardedOnce runs one attempt of a guarded write: the client's OK, or the
-// ERR to report (the proxy's own transaction already rolled back).
-func (s *Session) guardedOnce(p rewrite.Plan, ex *execution, wrapped bool) (*wire.OK, []byte, error) {
-	fail := func(pkt []byte) (*wire.OK, []byte, error) {
+// guardedOnce runs one attempt of a guarded write: the statement's whole
+// response (an OK, or the rows of a RETURNING clause), or the ERR to report
+// (the proxy's own transaction already rolled back).
+func (s *Session) guardedOnce(p rewrite.Plan, ex *execution, wrapped bool, main func() ([]byte, []byte, error)) (*wire.Buffer, []byte, error) {
+	fail := func(pkt []byte) (*wire.Buffer, []byte, error) {
 		if wrapped {
 			if _, err := s.query("ROLLBACK"); err != nil {
 				return nil, nil, err
@@ -336,24 +479,26 @@ func (s *Session) guardedOnce(p rewrite.Plan, ex *execution, wrapped bool) (*wir
 			}
 		}
 	}
-	payload := queryPacket(p.SQL)
-	if ex != nil {
-		payload = ex.payload
+	payload, errPkt, err := main()
+	if err != nil {
+		return nil, nil, err
+	}
+	if errPkt != nil {
+		return fail(errPkt)
 	}
 	if err := s.send(payload); err != nil {
 		return nil, nil, err
 	}
-	main, err := s.read(wire.Results)
+	buf := &wire.Buffer{}
+	res, err := s.rd.Read(wire.Results, buf)
 	if err != nil {
 		return nil, nil, err
 	}
-	if main.Failed() {
-		return fail(main.Err)
+	if res.Failed() {
+		s.noteErr(res.ErrCode)
+		return fail(buf.Packets[len(buf.Packets)-1])
 	}
-	if main.OK == nil {
-		return nil, nil, errors.New("guarded statement returned rows")
-	}
-	ok := *main.OK
+	s.noteStatus(res.Status)
 	if wrapped {
 		r, err := s.query("COMMIT")
 		if err != nil {
@@ -362,14 +507,8 @@ func (s *Session) guardedOnce(p rewrite.Plan, ex *execution, wrapped bool) (*wir
 		if r.Failed() {
 			return nil, r.Err, nil
 		}
-		// The client's statement ran in autocommit: its OK says so, and
-		// carries no state change of the proxy's COMMIT.
-		ok.Status &^= mysql.SERVER_STATUS_IN_TRANS
-		if r.OK != nil && ok.Status&mysql.SERVER_SESSION_STATE_CHANGED == 0 {
-			ok.State = nil
-		}
 	}
-	return &ok, nil, nil
+	return buf, nil, nil
 }
 
 func isInteger(b []byte) bool {
@@ -385,4 +524,62 @@ func isInteger(b []byte) bool {
 		}
 	}
 	return true
+}
+
+// foldOwn runs before a read of ruled tables (p.Reads) in a transaction
+// that incremented records of them: directly, that transaction holds those
+// rows' exclusive locks, so it reads their latest values and nobody else
+// changes them until it ends. Through the proxy its increments hold shared
+// locks; so the proxy takes the exclusive locks now (waiting for the
+// increments of others in flight) and folds the records' slots, and the
+// read sees the latest totals. errPkt is an error to report instead of
+// running the read.
+func (s *Session) foldOwn(tables []*rewrite.Table) (errPkt []byte, err error) {
+	if len(s.rw.own) == 0 || !s.inTransaction() {
+		return nil, nil
+	}
+	for _, t := range tables {
+		keys := s.rw.own[t]
+		if len(keys) == 0 {
+			continue
+		}
+		list := make([]string, 0, len(keys))
+		for k := range keys {
+			list = append(list, k)
+		}
+		slices.Sort(list)
+		for _, q := range append([]string{t.LockSQL(list)}, t.FoldSQL(list)...) {
+			r, err := s.query(q)
+			if err != nil {
+				return nil, err
+			}
+			if r.Failed() {
+				if r.ErrCode == mysql.ER_LOCK_DEADLOCK {
+					s.env.noteReadAfterIncrement(t, s.log)
+				}
+				return r.Err, nil
+			}
+		}
+	}
+	return nil, nil
+}
+
+// noteReadAfterIncrement records that transactions that read counters of t
+// after incrementing them deadlocked: two transactions that increment a
+// record and then read it each hold a shared lock and wait for the other's
+// exclusive one, where directly the second increment would have waited for
+// the first transaction. From then on, increments of t inside transactions
+// run on the base row under its exclusive lock (execOnBase), so that
+// pattern waits instead of deadlocking.
+func (e *Env) noteReadAfterIncrement(t *rewrite.Table, log *slog.Logger) {
+	e.lockedMu.Lock()
+	defer e.lockedMu.Unlock()
+	if e.locked[ruleName(t)] {
+		return
+	}
+	if e.locked == nil {
+		e.locked = map[string]bool{}
+	}
+	e.locked[ruleName(t)] = true
+	log.Warn("transactions that read counters they incremented deadlocked: increments of this table inside transactions now lock the record", "rule", ruleName(t))
 }

@@ -208,14 +208,10 @@ func TestConcurrentIncrementsExact(t *testing.T) {
 	} else {
 		t.Logf("%d of 480 transactions deadlocked and were retried", n)
 	}
-	var slots int
-	if err := db.QueryRow("SELECT COUNT(*) FROM slotted_counters").Scan(&slots); err != nil {
-		t.Fatal(err)
+	if p.srv.Stats().RewrittenWrites == 0 {
+		t.Fatal("no increment was slotted")
 	}
-	if slots == 0 {
-		t.Fatal("no slot rows: increments were not slotted")
-	}
-	t.Logf("%d increments committed over %d slot rows; stats %+v", committed.Load(), slots, p.srv.Stats())
+	t.Logf("%d increments committed; stats %+v", committed.Load(), p.srv.Stats())
 }
 
 // TestRetryAutocommitIncrement: a rewritten autocommit increment that hits

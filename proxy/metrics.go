@@ -32,7 +32,6 @@ type Metrics struct {
 	rewriteSeconds             prometheus.Histogram
 	backendErrors              *prometheus.CounterVec
 	retries                    prometheus.Counter
-	existsLookups              *prometheus.CounterVec
 }
 
 // NewMetrics creates the proxy's collectors and registers them with reg,
@@ -57,21 +56,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			[]string{"code"}),
 		retries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "slotproxy_retries_total", Help: "Rewritten autocommit statements retried after a deadlock or lock wait timeout."}),
-		existsLookups: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "slotproxy_exists_cache_lookups_total", Help: "Existence-cache lookups for increments, by result (hit, miss)."},
-			[]string{"result"}),
 	}
-	reg.MustRegister(m.clientConns, m.backendConns, m.statements, m.rewriteSeconds, m.backendErrors, m.retries, m.existsLookups)
+	reg.MustRegister(m.clientConns, m.backendConns, m.statements, m.rewriteSeconds, m.backendErrors, m.retries)
 	m.passThrough = m.statements.WithLabelValues(PathPassThrough, "")
 	m.rewrittenRead = m.statements.WithLabelValues(PathRewrittenRead, "")
 	return m
 }
 
-// RegisterCacheSize adds a gauge of srv's existence-cache size to reg.
-func RegisterCacheSize(reg prometheus.Registerer, srv *Server) {
+// RegisterServerGauges adds gauges read from srv to reg: the ruled tables
+// whose increments inside transactions lock the record.
+func RegisterServerGauges(reg prometheus.Registerer, srv *Server) {
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "slotproxy_exists_cache_keys", Help: "Keys known to exist in the existence cache."},
-		func() float64 { return float64(srv.env.ExistsCacheSize()) }))
+		Name: "slotproxy_read_after_increment_tables",
+		Help: "Ruled tables whose counters transactions read after incrementing them; their increments inside transactions lock the record."},
+		func() float64 { return float64(len(srv.env.LockedTables())) }))
 }
 
 func (m *Metrics) statement(path, rule string) {
@@ -97,34 +95,16 @@ func (m *Metrics) RewriteTook(seconds float64) {
 }
 
 // BackendError implements executor.Recorder.
-func (m *Metrics) BackendError(code uint16) { m.backendError(code) }
-
-// Retry implements executor.Recorder.
-func (m *Metrics) Retry() { m.retry() }
-
-// ExistsLookup implements executor.Recorder.
-func (m *Metrics) ExistsLookup(hit bool) { m.existsLookup(hit) }
-
-func (m *Metrics) backendError(code uint16) {
+func (m *Metrics) BackendError(code uint16) {
 	if m != nil {
 		m.backendErrors.WithLabelValues(strconv.Itoa(int(code))).Inc()
 	}
 }
 
-func (m *Metrics) retry() {
+// Retry implements executor.Recorder.
+func (m *Metrics) Retry() {
 	if m != nil {
 		m.retries.Inc()
-	}
-}
-
-func (m *Metrics) existsLookup(hit bool) {
-	if m == nil {
-		return
-	}
-	if hit {
-		m.existsLookups.WithLabelValues("hit").Inc()
-	} else {
-		m.existsLookups.WithLabelValues("miss").Inc()
 	}
 }
 

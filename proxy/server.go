@@ -169,8 +169,11 @@ func (s *Server) Rewriter() *rewrite.Rewriter { return s.rewriter.Load() }
 
 // StatsSnapshot is a copy of the server's counters since start.
 type StatsSnapshot struct {
-	RewrittenReads, RewrittenWrites, GuardedWrites, ParseFailures, Shadowed, ExistsHits, Retries, Refused uint64
-	ExistsCacheSize                                                                                       int
+	RewrittenReads, RewrittenWrites, GuardedWrites, ParseFailures, Shadowed, Retries, Refused uint64
+	// LockedTables are the ruled tables whose increments inside
+	// transactions lock the record, since transactions read their counters
+	// after incrementing them.
+	LockedTables []string
 }
 
 // Stats returns the current counters.
@@ -182,10 +185,9 @@ func (s *Server) Stats() StatsSnapshot {
 		GuardedWrites:   st.GuardedWrites.Load(),
 		ParseFailures:   st.ParseFailures.Load(),
 		Shadowed:        st.Shadowed.Load(),
-		ExistsHits:      st.ExistsHits.Load(),
 		Retries:         st.Retries.Load(),
 		Refused:         st.Refused.Load(),
-		ExistsCacheSize: s.env.ExistsCacheSize(),
+		LockedTables:    s.env.LockedTables(),
 	}
 }
 

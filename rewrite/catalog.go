@@ -34,6 +34,22 @@ type Counter struct {
 	// UNSIGNED. Every other integer column's totals fit in SIGNED (BIGINT),
 	// which is also the type drivers scan those columns into.
 	Unsigned bool
+	// Min and Max are the lowest and highest value the column accepts
+	// (its type's range, narrowed by CHECK constraints), as decimal
+	// literals; empty means BIGINT's range.
+	Min, Max string
+}
+
+// bounds returns the counter's range as decimal literals.
+func (c *Counter) bounds() (lo, hi string) {
+	lo, hi = c.Min, c.Max
+	if lo == "" {
+		lo = "-9223372036854775808"
+	}
+	if hi == "" {
+		hi = "9223372036854775807"
+	}
+	return lo, hi
 }
 
 func (t *Table) counter(col string) *Counter {

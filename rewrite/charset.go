@@ -87,15 +87,22 @@ func (t transcoding) plans(plans []Plan) ([]Plan, error) {
 	}
 	for i := range plans {
 		p := &plans[i]
-		for _, s := range []*string{&p.SQL, &p.Original, &p.After} {
+		for _, s := range []*string{&p.SQL, &p.Original, &p.After, &p.MetaKey} {
 			if err := conv(s); err != nil {
 				return nil, err
 			}
 		}
 		if p.Increment != nil {
 			inc := *p.Increment
-			if err := conv(&inc.CheckSQL); err != nil {
+			if err := conv(&inc.ProbeSQL); err != nil {
 				return nil, err
+			}
+			if inc.Guard != nil {
+				g := *inc.Guard
+				if err := conv(&g.KeysSQL); err != nil {
+					return nil, err
+				}
+				inc.Guard = &g
 			}
 			if err := conv(&inc.KeyLiteral); err != nil {
 				return nil, err

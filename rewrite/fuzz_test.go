@@ -69,7 +69,7 @@ func fuzzCheck(t *testing.T, sql string, sess Session) {
 		}
 		out := []string{pl.SQL}
 		if pl.Increment != nil {
-			out = append(out, pl.Increment.CheckSQL)
+			out = append(out, pl.Increment.ProbeSQL, pl.Increment.Guard.KeysSQL)
 		}
 		if pl.Guard != nil {
 			out = append(out, pl.Guard.KeysSQL)

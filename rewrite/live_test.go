@@ -154,7 +154,8 @@ func liveStatements(p Plan) []string {
 	case KindRead:
 		out = append(out, p.SQL)
 	case KindIncrement:
-		out = append(out, p.Increment.CheckSQL, p.SQL)
+		out = append(out, p.Increment.ProbeSQL, p.SQL, p.Increment.Guard.KeysSQL)
+		out = append(out, p.Table.FoldSQL([]string{"1", "2"})...)
 	case KindGuarded:
 		out = append(out, p.Guard.KeysSQL)
 		out = append(out, p.Table.FoldSQL([]string{"1", "2"})...)

@@ -17,6 +17,7 @@ type tableRef struct {
 	match   string   // lower-case name qualifiers use: the alias, else the table name
 	schema  string   // lower-case schema, when known
 	qual    string   // quoted text that qualifies its columns in generated SQL
+	from    string   // the table source as generated SQL names it in a FROM clause (name, partitions, alias)
 	derived bool
 }
 
@@ -82,9 +83,18 @@ func (w *reads) collect(n ast.ResultSetNode, s *scope) {
 			} else {
 				ref.qual = quoteIdent(src.Name.O)
 			}
+			ref.from = ref.qual
+			if len(src.PartitionNames) > 0 {
+				parts := make([]string, len(src.PartitionNames))
+				for i, pn := range src.PartitionNames {
+					parts[i] = quoteIdent(pn.O)
+				}
+				ref.from += " PARTITION (" + strings.Join(parts, ", ") + ")"
+			}
 			if x.AsName.O != "" {
 				ref.match = x.AsName.L
 				ref.qual = quoteIdent(x.AsName.O)
+				ref.from += " AS " + ref.qual
 			}
 			if t := w.r.cat.lookup(schema, src.Name.O); t != nil {
 				ref.table = t

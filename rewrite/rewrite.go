@@ -3,6 +3,7 @@ package rewrite
 import (
 	"fmt"
 	"math/rand/v2"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -65,6 +66,8 @@ type Plan struct {
 	// sql_mode or client character set, so statements after it in the same
 	// query must be planned again once it has run.
 	ChangesSession bool
+	// Reads are the ruled tables whose counters a KindRead plan reads.
+	Reads []*Table
 	// MetaKey, for a KindRead plan of a SELECT, identifies the result's
 	// column definitions: statements with the same MetaKey (in the same
 	// database) return columns of the same types, lengths and names. It is
@@ -74,16 +77,14 @@ type Plan struct {
 	MetaKey string
 }
 
-// Increment describes a slotted upsert. The upsert keeps the original
-// statement's placeholders in their original order.
+// Increment describes a slotted increment (see Rewriter.slottedIncrement):
+// Plan.SQL adds the deltas to a slot row of the record the WHERE clause
+// selects. It keeps the original statement's placeholders in their order.
 type Increment struct {
 	// KeyLiteral is the key value as SQL when it was a literal.
 	KeyLiteral string
 	// KeyParam is the key's placeholder index, or -1.
 	KeyParam int
-	// CheckSQL tells whether the base row exists (one row or none); it has
-	// the key's placeholder when KeyParam >= 0.
-	CheckSQL string
 	// Zero: every delta is a literal 0, so the UPDATE would change no row.
 	Zero bool
 	// DeltaParams are the placeholder indexes of the deltas (-1 for a
@@ -91,6 +92,20 @@ type Increment struct {
 	DeltaParams []int
 	// DeltaZero tells, for each delta, whether it is a literal 0.
 	DeltaZero []bool
+	// Counters is how many counters one record's increment writes: the
+	// slot rows Plan.SQL inserts or updates per record.
+	Counters int
+	// ProbeSQL is the client's statement made to touch no row, with its
+	// placeholders NULL: it checks the client's privileges for the
+	// statement (the slotted write needs other ones).
+	ProbeSQL string
+	// PrivKey names the privileges ProbeSQL checks: the probe's text with
+	// its integer literals masked.
+	PrivKey string
+	// Guard locks and folds the record, for running the client's statement
+	// on the base row instead (a delta beyond the slot's share of the
+	// range, or a counter read after increments in transactions).
+	Guard *Guard
 }
 
 // Guard finds the records a write may touch, so their slots can be folded
@@ -120,6 +135,12 @@ func (t *Table) FoldSQL(keys []string) []string {
 		fmt.Sprintf("UPDATE %s AS `_t` SET %s WHERE `_t`.%s IN (%s)", t.Qualified(), set.String(), quoteIdent(t.Key), in),
 		fmt.Sprintf("DELETE FROM %s WHERE `record_type` IN (%s) AND `record_id` IN (%s)", t.QualifiedSlots(), t.recordTypes(), in),
 	}
+}
+
+// LockSQL locks the base rows of the given keys (decimal integers), for a
+// fold (FoldSQL) after it.
+func (t *Table) LockSQL(keys []string) string {
+	return fmt.Sprintf("SELECT %s FROM %s WHERE %s IN (%s) FOR UPDATE", quoteIdent(t.Key), t.Qualified(), quoteIdent(t.Key), strings.Join(keys, ", "))
 }
 
 // ClearSQL deletes every slot of the table (after TRUNCATE).
@@ -476,6 +497,10 @@ func (w *reads) readPlan(start, end int) Plan {
 		return Plan{Kind: KindOriginal}
 	}
 	p := Plan{Kind: KindRead, SQL: apply(w.sql, start, end, w.edits)}
+	for t := range w.tables {
+		p.Reads = append(p.Reads, t)
+	}
+	sort.Slice(p.Reads, func(i, j int) bool { return p.Reads[i].Qualified() < p.Reads[j].Qualified() })
 	// A read passes through in shadow mode only when every ruled table it
 	// names is in shadow mode: an active table's counters need their slots
 	// (and totals of a shadow table are right either way).
@@ -533,7 +558,7 @@ func Explain(plans []Plan, err error) string {
 			fmt.Fprintf(&b, "%s\n", p.SQL)
 		case KindIncrement:
 			fmt.Fprintf(&b, "%s\n", p.SQL)
-			fmt.Fprintf(&b, "existence check (when the key is not cached): %s\n", p.Increment.CheckSQL)
+			fmt.Fprintf(&b, "privilege check: %s\n", p.Increment.ProbeSQL)
 		case KindGuarded:
 			fmt.Fprintf(&b, "guard: %s\n", p.Guard.KeysSQL)
 			fmt.Fprintf(&b, "fold: %s\n", strings.Join(p.Table.FoldSQL([]string{"<keys>"}), ";\n      "))

@@ -181,7 +181,12 @@ func (t *template) instantiate(sql string, spans [][2]int, slot func(int) int) [
 		if p.Increment != nil {
 			inc := *p.Increment
 			inc.KeyLiteral = sub(inc.KeyLiteral)
-			inc.CheckSQL = sub(inc.CheckSQL)
+			inc.ProbeSQL = sub(inc.ProbeSQL)
+			if inc.Guard != nil {
+				g := *inc.Guard
+				g.KeysSQL = sub(g.KeysSQL)
+				inc.Guard = &g
+			}
 			p.Increment = &inc
 		}
 		if p.Guard != nil {

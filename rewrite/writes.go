@@ -126,46 +126,46 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 		incs = append(incs, inc{ctr, delta, minus})
 	}
 
-	// The hot path: increments only, by primary key.
-	if !absolute && !other && len(incs) > 0 && !s.IgnoreErr && s.Order == nil && limitOK(s.Limit) {
-		if key := keyEquality(s.Where, t, ref); key != nil && !w.readsCounter(s.Where) {
+	// The hot path: increments only, of the record a key equality in the
+	// WHERE clause names.
+	if !absolute && !other && len(incs) > 0 && !s.IgnoreErr && s.Order == nil && limitOK(s.Limit) && s.Where != nil {
+		if key := keyConjunct(s.Where, t, ref); key != nil && !w.readsCounter(s.Where) {
 			ok := true
 			for _, in := range incs {
 				ok = ok && isIntLiteralOrParam(in.delta)
 			}
 			if ok {
-				p := Plan{Kind: KindIncrement, Table: t}
-				var deltas []string
-				zero := true
-				for _, in := range incs {
-					d := r.restore(in.delta, w.sess)
-					zero = zero && isZero(in.delta)
-					if in.minus {
-						d = "-(" + d + ")"
-					}
-					deltas = append(deltas, d)
-				}
-				keyText := r.restore(key, w.sess)
 				ctrs := make([]*Counter, len(incs))
-				deltaParams := make([]int, len(incs))
-				deltaZero := make([]bool, len(incs))
-				for i := range incs {
-					ctrs[i] = incs[i].ctr
-					deltaParams[i] = w.paramIndex(incs[i].delta)
-					deltaZero[i] = isZero(incs[i].delta)
+				deltas := make([]string, len(incs))
+				inc := &Increment{KeyParam: w.paramIndex(key), Zero: true,
+					DeltaParams: make([]int, len(incs)), DeltaZero: make([]bool, len(incs)), Counters: len(incs)}
+				for i, in := range incs {
+					ctrs[i] = in.ctr
+					deltas[i] = r.restore(in.delta, w.sess)
+					if in.minus {
+						deltas[i] = "-(" + deltas[i] + ")"
+					}
+					inc.Zero = inc.Zero && isZero(in.delta)
+					inc.DeltaParams[i] = w.paramIndex(in.delta)
+					inc.DeltaZero[i] = isZero(in.delta)
 				}
-				p.SQL = r.upsert(t, ctrs, deltas, keyText, w.slot)
-				p.Increment = &Increment{
-					KeyParam:    w.paramIndex(key),
-					CheckSQL:    fmt.Sprintf("SELECT 1 FROM %s WHERE %s = %s LIMIT 1", t.Qualified(), quoteIdent(t.Key), keyText),
-					Zero:        zero,
-					DeltaParams: deltaParams,
-					DeltaZero:   deltaZero,
+				if inc.KeyParam < 0 {
+					inc.KeyLiteral = r.restore(key, w.sess)
 				}
-				if p.Increment.KeyParam < 0 {
-					p.Increment.KeyLiteral = keyText
+				ws := s.Where.OriginTextPosition()
+				we := exprEnd(w.sql, w.sess, ws)
+				if we > ws {
+					where := w.sql[ws:we]
+					p := Plan{Kind: KindIncrement, Table: t, Increment: inc}
+					p.SQL = r.slottedIncrement(t, ref, ctrs, deltas, where, w.slot)
+					inc.ProbeSQL = w.probe(start, end, ws, we)
+					inc.PrivKey = maskInts(maskSentinels(inc.ProbeSQL), w.sess)
+					inc.Guard = &Guard{
+						KeysSQL:    fmt.Sprintf("SELECT %s.%s FROM %s WHERE (%s\n) FOR UPDATE", ref.qual, quoteIdent(t.Key), ref.from, where),
+						KeysParams: w.paramsIn(s.Where),
+					}
+					return p
 				}
-				return p
 			}
 		}
 	}
@@ -384,39 +384,108 @@ func (r *Rewriter) insert(s *ast.InsertStmt, w *reads, start, end int) Plan {
 	return Plan{Kind: KindGuarded, Table: t, SQL: apply(w.sql, start, end, w.edits), Guard: g, Invalidate: s.IsReplace}
 }
 
-// upsert builds the slotted write for increments of ctrs by deltas on one
-// record. Placeholders keep their original order: deltas, then the key.
+// slottedIncrement builds the slotted write for increments of ctrs by
+// deltas of the record the client's WHERE clause (where, its text) selects
+// through the table source ref. One INSERT … SELECT:
 //
-// On a dialect with the row alias the slot table's own `count` is
-// qualified with the table's name: MySQL finds an unqualified `count`
-// ambiguous between the table and the alias `_new` (error 1052).
-func (r *Rewriter) upsert(t *Table, ctrs []*Counter, deltas []string, key string, pick func(int) int) string {
+//   - reads the base row with the client's whole WHERE under a shared lock
+//     (LOCK IN SHARE MODE): no row, no slot; and anything that needs the
+//     record's exact value takes the row's exclusive lock first, so it
+//     waits for this increment and the increments after it wait for it;
+//   - adds each delta to one slot row, within the slot's share of the
+//     counter's range: at most (max − base) / 65536 and at least
+//     −(base − min) / 65536, so that no set of slot rows (a record has at
+//     most 65,536) can take the total out of range. A delta beyond that
+//     raises error 1690 from the expression errOutOfShare, and the
+//     executor runs the client's statement on the base row instead (where
+//     the server raises its own range error, if any).
+//
+// Placeholders keep their original order: the deltas (in the derived
+// table), then those of the WHERE clause.
+func (r *Rewriter) slottedIncrement(t *Table, ref *tableRef, ctrs []*Counter, deltas []string, where string, pick func(int) int) string {
 	slot := pick(t.Slots)
-	rowAlias := r.opts.Dialect.UpsertRowAlias()
-	if len(ctrs) == 1 {
-		q := fmt.Sprintf("INSERT INTO %s (`record_type`, `slot`, `count`, `record_id`) VALUES (%d, %d, %s, %s)",
-			t.QualifiedSlots(), ctrs[0].RecordType, slot, deltas[0], key)
-		if rowAlias {
-			return q + " AS `_new` ON DUPLICATE KEY UPDATE `count` = " + t.QualifiedSlots() + ".`count` + `_new`.`count`"
-		}
-		return q + " ON DUPLICATE KEY UPDATE `count` = `count` + VALUES(`count`)"
-	}
 	var rows strings.Builder
 	for i, c := range ctrs {
 		if i == 0 {
-			fmt.Fprintf(&rows, "SELECT %d AS `rt`, %s AS `n`", c.RecordType, deltas[i])
+			fmt.Fprintf(&rows, "SELECT %d AS `_slotproxy_rt`, %s AS `_slotproxy_n`", c.RecordType, deltas[i])
 		} else {
 			fmt.Fprintf(&rows, " UNION ALL SELECT %d, %s", c.RecordType, deltas[i])
 		}
 	}
-	q := fmt.Sprintf("INSERT INTO %s (`record_type`, `slot`, `count`, `record_id`) SELECT `_u`.`rt`, %d, `_u`.`n`, `_k`.`k` FROM (%s) AS `_u`, (SELECT %s AS `k`) AS `_k`",
-		t.QualifiedSlots(), slot, rows.String(), key)
-	if rowAlias {
-		// INSERT … SELECT takes no row alias: the new values are the
-		// SELECT's columns.
-		return q + " ON DUPLICATE KEY UPDATE `count` = " + t.QualifiedSlots() + ".`count` + `_u`.`n`"
+	key := ref.qual + "." + quoteIdent(t.Key)
+	share := func(c *Counter) (lo, hi string) {
+		min, max := c.bounds()
+		base := "CAST(" + ref.qual + "." + quoteIdent(c.Name) + " AS DECIMAL(21,0))"
+		return "-((" + base + " - (" + min + ")) DIV 65536)", "(((" + max + ") - " + base + ") DIV 65536)"
 	}
-	return q + " ON DUPLICATE KEY UPDATE `count` = `count` + VALUES(`count`)"
+	within := func(v string) string {
+		if len(ctrs) == 1 {
+			lo, hi := share(ctrs[0])
+			return v + " BETWEEN " + lo + " AND " + hi
+		}
+		var lo, hi strings.Builder
+		lo.WriteString("CASE `_u`.`_slotproxy_rt`")
+		hi.WriteString("CASE `_u`.`_slotproxy_rt`")
+		for _, c := range ctrs {
+			l, h := share(c)
+			fmt.Fprintf(&lo, " WHEN %d THEN %s", c.RecordType, l)
+			fmt.Fprintf(&hi, " WHEN %d THEN %s", c.RecordType, h)
+		}
+		return v + " BETWEEN " + lo.String() + " END AND " + hi.String() + " END"
+	}
+	errOutOfShare := "(18446744073709551615 + (" + key + " = " + key + "))"
+	n := "`_u`.`_slotproxy_n`"
+	cur := t.QualifiedSlots() + ".`count`"
+	return fmt.Sprintf("INSERT INTO %s (`record_type`, `slot`, `count`, `record_id`) "+
+		"SELECT `_u`.`_slotproxy_rt`, %d, IF(%s, %s, %s), %s FROM (%s) AS `_u`, %s WHERE (%s\n) LOCK IN SHARE MODE "+
+		"ON DUPLICATE KEY UPDATE `count` = IF(%s, %s + %s, %s)",
+		t.QualifiedSlots(), slot, within(n), n, errOutOfShare, key, rows.String(), ref.from, where,
+		within(cur+" + "+n), cur, n, errOutOfShare)
+}
+
+// probe returns the client's statement sql[start:end] made to touch no row
+// (its WHERE clause sql[ws:we] and FALSE) and with every placeholder NULL:
+// running it makes the server check the client's privileges for exactly
+// that statement, and nothing else.
+func (w *reads) probe(start, end, ws, we int) string {
+	var edits []edit
+	var inner []edit
+	for p, i := range w.params {
+		_ = i
+		off := p.Offset
+		if off < start || off >= end {
+			continue
+		}
+		e := edit{start: off, end: off + 1, text: "NULL"}
+		if off >= ws && off < we {
+			inner = append(inner, edit{start: off - ws, end: off - ws + 1, text: "NULL"})
+		} else {
+			edits = append(edits, e)
+		}
+	}
+	where := apply(w.sql[ws:we], 0, we-ws, inner)
+	edits = append(edits, edit{start: ws, end: we, text: "(" + where + "\n) AND FALSE"})
+	return apply(w.sql, start, end, edits)
+}
+
+// keyConjunct returns the value side of a `key = v` comparison (either
+// order, v an integer literal or a placeholder) that where requires: where
+// itself, or one of its top-level AND operands.
+func keyConjunct(where ast.ExprNode, t *Table, ref *tableRef) ast.ExprNode {
+	for {
+		p, ok := where.(*ast.ParenthesesExpr)
+		if !ok {
+			break
+		}
+		where = p.Expr
+	}
+	if b, ok := where.(*ast.BinaryOperationExpr); ok && (b.Op == opcode.LogicAnd) {
+		if k := keyConjunct(b.L, t, ref); k != nil {
+			return k
+		}
+		return keyConjunct(b.R, t, ref)
+	}
+	return keyEquality(where, t, ref)
 }
 
 // keyEquality returns the value side of `key = v` (either order) when where

@@ -224,9 +224,8 @@ func (r *report) addProxyStats(workload string, before, after proxy.StatsSnapsho
 		GuardedWrites:   after.GuardedWrites - before.GuardedWrites,
 		ParseFailures:   after.ParseFailures - before.ParseFailures,
 		Shadowed:        after.Shadowed - before.Shadowed,
-		ExistsHits:      after.ExistsHits - before.ExistsHits,
 		Retries:         after.Retries - before.Retries,
-		ExistsCacheSize: after.ExistsCacheSize,
+		Refused:         after.Refused - before.Refused,
 	}
 }
 
@@ -445,14 +444,14 @@ func (r *report) print(w io.Writer) {
 	if len(r.ProxyStats) > 0 {
 		fmt.Fprintln(w, "slotproxy counters per workload:")
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "workload\trewritten writes\tguarded writes\trewritten reads\tretries\tparse failures\texists hits\t")
+		fmt.Fprintln(tw, "workload\trewritten writes\tguarded writes\trewritten reads\tretries\tparse failures\trefused\t")
 		for _, name := range append(append([]string{}, allWorkloads...), "slot-study") {
 			s, ok := r.ProxyStats[name]
 			if !ok {
 				continue
 			}
 			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t\n", name, s.RewrittenWrites, s.GuardedWrites, s.RewrittenReads,
-				s.Retries, s.ParseFailures, s.ExistsHits)
+				s.Retries, s.ParseFailures, s.Refused)
 		}
 		tw.Flush()
 		fmt.Fprintln(w)

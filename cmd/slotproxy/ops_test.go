@@ -144,7 +144,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		{`slotproxy_statements_total{path="rewritten_read",rule=""}`, 1},
 		{`slotproxy_statements_total{path="pass_through",rule=""}`, 1},
 		{`slotproxy_client_connections`, 1},
-		{`slotproxy_exists_cache_keys`, 1},
+		{`slotproxy_read_after_increment_tables`, 0},
 		{`slotproxy_rollup_folds_total`, 1},
 		{`slotproxy_rollup_passes_total`, 1},
 		{`slotproxy_rollup_errors_total`, 0},

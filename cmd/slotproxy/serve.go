@@ -79,7 +79,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("configuring proxy: %w", err)
 	}
-	proxy.RegisterCacheSize(reg, srv)
+	proxy.RegisterServerGauges(reg, srv)
 	l := &live{path: *configPath, over: over, srv: srv, log: logger}
 	l.cfg.Store(cfg)
 

@@ -253,3 +253,62 @@ func TextRow(row []byte) ([][]byte, error) {
 	}
 	return out, nil
 }
+
+// Buffer is the sink that keeps a whole response's packets, to send them
+// to a client later (a result set that must not reach the client before
+// the proxy's own transaction around it commits). Limit bounds the bytes
+// kept; zero means 64 MiB.
+type Buffer struct {
+	Packets [][]byte
+	Roles   []Role
+	Limit   int
+	size    int
+}
+
+// Wait does nothing.
+func (b *Buffer) Wait() error { return nil }
+
+// Take keeps one packet.
+func (b *Buffer) Take(src *Conn, p *Packet) error {
+	limit := b.Limit
+	if limit <= 0 {
+		limit = 64 << 20
+	}
+	payload, _, err := src.ReadRest(nil, p.Header, limit-b.size)
+	if err != nil {
+		return fmt.Errorf("a result of more than %d bytes to hold: %w", limit, err)
+	}
+	if p.Role == RoleInfile {
+		return fmt.Errorf("wire: LOCAL INFILE request to a statement whose result is held")
+	}
+	b.size += len(payload)
+	b.Packets = append(b.Packets, payload)
+	b.Roles = append(b.Roles, p.Role)
+	return nil
+}
+
+// ResultSet reports whether the kept response is a result set.
+func (b *Buffer) ResultSet() bool { return len(b.Roles) > 0 && b.Roles[0] == RoleColumnCount }
+
+// WriteTo sends the kept packets to client, numbered from *seq, with the
+// last packet's status flags passed through status.
+func (b *Buffer) WriteTo(client *Conn, seq *byte, caps uint32, status func(uint16) uint16) error {
+	for i, p := range b.Packets {
+		if i == len(b.Packets)-1 && status != nil {
+			switch {
+			case p[0] == 0x00 || (p[0] == 0xfe && caps&mysql.CLIENT_DEPRECATE_EOF != 0):
+				if ok, err := ParseOK(p); err == nil {
+					ok.Status = status(ok.Status)
+					p = ok.Bytes(caps)
+				}
+			case p[0] == 0xfe && len(p) >= 5:
+				p = SetEOFStatus(append([]byte(nil), p...), status(uint16(p[3])|uint16(p[4])<<8))
+			}
+		}
+		if _, err := client.WritePacket(p, *seq); err != nil {
+			return err
+		}
+		*seq++
+	}
+	return nil
+}
