@@ -82,7 +82,7 @@ type Env struct {
 	// incrementing them (see noteReadAfterIncrement); guarded by lockedMu.
 	lockedMu     sync.RWMutex
 	locked       map[string]bool // by rule name
-	shadowLogged atomic.Int64 // unix nanoseconds of the last shadow log line at info
+	shadowLogged atomic.Int64    // unix nanoseconds of the last shadow log line at info
 }
 
 // SchemaChanged forgets what the executor learned of the schema (column

@@ -24,6 +24,10 @@ type Table struct {
 	// Shadow: statements pass through unchanged; the plan says what would
 	// have been done.
 	Shadow bool
+	// UniqueKeys are the table's UNIQUE keys other than the primary key,
+	// each a list of columns in key order: an upsert or REPLACE conflicts
+	// with the rows that match any of them.
+	UniqueKeys [][]string
 }
 
 // Counter is one ruled counter column.
