@@ -170,9 +170,9 @@ func TestExplain(t *testing.T) {
 		want string // prefix of stdout
 	}{
 		{[]string{"UPDATE repos SET downloads = downloads + 1 WHERE id = 1"},
-			"INSERT INTO `app`.`slotted_counters` (`record_type`, `slot`, `count`, `record_id`) VALUES (1, "},
+			"INSERT INTO `app`.`slotted_counters` (`record_type`, `slot`, `count`, `record_id`) SELECT `_u`.`_slotproxy_rt`, "},
 		{[]string{"--db", "app", "UPDATE repos SET downloads = downloads + 1 WHERE id = 1"},
-			"INSERT INTO `app`.`slotted_counters` (`record_type`, `slot`, `count`, `record_id`) VALUES (1, "},
+			"INSERT INTO `app`.`slotted_counters` (`record_type`, `slot`, `count`, `record_id`) SELECT `_u`.`_slotproxy_rt`, "},
 		{[]string{"SELECT 1"}, "pass-through: "},
 		{[]string{"--db", "other", "UPDATE repos SET downloads = downloads + 1 WHERE id = 1"}, "pass-through: "},
 		{[]string{"SELECT downloads FROM app.repos WHERE id = 1"}, "SELECT "},
