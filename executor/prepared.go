@@ -103,6 +103,20 @@ func (s *Session) handleExecute(payload []byte) error {
 		s.countShadow(p)
 		_, err := s.forward(payload, wire.Results, nil)
 		return err
+	case p.Kind == rewrite.KindRead && p.Locking:
+		seq := s.respSeq
+		ep, err := parseExecute(payload, st.params, st.types, st.longData)
+		ep.longVals = st.longVals
+		st.resetLongData()
+		if err != nil {
+			return err
+		}
+		if len(ep.types) == 2*st.params && (len(st.types) == 0 || &ep.types[0] != &st.types[0]) {
+			st.types = bytes.Clone(ep.types)
+		}
+		ex := &execution{payload: payload, params: ep, stmtID: binary.LittleEndian.Uint32(payload[1:])}
+		_, err = s.execLockedRead(p, ex, &seq, false, newColumnPatch(st.origCols, true))
+		return err
 	case p.Kind == rewrite.KindRead:
 		s.env.Stats.RewrittenReads.Add(1)
 		s.env.metrics().Statement(PathRewrittenRead, "")

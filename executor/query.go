@@ -279,6 +279,9 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 		if !p.Shadow && p.Kind != rewrite.KindRead && (p.Kind != rewrite.KindOriginal || p.After != "" || p.Invalidate || p.Reload) {
 			simple = false
 		}
+		if p.Locking && !p.Shadow {
+			simple = false
+		}
 	}
 	if simple && len(plans) == 1 && plans[0].Kind == rewrite.KindRead && !plans[0].Shadow {
 		p := plans[0]
@@ -332,6 +335,14 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 	if len(plans) > 1 && !s.multiStatements() {
 		s.env.metrics().Statement(PathPassThrough, "")
 		_, err := s.forward(payload, wire.Results, nil)
+		return err
+	}
+	if len(plans) == 1 && plans[0].Locking && !plans[0].Shadow {
+		orig, err := s.originalColumns(plans[0])
+		if err != nil {
+			return err
+		}
+		_, err = s.execLockedRead(plans[0], nil, &seq, false, newColumnPatch(orig, false))
 		return err
 	}
 	for i, p := range plans {

@@ -55,6 +55,8 @@ func (s *Session) execPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) 
 		return s.execIncrement(p, ex, seq, more)
 	case p.Kind == rewrite.KindGuarded && !p.Shadow:
 		return s.execGuarded(p, ex, seq, more)
+	case p.Kind == rewrite.KindRead && p.Locking && !p.Shadow:
+		return s.execLockedRead(p, ex, seq, more, nil)
 	}
 	sql := p.SQL
 	switch {
@@ -433,51 +435,11 @@ func (s *Session) guardedOnce(p rewrite.Plan, ex *execution, wrapped bool, main 
 			return nil, r.Err, nil
 		}
 	}
-	var keysResp *wire.Response
-	var err error
-	binaryRows := false
-	if ex != nil && len(p.Guard.KeysParams) > 0 {
-		keysResp, err = s.executeInternal(p.Guard.KeysSQL, ex.params, p.Guard.KeysParams)
-		binaryRows = true
-	} else {
-		keysResp, err = s.query(p.Guard.KeysSQL)
-	}
-	if err != nil {
-		var be *backendError
-		if errors.As(err, &be) {
-			return fail(be.pkt)
+	if errPkt, err := s.lockAndFold(p, ex); err != nil || errPkt != nil {
+		if err != nil {
+			return nil, nil, err
 		}
-		return nil, nil, err
-	}
-	if keysResp.Failed() {
-		return fail(keysResp.Err)
-	}
-	keys := make([]string, 0, len(keysResp.Rows))
-	for _, row := range keysResp.Rows {
-		var k string
-		var ok bool
-		if binaryRows {
-			k, ok = binaryInt(keysResp.Columns[0], row)
-		} else if vals, err := wire.TextRow(row); err == nil && len(vals) == 1 && vals[0] != nil {
-			k, ok = string(vals[0]), isInteger(vals[0])
-		}
-		if !ok {
-			return nil, nil, errors.New("guard: key is not an integer")
-		}
-		keys = append(keys, k)
-	}
-	for len(keys) > 0 {
-		batch := keys[:min(foldBatch, len(keys))]
-		keys = keys[len(batch):]
-		for _, q := range p.Table.FoldSQL(batch) {
-			r, err := s.query(q)
-			if err != nil {
-				return nil, nil, err
-			}
-			if r.Failed() {
-				return fail(r.Err)
-			}
-		}
+		return fail(errPkt)
 	}
 	payload, errPkt, err := main()
 	if err != nil {
@@ -509,6 +471,131 @@ func (s *Session) guardedOnce(p rewrite.Plan, ex *execution, wrapped bool, main 
 		}
 	}
 	return buf, nil, nil
+}
+
+// lockAndFold runs a plan's guards: each locks the records its statement
+// may touch and their slots are folded into their base rows. errPkt is the
+// error to report (the statement must not run).
+func (s *Session) lockAndFold(p rewrite.Plan, ex *execution) (errPkt []byte, err error) {
+	guards := p.Guards
+	if p.Guard != nil {
+		guards = append([]*rewrite.Guard{p.Guard}, guards...)
+	}
+	for _, g := range guards {
+		t := g.Table
+		if t == nil {
+			t = p.Table
+		}
+		var keysResp *wire.Response
+		binaryRows := false
+		if ex != nil && len(g.KeysParams) > 0 {
+			keysResp, err = s.executeInternal(g.KeysSQL, ex.params, g.KeysParams)
+			binaryRows = true
+		} else {
+			keysResp, err = s.query(g.KeysSQL)
+		}
+		if err != nil {
+			var be *backendError
+			if errors.As(err, &be) {
+				return be.pkt, nil
+			}
+			return nil, err
+		}
+		if keysResp.Failed() {
+			return keysResp.Err, nil
+		}
+		keys := make([]string, 0, len(keysResp.Rows))
+		for _, row := range keysResp.Rows {
+			var k string
+			var ok bool
+			if binaryRows {
+				k, ok = binaryInt(keysResp.Columns[0], row)
+			} else if vals, err := wire.TextRow(row); err == nil && len(vals) == 1 && vals[0] != nil {
+				k, ok = string(vals[0]), isInteger(vals[0])
+			}
+			if !ok {
+				return nil, errors.New("guard: key is not an integer")
+			}
+			keys = append(keys, k)
+		}
+		for len(keys) > 0 {
+			batch := keys[:min(foldBatch, len(keys))]
+			keys = keys[len(batch):]
+			for _, q := range t.FoldSQL(batch) {
+				r, err := s.query(q)
+				if err != nil {
+					return nil, err
+				}
+				if r.Failed() {
+					return r.Err, nil
+				}
+			}
+		}
+	}
+	return nil, nil
+}
+
+// execLockedRead runs a locking read of counters (p.Locking): the records
+// it may read are locked and folded first (the client's transaction, or
+// one of the proxy's own around an autocommit statement), so it reads the
+// latest totals and concurrent increments of them wait.
+func (s *Session) execLockedRead(p rewrite.Plan, ex *execution, seq *byte, more bool, cp *columnPatch) (bool, error) {
+	s.env.Stats.RewrittenReads.Add(1)
+	s.env.metrics().Statement(PathRewrittenRead, "")
+	wrapped := s.autocommitted()
+	for attempt := 1; ; attempt++ {
+		if wrapped {
+			r, err := s.query("BEGIN")
+			if err != nil {
+				return false, err
+			}
+			if r.Failed() {
+				return true, s.writeErr(r.Err, seq)
+			}
+		}
+		errPkt, err := s.lockAndFold(p, ex)
+		if err != nil {
+			return false, err
+		}
+		if errPkt != nil {
+			if wrapped {
+				if _, err := s.query("ROLLBACK"); err != nil {
+					return false, err
+				}
+				if s.retry(wire.ErrCode(errPkt), attempt) {
+					continue
+				}
+			}
+			return true, s.writeErr(errPkt, seq)
+		}
+		payload := queryPacket(p.SQL)
+		if ex != nil {
+			payload = ex.payload
+		}
+		if err := s.send(payload); err != nil {
+			return false, err
+		}
+		f := &wire.Forward{Client: s.link.Client, Server: s.link.Backend, Caps: s.link.Caps, Seq: seq, More: more}
+		if wrapped {
+			f.Status = func(st uint16) uint16 { return st &^ mysql.SERVER_STATUS_IN_TRANS }
+		}
+		cp.install(f)
+		res, err := s.rd.Read(wire.Results, f)
+		if err != nil {
+			return false, err
+		}
+		s.Observe(res)
+		if wrapped {
+			cmd := "COMMIT"
+			if res.Failed() {
+				cmd = "ROLLBACK"
+			}
+			if _, err := s.query(cmd); err != nil {
+				return false, err
+			}
+		}
+		return res.Failed(), nil
+	}
 }
 
 func isInteger(b []byte) bool {

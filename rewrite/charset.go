@@ -116,6 +116,17 @@ func (t transcoding) plans(plans []Plan) ([]Plan, error) {
 			}
 			p.Guard = &g
 		}
+		if p.Guards != nil {
+			gs := make([]*Guard, len(p.Guards))
+			for i, g := range p.Guards {
+				c := *g
+				if err := conv(&c.KeysSQL); err != nil {
+					return nil, err
+				}
+				gs[i] = &c
+			}
+			p.Guards = gs
+		}
 	}
 	return plans, nil
 }

@@ -68,6 +68,14 @@ type Plan struct {
 	ChangesSession bool
 	// Reads are the ruled tables whose counters a KindRead plan reads.
 	Reads []*Table
+	// Locking: a KindRead plan of a locking read (FOR UPDATE, FOR SHARE,
+	// LOCK IN SHARE MODE). Guards lock and fold the records it may read
+	// first, so it reads latest totals and increments of them wait, as on
+	// the base row.
+	Locking bool
+	// Guards are guards besides Guard (a plan that folds records of
+	// several tables).
+	Guards []*Guard
 	// MetaKey, for a KindRead plan of a SELECT, identifies the result's
 	// column definitions: statements with the same MetaKey (in the same
 	// database) return columns of the same types, lengths and names. It is
@@ -111,6 +119,9 @@ type Increment struct {
 // Guard finds the records a write may touch, so their slots can be folded
 // into the base rows first.
 type Guard struct {
+	// Table is the ruled table whose records are folded; nil means the
+	// plan's Table.
+	Table *Table
 	// KeysSQL selects the keys, locking the base rows (FOR UPDATE).
 	KeysSQL string
 	// KeysParams are the original placeholder indexes KeysSQL uses, in order.
@@ -454,7 +465,13 @@ func (r *Rewriter) plan(st ast.StmtNode, sql string, start, end int, sess Sessio
 			names = append(names, tt.OldTable, tt.NewTable)
 		}
 		return r.ddl(sess, names...)
-	case *ast.SelectStmt, *ast.SetOprStmt:
+	case *ast.SelectStmt:
+		w.visit(st)
+		p = w.readPlan(start, end)
+		if p.Kind == KindRead && s.LockInfo != nil && s.LockInfo.LockType != ast.SelectLockNone {
+			w.lockedRead(&p, s)
+		}
+	case *ast.SetOprStmt:
 		w.visit(st)
 		p = w.readPlan(start, end)
 	case *ast.ExplainStmt, *ast.ShowStmt:
@@ -466,6 +483,31 @@ func (r *Rewriter) plan(st ast.StmtNode, sql string, start, end int, sess Sessio
 		p = w.readPlan(start, end)
 	}
 	return r.shadow(p)
+}
+
+// lockedRead makes the read plan p of the locking read s guarded: the
+// records of each ruled table it reads counters of are locked (exclusive,
+// whatever lock the read asks for: an increment takes a shared one) and
+// folded before it runs.
+func (w *reads) lockedRead(p *Plan, s *ast.SelectStmt) {
+	lock := "FOR UPDATE"
+	switch s.LockInfo.LockType {
+	case ast.SelectLockForUpdateNoWait, ast.SelectLockForShareNoWait:
+		lock = "FOR UPDATE NOWAIT"
+	case ast.SelectLockForUpdateSkipLocked, ast.SelectLockForShareSkipLocked:
+		lock = "FOR UPDATE SKIP LOCKED"
+	}
+	p.Locking = true
+	sc := w.scopeOf(s.From)
+	if len(sc.refs) == 1 && sc.refs[0].table != nil {
+		w.push(sc)
+		p.Guards = []*Guard{w.guardFor(sc.refs[0].table, &sc.refs[0], s.Where, lock)}
+		w.pop()
+		return
+	}
+	for _, t := range p.Reads {
+		p.Guards = append(p.Guards, wideGuard(t, lock))
+	}
 }
 
 // ddl is the plan for DDL: sent unchanged, and the catalog reloaded after it
@@ -555,6 +597,13 @@ func Explain(plans []Plan, err error) string {
 				fmt.Fprintf(&b, "then: %s\n", p.After)
 			}
 		case KindRead:
+			for _, g := range p.Guards {
+				fmt.Fprintf(&b, "guard: %s\n", g.KeysSQL)
+				fmt.Fprintf(&b, "fold: %s\n", strings.Join(g.Table.FoldSQL([]string{"<keys>"}), ";\n      "))
+			}
+			if p.Locking {
+				fmt.Fprintf(&b, "then: ")
+			}
 			fmt.Fprintf(&b, "%s\n", p.SQL)
 		case KindIncrement:
 			fmt.Fprintf(&b, "%s\n", p.SQL)

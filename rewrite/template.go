@@ -194,6 +194,15 @@ func (t *template) instantiate(sql string, spans [][2]int, slot func(int) int) [
 			g.KeysSQL = sub(g.KeysSQL)
 			p.Guard = &g
 		}
+		if p.Guards != nil {
+			gs := make([]*Guard, len(p.Guards))
+			for i, g := range p.Guards {
+				c := *g
+				c.KeysSQL = sub(c.KeysSQL)
+				gs[i] = &c
+			}
+			p.Guards = gs
+		}
 		out[i] = p
 	}
 	return out

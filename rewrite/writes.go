@@ -262,26 +262,43 @@ func (w *reads) wideGuarded(t *Table, start, end int, invalidate bool) Plan {
 		return Plan{Kind: KindOriginal, Table: t, Reason: "unsupported: " + w.failed}
 	}
 	return Plan{
-		Kind:  KindGuarded,
-		Table: t,
-		SQL:   apply(w.sql, start, end, w.edits),
-		Guard: &Guard{KeysSQL: fmt.Sprintf("SELECT DISTINCT `record_id` FROM %s WHERE `record_type` IN (%s) FOR UPDATE",
-			t.QualifiedSlots(), t.recordTypes())},
+		Kind:       KindGuarded,
+		Table:      t,
+		SQL:        apply(w.sql, start, end, w.edits),
+		Guard:      wideGuard(t, "FOR UPDATE"),
 		Invalidate: invalidate,
 		Reason:     "every slotted record of the table is folded first (the rows written are known only once it runs)",
 	}
 }
 
-// guardWhere selects the keys of the rows a single-table UPDATE or DELETE
-// may touch: same table, same WHERE (with counter reads rewritten), no
-// ORDER BY or LIMIT (a superset is harmless: folding keeps totals).
+// guardWhere selects, locking them, the keys of the rows of t a
+// single-table UPDATE or DELETE (or a locking read) with WHERE clause where
+// may touch, through its table source ref: the same table, the WHERE
+// clause's top-level conjuncts that read no counter (the others become
+// TRUE: a superset of the rows, read as they are now, not as a snapshot;
+// folding more records than needed keeps totals), no ORDER BY or LIMIT.
+// lock is the locking clause ("FOR UPDATE", possibly with NOWAIT or SKIP
+// LOCKED).
 func (r *Rewriter) guardWhere(t *Table, ref *tableRef, refs *ast.TableRefsClause, where ast.ExprNode, w *reads) *Guard {
-	from := quoteIdent(t.Schema) + "." + quoteIdent(t.Name)
-	if ref.qual != t.Qualified() {
-		from += " AS " + ref.qual
+	return w.guardFor(t, ref, where, "FOR UPDATE")
+}
+
+// wideGuard locks the slot rows of every record of t, and the gaps between
+// them, so that no slot row of t can be added or changed until the
+// transaction ends, and selects their keys for folding.
+func wideGuard(t *Table, lock string) *Guard {
+	return &Guard{Table: t, KeysSQL: fmt.Sprintf("SELECT DISTINCT `record_id` FROM %s WHERE `record_type` IN (%s) %s",
+		t.QualifiedSlots(), t.recordTypes(), lock)}
+}
+
+func (w *reads) guardFor(t *Table, ref *tableRef, where ast.ExprNode, lock string) *Guard {
+	if where == nil {
+		// Every row: the statement itself locks the rows it reads; the
+		// slotted ones are folded, and no slot row can appear meanwhile.
+		return wideGuard(t, lock)
 	}
-	q := fmt.Sprintf("SELECT %s.%s FROM %s", ref.qual, quoteIdent(t.Key), from)
-	g := &Guard{}
+	q := fmt.Sprintf("SELECT %s.%s FROM %s", ref.qual, quoteIdent(t.Key), ref.from)
+	g := &Guard{Table: t}
 	if where != nil {
 		ws := where.OriginTextPosition()
 		we := exprEnd(w.sql, w.sess, ws)
@@ -290,17 +307,75 @@ func (r *Rewriter) guardWhere(t *Table, ref *tableRef, refs *ast.TableRefsClause
 			return g
 		}
 		var edits []edit
-		for _, e := range w.edits {
-			if e.start >= ws && e.end <= we {
-				edits = append(edits, e)
+		var dropped [][2]int
+		cs := w.conjuncts(where, ws, we)
+		for _, c := range cs {
+			if w.readsCounter(c.node) {
+				edits = append(edits, edit{start: c.start, end: c.end, text: "TRUE"})
+				dropped = append(dropped, [2]int{c.start, c.end})
 			}
 		}
+		if len(dropped) == len(cs) {
+			return wideGuard(t, lock) // no condition left on the rows
+		}
 		q += " WHERE (" + apply(w.sql, ws, we, edits) + "\n)" // the newline ends a trailing # or -- comment
-		g.KeysParams = w.paramsIn(where)
+		var c paramCollector
+		where.Accept(&c)
+		sort.SliceStable(c.found, func(i, j int) bool { return c.found[i].Offset < c.found[j].Offset })
+	params:
+		for _, pm := range c.found {
+			for _, d := range dropped {
+				if pm.Offset >= d[0] && pm.Offset < d[1] {
+					continue params
+				}
+			}
+			g.KeysParams = append(g.KeysParams, w.params[pm])
+		}
 	}
-	g.KeysSQL = q + " FOR UPDATE"
+	g.KeysSQL = q + " " + lock
 	return g
 }
+
+// conjunct is one top-level AND operand of a WHERE clause and its text
+// span.
+type conjunct struct {
+	node       ast.ExprNode
+	start, end int
+}
+
+// conjuncts splits e, whose text is sql[start:end], into its top-level AND
+// operands. Where an operand's end cannot be found the rest stays one
+// conjunct (reading a counter anywhere in it then drops all of it: safe).
+func (w *reads) conjuncts(e ast.ExprNode, start, end int) []conjunct {
+	b, ok := e.(*ast.BinaryOperationExpr)
+	if !ok || b.Op != opcode.LogicAnd {
+		return []conjunct{{e, start, end}}
+	}
+	rs := b.R.OriginTextPosition()
+	if rs <= start || rs >= end {
+		return []conjunct{{e, start, end}}
+	}
+	// The operator before the right operand: AND or &&.
+	i := rs
+	for i > start && isSpace(w.sql[i-1]) {
+		i--
+	}
+	var le int
+	switch {
+	case i-start >= 3 && strings.EqualFold(w.sql[i-3:i], "AND") && (i-3 == start || !isIdentByte(w.sql[i-4])):
+		le = i - 3
+	case i-start >= 2 && w.sql[i-2:i] == "&&":
+		le = i - 2
+	default:
+		return []conjunct{{e, start, end}}
+	}
+	for le > start && isSpace(w.sql[le-1]) {
+		le--
+	}
+	return append(w.conjuncts(b.L, start, le), w.conjuncts(b.R, rs, end)...)
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
 func (r *Rewriter) insert(s *ast.InsertStmt, w *reads, start, end int) Plan {
 	var t *Table

@@ -26,6 +26,9 @@ type Forward struct {
 	// PatchOK, when set, rewrites the payload of the response's final OK
 	// (an increment's OK made to look like the UPDATE's).
 	PatchOK func(ok *OK)
+	// Status, when set, rewrites the status flags of the response's last
+	// packet (OK, EOF or the OK that ends rows).
+	Status func(uint16) uint16
 	// Column and Row, when set, rewrite the column definitions (i counts
 	// from 0) and the rows of the response's first result set (or the
 	// column definitions of a COM_STMT_PREPARE response).
@@ -70,7 +73,7 @@ func (f *Forward) Take(src *Conn, p *Packet) error {
 			return f.rewrite(src, p, f.Row)
 		}
 	}
-	patch := p.Last && ((p.Role == RoleOK && (f.PatchOK != nil || f.More)) || (p.Role == RoleEnd && f.More))
+	patch := p.Last && ((p.Role == RoleOK && (f.PatchOK != nil || f.More || f.Status != nil)) || (p.Role == RoleEnd && (f.More || f.Status != nil)))
 	if !patch && f.Seq == nil {
 		return src.ForwardRest(f.Client, p.Header)
 	}
@@ -93,9 +96,19 @@ func (f *Forward) Take(src *Conn, p *Packet) error {
 		if f.More {
 			ok.Status |= mysql.SERVER_MORE_RESULTS_EXISTS
 		}
+		if f.Status != nil {
+			ok.Status = f.Status(ok.Status)
+		}
 		payload = ok.Bytes(f.Caps)
 	} else {
-		payload = SetEOFStatus(payload, p.Status|mysql.SERVER_MORE_RESULTS_EXISTS)
+		st := p.Status
+		if f.More {
+			st |= mysql.SERVER_MORE_RESULTS_EXISTS
+		}
+		if f.Status != nil {
+			st = f.Status(st)
+		}
+		payload = SetEOFStatus(payload, st)
 	}
 	seq := p.Header.Seq + f.Client.SeqShift
 	if f.Seq != nil {
