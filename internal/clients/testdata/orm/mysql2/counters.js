@@ -10,6 +10,7 @@
 // spellings below, then the totals are read back. Prints, per spelling and
 // counter, "inc ID COLUMN DELTA SCOPE CALLS AFFECTED" (SCOPE "-" or
 // "tenant=N"), then "total ID COLUMN VALUE" per row and counter.
+// SP_SPELLINGS, when set, is a comma-separated list of the spellings to run.
 'use strict';
 
 const path = require('path');
@@ -25,7 +26,7 @@ function env(name) {
 }
 
 // [name, [[id, column, delta, scope]], async function(conn) returning affected rows]
-const spellings = [
+const allSpellings = [
   ['execute-key', [[1, 'downloads', 1, '-']],
     async (c) => (await c.execute('UPDATE repos SET downloads = downloads + 1 WHERE id = ?', [1]))[0].affectedRows],
   ['execute-delta-key', [[1, 'downloads', 2, '-']],
@@ -41,6 +42,12 @@ const spellings = [
   ['query', [[1, 'downloads', 1, '-']],
     async (c) => (await c.query('UPDATE repos SET downloads = downloads + 1 WHERE id = ?', [1]))[0].affectedRows],
 ];
+const only = process.env.SP_SPELLINGS ? process.env.SP_SPELLINGS.split(',') : null;
+const spellings = only ? allSpellings.filter(([name]) => only.includes(name)) : allSpellings;
+if (only && spellings.length !== only.length) {
+  console.error(`counters.js: unknown spelling in SP_SPELLINGS=${process.env.SP_SPELLINGS}`);
+  process.exit(1);
+}
 
 async function main() {
   const workers = Number(env('SP_WORKERS'));

@@ -14,8 +14,9 @@
 //           "tenant=N"; AFFECTED "-" when the ORM does not report it), then
 //           "total ID COLUMN VALUE" per row and counter.
 // bench     SP_WORKERS workers run SP_BENCH_TX transactions in all, each an
-//           increment of repo 1 (SP_BENCH_SPELLING "orm": Model.increment(),
-//           "raw": the textbook SQL in the same transaction) and SP_WORK_MS
+//           increment of repo 1 (SP_BENCH_SPELLING "orm": Model.increment()
+//           on the model with timestamps, "raw": the textbook SQL in the
+//           same transaction) and SP_WORK_MS
 //           of simulated work before COMMIT. Prints "bench TX SECONDS
 //           RETRIES".
 'use strict';
@@ -139,7 +140,7 @@ async function bench() {
         try {
           await sequelize.transaction(async (transaction) => {
             if (spelling === 'orm') {
-              await PlainRepo.increment('downloads', { where: { id: 1 }, transaction });
+              await Repo.increment('downloads', { where: { id: 1 }, transaction });
             } else {
               await sequelize.query('UPDATE repos SET downloads = downloads + 1 WHERE id = 1', { transaction });
             }
