@@ -14,6 +14,7 @@ import sys
 import threading
 
 from sqlalchemy import BigInteger, Column, DateTime, Integer, String, create_engine, select, update
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, declarative_base
 
 
@@ -51,18 +52,35 @@ def core(stmt):
         return conn.execute(stmt).rowcount
 
 
+def retrying(transaction):
+    """Runs transaction again after a deadlock or lock wait timeout, as an
+    application must (the server rolled the whole transaction back)."""
+    for attempt in range(6):
+        try:
+            return transaction()
+        except OperationalError as e:
+            if e.orig.args[0] not in (1213, 1205) or attempt == 5:
+                raise
+
+
 def session_update(stmt):
     # The ORM-enabled UPDATE through a Session (synchronize_session default).
-    with Session(engine) as session, session.begin():
-        return session.execute(stmt).rowcount
+    def transaction():
+        with Session(engine) as session, session.begin():
+            return session.execute(stmt).rowcount
+
+    return retrying(transaction)
 
 
 def instance_expression():
     # Assign a SQL expression to a loaded object's attribute; the flush
     # sends it as an UPDATE.
-    with Session(engine) as session, session.begin():
-        repo = session.get(Repo, 1)
-        repo.downloads = Repo.downloads + 1
+    def transaction():
+        with Session(engine) as session, session.begin():
+            repo = session.get(Repo, 1)
+            repo.downloads = Repo.downloads + 1
+
+    retrying(transaction)
     return None
 
 
