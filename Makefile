@@ -6,6 +6,8 @@
 #   make run     run the proxy locally in front of a throwaway MariaDB
 #   make test    install missing dependencies, vet, run all tests (race)
 #                against MariaDB and against MySQL, both at once
+#   make bench-orm  the hot counter through Django and Sequelize, directly
+#                and through slotproxy (tx/s and speed-up)
 
 SHELL := /bin/bash
 
@@ -14,7 +16,7 @@ ifeq ($(shell command -v go 2>/dev/null),)
 export PATH := /usr/local/go/bin:$(PATH)
 endif
 
-.PHONY: build run test fuzz demo
+.PHONY: build run test fuzz demo bench-orm
 
 # Fuzz targets: package and name. "make test" runs each for FUZZTIME;
 # "make fuzz FUZZTIME=10m" for a long run.
@@ -49,3 +51,13 @@ fuzz:
 		go test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg > /tmp/slotproxy-fuzz.log 2>&1 || { cat /tmp/slotproxy-fuzz.log; exit 1; }; \
 		tail -n 1 /tmp/slotproxy-fuzz.log; \
 	done
+
+# The hot-counter workload (16 workers; increment + 2 ms of work per
+# transaction) through real ORMs, directly and through slotproxy, on the
+# server SLOTPROXY_TEST_SERVER names (MariaDB by default). ORM_BENCH_TX
+# transactions per measurement; each is one run of the ORM's program
+# (-benchtime 1x), timed by the program.
+ORM_BENCH_TX ?= 2000
+bench-orm:
+	@scripts/deps.sh $(if $(filter mysql,$(SLOTPROXY_TEST_SERVER)),,--no-mysql) >/dev/null
+	SLOTPROXY_ORM_BENCH_TX=$(ORM_BENCH_TX) go test -run '^$$' -bench BenchmarkORMHotCounter -benchtime 1x ./internal/clients/

@@ -11,6 +11,13 @@
 #   Node       nodejs and npm, then mysql2 and sequelize from the lock file
 #              internal/clients/testdata/node/package-lock.json into
 #              internal/clients/testdata/node/node_modules (git-ignored)
+#   ORMs       (internal/clients/orm_test.go) Django (python3-django) and
+#              SQLAlchemy (python3-sqlalchemy) over mysqlclient; Ruby with
+#              ActiveRecord and mysql2 (ruby, ruby-activerecord,
+#              ruby-mysql2); Laravel's query builder and Eloquent
+#              (php-illuminate-database, autoloaded from
+#              /usr/share/php/Illuminate/Database/autoload.php); Sequelize
+#              from the node lock file above
 #
 # Idempotent: installs only what is missing and prints one line per
 # install. Never starts services.
@@ -117,3 +124,11 @@ if ! node_ok || [ "$NODE_DIR/package-lock.json" -nt "$NODE_DIR/node_modules/.pac
 	fi
 	node_ok || die "node cannot load mysql2 and sequelize from $NODE_DIR after npm"
 fi
+
+# ORMs (internal/clients/orm_test.go).
+need_pkg python3-django
+need_pkg python3-sqlalchemy
+command -v ruby >/dev/null 2>&1 || apt_install ruby
+need_pkg ruby-activerecord
+need_pkg ruby-mysql2
+need_pkg php-illuminate-database

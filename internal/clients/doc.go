@@ -17,6 +17,20 @@
 // protocol packets from Go. The programs live in testdata/, and the
 // statements most of them run are in testdata/scenario.tsv.
 //
+// The ORM tests (orm_test.go) are different: each runs one ORM's own
+// counter increments (Django, SQLAlchemy, ActiveRecord, Laravel's query
+// builder and Eloquent, Sequelize, node mysql2 execute(), JDBC prepared
+// statements; programs in testdata/orm/) from several concurrent workers
+// through a proxy that rules repos.downloads and repos.stars, then reads
+// the totals back through the ORM. There is no direct run: the totals must
+// equal the seeded values plus the increments that match their rows, and
+// the server must have received slotted upserts, not UPDATEs of the base
+// row. Wire taps on both sides of the proxy (wiretap_test.go) record what
+// the ORM sent and what the server got; the tests log every statement
+// shape with its fate. BenchmarkORMHotCounter (make bench-orm) measures the
+// hot counter through Django and Sequelize, directly and through the
+// proxy.
+//
 // The clients are required, never skipped: scripts/deps.sh (which runs
 // scripts/deps-clients.sh) installs them. Run the tests with
 //

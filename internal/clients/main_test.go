@@ -289,7 +289,7 @@ var requirements sync.Map // name → *requirement
 
 // require fails the test unless the probe command exits 0: the client
 // named what is missing. The probe runs once per test binary.
-func require(t *testing.T, what string, probe ...string) {
+func require(t testing.TB, what string, probe ...string) {
 	t.Helper()
 	v, _ := requirements.LoadOrStore(what, &requirement{})
 	r := v.(*requirement)
