@@ -37,7 +37,7 @@ func (s *Session) read(kind wire.Kind) (*wire.Response, error) {
 	if r.Failed() {
 		s.noteErr(r.ErrCode)
 	} else {
-		s.noteStatus(r.Status)
+		s.noteStatus(r.Result)
 	}
 	return r, nil
 }

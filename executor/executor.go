@@ -11,6 +11,7 @@
 package executor
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"log/slog"
@@ -139,6 +140,12 @@ type Session struct {
 	rolledBack bool   // a deadlock or lock wait timeout rolled the transaction back
 	rw         rewriteState
 	respSeq    byte // sequence id the current command's response starts with
+
+	// commands counts the commands Handle and Relayed saw; begin is the
+	// BEGIN or START TRANSACTION that opened the transaction, and beginAt
+	// its command's number (see txnFresh).
+	commands, beginAt uint64
+	begin             []byte
 }
 
 // NewSession starts the executor's view of a session whose authentication
@@ -173,9 +180,7 @@ func (s *Session) Observe(res wire.Result) {
 		s.noteErr(res.ErrCode)
 		return
 	}
-	if res.Status != 0 {
-		s.status = res.Status
-	}
+	s.noteStatus(res)
 }
 
 // Reset forgets the session's state after COM_CHANGE_USER (the server
@@ -197,6 +202,7 @@ func (s *Session) Reset(status uint16) {
 func (s *Session) Handle(rw *rewrite.Rewriter, payload []byte, packets byte) error {
 	s.respSeq = packets
 	s.link.Client.SeqShift = 0
+	s.commands++
 	s.settleTransaction()
 	var err error
 	switch payload[0] {
@@ -222,6 +228,63 @@ func (s *Session) autocommit() bool    { return s.status&mysql.SERVER_STATUS_AUT
 // rolled back with it.
 func (s *Session) autocommitted() bool { return s.autocommit() && !s.inTransaction() }
 
+// txnFresh reports whether the statement about to run is the first of its
+// transaction: autocommit is off and no transaction is open, or the
+// previous command was the BEGIN or START TRANSACTION that opened it. A
+// deadlock or lock wait timeout in it loses no earlier work of the
+// client's, so the proxy may run it again (after that BEGIN: restartTxn).
+func (s *Session) txnFresh() bool {
+	if !s.inTransaction() {
+		return !s.autocommit()
+	}
+	return s.begin != nil && s.beginAt == s.commands-1
+}
+
+// restartTxn prepares another attempt of a statement that failed first in
+// its transaction (txnFresh) or in a transaction of its own
+// (autocommitted): the transaction that BEGIN opened is opened again. errPkt
+// is the ERR of that BEGIN.
+func (s *Session) restartTxn(autocommitted bool) (errPkt []byte, err error) {
+	if autocommitted || s.begin == nil || s.beginAt != s.commands-1 {
+		return nil, nil
+	}
+	r, err := s.query(string(s.begin))
+	if err != nil {
+		return nil, err
+	}
+	if r.Failed() {
+		return r.Err, nil
+	}
+	return nil, nil
+}
+
+// noteBegin remembers a statement that opened a transaction (see txnFresh).
+func (s *Session) noteBegin(sql []byte) {
+	if isBegin(sql) && s.inTransaction() {
+		s.begin = append(s.begin[:0], sql...)
+		s.beginAt = s.commands
+	}
+}
+
+// isBegin reports whether sql is exactly BEGIN, BEGIN WORK or START
+// TRANSACTION (with any characteristics), without comments: statements the
+// proxy may run again to open an equivalent transaction. (MariaDB's BEGIN
+// NOT ATOMIC starts a compound statement, not a transaction.)
+func isBegin(sql []byte) bool {
+	t := bytes.TrimRight(bytes.TrimSpace(sql), "; \t\r\n")
+	if len(t) > 200 || bytes.ContainsAny(t, "/#-'\"`") {
+		return false
+	}
+	words := bytes.Fields(t)
+	switch {
+	case len(words) == 1:
+		return equalFold(words[0], "begin")
+	case len(words) == 2 && equalFold(words[0], "begin"):
+		return equalFold(words[1], "work")
+	}
+	return len(words) >= 2 && equalFold(words[0], "start") && (equalFold(words[1], "transaction") || bytes.HasPrefix(bytes.ToLower(words[1]), []byte("transaction,")))
+}
+
 // noteErr records errors that roll the transaction back.
 func (s *Session) noteErr(code uint16) {
 	s.env.metrics().BackendError(code)
@@ -230,9 +293,10 @@ func (s *Session) noteErr(code uint16) {
 	}
 }
 
-func (s *Session) noteStatus(st uint16) {
-	if st != 0 {
-		s.status = st
+// noteStatus keeps the session's status from a response that carried one.
+func (s *Session) noteStatus(res wire.Result) {
+	if res.StatusKnown {
+		s.status = res.Status
 	}
 }
 
@@ -276,6 +340,7 @@ func (s *Session) NeedsPayload(head []byte, length int) bool {
 // Relayed records a command the proxy relayed without Handle (see
 // NeedsPayload); head is its first bytes.
 func (s *Session) Relayed(head []byte) {
+	s.commands++
 	if len(head) >= 7 && head[0] == mysql.COM_STMT_SEND_LONG_DATA {
 		if st := s.rw.stmts[binary.LittleEndian.Uint32(head[1:])]; st != nil {
 			if i := int(binary.LittleEndian.Uint16(head[5:])); i < st.params {

@@ -1,8 +1,10 @@
 package executor
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"strconv"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -153,12 +155,51 @@ func (ep execParams) intParam(i int) (string, bool) {
 			return strconv.FormatUint(u, 10), true
 		}
 		return strconv.FormatInt(int64(u), 10), true
-	case mysql.MYSQL_TYPE_VARCHAR, mysql.MYSQL_TYPE_VAR_STRING, mysql.MYSQL_TYPE_STRING,
-		mysql.MYSQL_TYPE_NEWDECIMAL, mysql.MYSQL_TYPE_DECIMAL, mysql.MYSQL_TYPE_BLOB:
+	case mysql.MYSQL_TYPE_DOUBLE:
+		return exactInt(math.Float64frombits(binary.LittleEndian.Uint64(v)))
+	case mysql.MYSQL_TYPE_FLOAT:
+		return exactInt(float64(math.Float32frombits(binary.LittleEndian.Uint32(v))))
+	case mysql.MYSQL_TYPE_NEWDECIMAL, mysql.MYSQL_TYPE_DECIMAL:
+		l, n, _ := wire.LenEnc(v)
+		return decimalInt(v[n : n+int(l)])
+	case mysql.MYSQL_TYPE_VARCHAR, mysql.MYSQL_TYPE_VAR_STRING, mysql.MYSQL_TYPE_STRING, mysql.MYSQL_TYPE_BLOB:
 		l, n, _ := wire.LenEnc(v)
 		if s := v[n : n+int(l)]; canonicalInt(s) {
 			return string(s), true
 		}
+	}
+	return "", false
+}
+
+// exactInt returns f as a decimal integer when it is exactly one (drivers
+// such as node's mysql2 send JavaScript numbers as DOUBLE), within ±2^53
+// where every integer is exact.
+func exactInt(f float64) (string, bool) {
+	if f != math.Trunc(f) || math.Abs(f) > 1<<53 {
+		return "", false
+	}
+	if f == 0 {
+		return "0", true // -0 too
+	}
+	return strconv.FormatInt(int64(f), 10), true
+}
+
+// decimalInt returns a DECIMAL parameter's text as a decimal integer when
+// its value is exactly one ("5", "5.00"; not "5.1").
+func decimalInt(s []byte) (string, bool) {
+	if i := bytes.IndexByte(s, '.'); i >= 0 {
+		for _, c := range s[i+1:] {
+			if c != '0' {
+				return "", false
+			}
+		}
+		s = s[:i]
+	}
+	if string(s) == "-0" {
+		return "0", true
+	}
+	if canonicalInt(s) {
+		return string(s), true
 	}
 	return "", false
 }

@@ -258,7 +258,10 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 	}
 	if plans == nil {
 		s.env.metrics().Statement(PathPassThrough, "")
-		_, err := s.forward(payload, wire.Results, nil)
+		res, err := s.forward(payload, wire.Results, nil)
+		if err == nil && !res.Failed() {
+			s.noteBegin(sql)
+		}
 		return err
 	}
 	if s.log.Enabled(context.Background(), slog.LevelDebug) {

@@ -102,19 +102,30 @@ func (s *Session) afterSuccess(p rewrite.Plan) error {
 	return nil
 }
 
-// incArgs returns an increment's key and whether its deltas change the
-// row, for a text statement (ex nil) or an execution. ok is false when the
-// key or a delta is a parameter that is not a plain integer: the statement
-// then runs as written.
-func incArgs(inc *rewrite.Increment, ex *execution) (key string, changed, ok bool) {
-	if ex == nil {
-		return inc.KeyLiteral, !inc.Zero, true
-	}
-	key = inc.KeyLiteral
-	if inc.KeyParam >= 0 {
-		if key, ok = ex.params.intParam(inc.KeyParam); !ok {
-			return "", false, false
+// incArgs returns the keys of the records an increment names (canonical
+// decimal integers) and whether its deltas change a row, for a text
+// statement (ex nil) or an execution. ok is false when a key or a delta is
+// not exactly one integer: the statement then runs as written.
+func incArgs(inc *rewrite.Increment, ex *execution) (keys []string, changed, ok bool) {
+	keys = make([]string, len(inc.Keys))
+	for i, k := range inc.Keys {
+		switch {
+		case k.Param < 0:
+			keys[i] = literalKey(k.Literal)
+		case ex != nil:
+			keys[i], _ = ex.params.intParam(k.Param)
+		default:
+			continue // a placeholder's text (EXPLAIN): any key
 		}
+		if keys[i] == "" {
+			// '1abc', ' 1', 1.5: the server converts it with its own
+			// rules, warnings and errors, which differ between the UPDATE
+			// and the upsert's SELECT.
+			return nil, false, false
+		}
+	}
+	if ex == nil {
+		return keys, !inc.Zero, true
 	}
 	for j, i := range inc.DeltaParams {
 		if i < 0 {
@@ -123,11 +134,24 @@ func incArgs(inc *rewrite.Increment, ex *execution) (key string, changed, ok boo
 		}
 		v, ok := ex.params.intParam(i)
 		if !ok {
-			return "", false, false
+			return nil, false, false
 		}
 		changed = changed || v != "0"
 	}
-	return key, changed, true
+	return keys, changed, true
+}
+
+// literalKey returns a key literal as a canonical decimal integer: an
+// integer, or a string holding one ('1', as PHP and ORMs quote them), or
+// "" for anything else.
+func literalKey(lit string) string {
+	if len(lit) >= 2 && (lit[0] == '\'' || lit[0] == '"') && lit[len(lit)-1] == lit[0] {
+		lit = lit[1 : len(lit)-1]
+	}
+	if canonicalInt([]byte(lit)) {
+		return lit
+	}
+	return ""
 }
 
 // errLongData is the client's error when a parameter the proxy must pass on
@@ -137,22 +161,37 @@ func errLongData() []byte {
 		"a parameter of a rewritten statement sent with COM_STMT_SEND_LONG_DATA is longer than %d bytes", maxKeptLongData).Packet()
 }
 
-// execAsWritten runs a prepared increment as the client wrote it: on the
-// base row, with the server's own conversions, warnings and errors. It is
-// the path for parameters the slotted upsert cannot take as they are.
+// execAsWritten runs an increment as the client wrote it: on the base row,
+// with the server's own conversions, warnings and errors, relaying the
+// response. It is the path for parameters the slotted upsert cannot take as
+// they are, and for a WHERE that matched no row.
 func (s *Session) execAsWritten(p rewrite.Plan, ex *execution, seq *byte, more bool) (bool, error) {
 	s.env.metrics().Statement(PathPassThrough, ruleName(p.Table))
+	pkt, errPkt, err := s.asWrittenPacket(p, ex)
+	if err != nil {
+		return false, err
+	}
+	if errPkt != nil {
+		return true, s.writeErr(errPkt, seq)
+	}
+	res, err := s.relayAs(pkt, seq, more)
+	return res.Failed(), err
+}
+
+// asWrittenPacket is the command that runs the client's statement as
+// written (for a prepared one, the proxy's own preparation of its text with
+// the client's parameters), or the ERR to answer instead.
+func (s *Session) asWrittenPacket(p rewrite.Plan, ex *execution) (pkt, errPkt []byte, err error) {
 	if ex == nil {
-		res, err := s.relayAs(queryPacket(p.Original), seq, more)
-		return res.Failed(), err
+		return queryPacket(p.Original), nil, nil
 	}
 	id, err := s.internalStmt(p.Original)
 	if err != nil {
 		var be *backendError
 		if errors.As(err, &be) {
-			return true, s.writeErr(be.pkt, seq)
+			return nil, be.pkt, nil
 		}
-		return false, err
+		return nil, nil, err
 	}
 	idx := make([]int, ex.params.n)
 	for i := range idx {
@@ -163,23 +202,22 @@ func (s *Session) execAsWritten(p rewrite.Plan, ex *execution, seq *byte, more b
 		// drop it, as its execution would have.
 		reset := binary.LittleEndian.AppendUint32([]byte{mysql.COM_STMT_RESET}, ex.stmtID)
 		if err := s.send(reset); err != nil {
-			return false, err
+			return nil, nil, err
 		}
 		if _, err := s.read(wire.One); err != nil {
-			return false, err
+			return nil, nil, err
 		}
 	}
-	pkt, err := ex.params.executePacket(id, idx)
+	pkt, err = ex.params.executePacket(id, idx)
 	if err != nil {
-		return true, s.writeErr(errLongData(), seq)
+		return nil, errLongData(), nil
 	}
-	res, err := s.relayAs(pkt, seq, more)
-	return res.Failed(), err
+	return pkt, nil, nil
 }
 
 func (s *Session) execIncrement(p rewrite.Plan, ex *execution, seq *byte, more bool) (bool, error) {
 	inc := p.Increment
-	key, changed, plain := incArgs(inc, ex)
+	keys, changed, plain := incArgs(inc, ex)
 	if !plain {
 		return s.execAsWritten(p, ex, seq, more)
 	}
@@ -197,8 +235,10 @@ func (s *Session) execIncrement(p rewrite.Plan, ex *execution, seq *byte, more b
 	}
 	s.env.Stats.RewrittenWrites.Add(1)
 	s.env.metrics().Statement(PathRewrittenWrite, ruleName(p.Table))
-	retryable := s.autocommitted()
-	var r *wire.Response
+	autocommitted := s.autocommitted()
+	// Long data the client sent is gone once the statement ran as written
+	// (see asWrittenPacket): such an execution is not run twice.
+	retryable := autocommitted || (s.txnFresh() && (ex == nil || !slices.Contains(ex.params.long, true)))
 	for attempt := 1; ; attempt++ {
 		payload := queryPacket(p.SQL)
 		if ex != nil {
@@ -207,47 +247,63 @@ func (s *Session) execIncrement(p rewrite.Plan, ex *execution, seq *byte, more b
 		if err := s.send(payload); err != nil {
 			return false, err
 		}
-		var err error
-		if r, err = s.read(wire.Results); err != nil {
+		r, err := s.read(wire.Results)
+		if err != nil {
 			return false, err
 		}
-		if !r.Failed() {
-			break
+		if r.Failed() {
+			switch r.ErrCode {
+			case errOutOfRange, errDataOutOfRange, errCheckViolated:
+				// Beyond the slot's share of the counter's range: the
+				// client's statement decides on the base row, with the
+				// server's own errors.
+				s.rolledBack = false
+				return s.execOnBase(p, ex, seq, more)
+			}
+			if retryable && s.retry(r.ErrCode, attempt) {
+				if errPkt, err := s.restartTxn(autocommitted); err != nil || errPkt != nil {
+					return errPkt != nil, errOr(err, s.writeErr(errPkt, seq))
+				}
+				continue
+			}
+			return true, s.writeErr(r.Err, seq)
 		}
-		switch r.ErrCode {
-		case errOutOfRange, errDataOutOfRange, errCheckViolated:
-			// Beyond the slot's share of the counter's range: the
-			// client's statement decides on the base row, with the
-			// server's own errors.
-			s.rolledBack = false
-			return s.execOnBase(p, ex, seq, more)
+		if r.OK == nil {
+			return false, errors.New("slotted increment returned rows")
 		}
-		if retryable && s.retry(r.ErrCode, attempt) {
-			continue
+		matched := uint64(0)
+		if n, ok := infoRecords(r.OK.Info); ok && inc.Counters > 0 {
+			matched = n / uint64(inc.Counters)
+		} else if r.OK.Affected > 0 {
+			matched = 1
 		}
-		return true, s.writeErr(r.Err, seq)
+		if matched == 0 {
+			// No row: nothing was written. The statement as written
+			// changes nothing either, and answers exactly as the server
+			// does (an impossible WHERE, say, gets no info string from
+			// MariaDB).
+			if autocommitted || !retryable {
+				return s.execAsWritten(p, ex, seq, more)
+			}
+			// The first statement of a transaction: the upsert's share
+			// locks on rows the WHERE read but did not match are held,
+			// and taking them exclusively may deadlock with another
+			// transaction holding them too, where the UPDATE alone would
+			// have waited. The transaction held nothing else, so it runs
+			// again.
+			failed, again, err := s.asWrittenRetrying(p, ex, seq, more, attempt)
+			if again {
+				continue
+			}
+			return failed, err
+		}
+		if r.Status&mysql.SERVER_STATUS_IN_TRANS != 0 {
+			s.noteOwnIncrement(p.Table, keys)
+		}
+		ok := *r.OK
+		s.incPatch(matched, boolInt(changed && matched > 0))(&ok)
+		return false, s.writeOK(ok, seq, more)
 	}
-	if r.OK == nil {
-		return false, errors.New("slotted increment returned rows")
-	}
-	matched := uint64(0)
-	if n, ok := infoRecords(r.OK.Info); ok && inc.Counters > 0 {
-		matched = n / uint64(inc.Counters)
-	} else if r.OK.Affected > 0 {
-		matched = 1
-	}
-	if matched == 0 {
-		// No row: nothing was written. The statement as written changes
-		// nothing either, and answers exactly as the server does (an
-		// impossible WHERE, say, gets no info string from MariaDB).
-		return s.execAsWritten(p, ex, seq, more)
-	}
-	if r.Status&mysql.SERVER_STATUS_IN_TRANS != 0 {
-		s.noteOwnIncrement(p.Table, key)
-	}
-	ok := *r.OK
-	s.incPatch(matched, boolInt(changed && matched > 0))(&ok)
-	return false, s.writeOK(ok, seq, more)
 }
 
 // Errors a slotted increment raises when a delta is beyond its slot's
@@ -305,19 +361,19 @@ func (s *Session) execOnBase(p rewrite.Plan, ex *execution, seq *byte, more bool
 	return s.execGuardedWith(g, ex, seq, more, main)
 }
 
-// noteOwnIncrement records that the open transaction incremented the
-// record key of t.
-func (s *Session) noteOwnIncrement(t *rewrite.Table, key string) {
-	if key == "" {
-		return
-	}
+// noteOwnIncrement records that the open transaction incremented records
+// of t with the given keys ("" for a key the proxy cannot tell: then every
+// slotted record of t counts as its own).
+func (s *Session) noteOwnIncrement(t *rewrite.Table, keys []string) {
 	if s.rw.own == nil {
 		s.rw.own = map[*rewrite.Table]map[string]bool{}
 	}
 	if s.rw.own[t] == nil {
 		s.rw.own[t] = map[string]bool{}
 	}
-	s.rw.own[t][key] = true
+	for _, k := range keys {
+		s.rw.own[t][k] = true // "" marks an unknown key
+	}
 }
 
 // privilegeTTL bounds how long a session trusts a privilege check of its
@@ -348,7 +404,58 @@ func (s *Session) checkPrivileges(inc *rewrite.Increment) (denied []byte, err er
 	return nil, nil
 }
 
-// retry decides whether to run a failed autocommit statement again, and
+// asWrittenRetrying runs an increment as written in a transaction that
+// held nothing before it (see txnFresh) and answers the client, unless it
+// deadlocked or timed out waiting for a lock: then again is true and the
+// transaction was restarted for another attempt.
+func (s *Session) asWrittenRetrying(p rewrite.Plan, ex *execution, seq *byte, more bool, attempt int) (failed, again bool, err error) {
+	s.env.metrics().Statement(PathPassThrough, ruleName(p.Table))
+	pkt, errPkt, err := s.asWrittenPacket(p, ex)
+	if err != nil {
+		return false, false, err
+	}
+	if errPkt != nil {
+		return true, false, s.writeErr(errPkt, seq)
+	}
+	if err := s.send(pkt); err != nil {
+		return false, false, err
+	}
+	buf := &wire.Buffer{}
+	res, err := s.rd.Read(wire.Results, buf)
+	if err != nil {
+		return false, false, err
+	}
+	if res.Failed() {
+		s.noteErr(res.ErrCode)
+		if s.retry(res.ErrCode, attempt) {
+			errPkt, err := s.restartTxn(false)
+			if err != nil || errPkt != nil {
+				return errPkt != nil, false, errOr(err, s.writeErr(errPkt, seq))
+			}
+			return false, true, nil
+		}
+	} else {
+		s.noteStatus(res)
+	}
+	status := func(st uint16) uint16 {
+		if more {
+			st |= mysql.SERVER_MORE_RESULTS_EXISTS
+		}
+		return st
+	}
+	return res.Failed(), false, buf.WriteTo(s.link.Client, seq, s.link.Caps, status)
+}
+
+// errOr returns err, or else alt.
+func errOr(err, alt error) error {
+	if err != nil {
+		return err
+	}
+	return alt
+}
+
+// retry decides whether to run a failed statement again (one that ran in a
+// transaction of its own, or first in its transaction: see txnFresh), and
 // waits a jittered backoff first.
 func (s *Session) retry(code uint16, attempt int) bool {
 	if (code != mysql.ER_LOCK_DEADLOCK && code != mysql.ER_LOCK_WAIT_TIMEOUT) || attempt > s.env.MaxRetries {
@@ -460,7 +567,7 @@ func (s *Session) guardedOnce(p rewrite.Plan, ex *execution, wrapped bool, main 
 		s.noteErr(res.ErrCode)
 		return fail(buf.Packets[len(buf.Packets)-1])
 	}
-	s.noteStatus(res.Status)
+	s.noteStatus(res)
 	if wrapped {
 		r, err := s.query("COMMIT")
 		if err != nil {
@@ -630,12 +737,25 @@ func (s *Session) foldOwn(tables []*rewrite.Table) (errPkt []byte, err error) {
 		if len(keys) == 0 {
 			continue
 		}
+		var stmts []string
+		if keys[""] {
+			// A key the proxy could not tell: every slotted record.
+			stmts = []string{t.WideLockSQL()}
+			if errPkt, err := s.lockAndFold(rewrite.Plan{Table: t, Guard: &rewrite.Guard{Table: t, KeysSQL: t.WideLockSQL()}}, nil); err != nil || errPkt != nil {
+				if errPkt != nil && wire.ErrCode(errPkt) == mysql.ER_LOCK_DEADLOCK {
+					s.env.noteReadAfterIncrement(t, s.log)
+				}
+				return errPkt, err
+			}
+			continue
+		}
 		list := make([]string, 0, len(keys))
 		for k := range keys {
 			list = append(list, k)
 		}
 		slices.Sort(list)
-		for _, q := range append([]string{t.LockSQL(list)}, t.FoldSQL(list)...) {
+		stmts = append([]string{t.LockSQL(list)}, t.FoldSQL(list)...)
+		for _, q := range stmts {
 			r, err := s.query(q)
 			if err != nil {
 				return nil, err

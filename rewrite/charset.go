@@ -104,8 +104,11 @@ func (t transcoding) plans(plans []Plan) ([]Plan, error) {
 				}
 				inc.Guard = &g
 			}
-			if err := conv(&inc.KeyLiteral); err != nil {
-				return nil, err
+			inc.Keys = append([]KeyValue(nil), inc.Keys...)
+			for i := range inc.Keys {
+				if err := conv(&inc.Keys[i].Literal); err != nil {
+					return nil, err
+				}
 			}
 			p.Increment = &inc
 		}

@@ -89,10 +89,9 @@ type Plan struct {
 // Plan.SQL adds the deltas to a slot row of the record the WHERE clause
 // selects. It keeps the original statement's placeholders in their order.
 type Increment struct {
-	// KeyLiteral is the key value as SQL when it was a literal.
-	KeyLiteral string
-	// KeyParam is the key's placeholder index, or -1.
-	KeyParam int
+	// Keys are the keys of the records the increment may write: the WHERE
+	// clause's `key = v` or `key IN (v, …)`.
+	Keys []KeyValue
 	// Zero: every delta is a literal 0, so the UPDATE would change no row.
 	Zero bool
 	// DeltaParams are the placeholder indexes of the deltas (-1 for a
@@ -114,6 +113,15 @@ type Increment struct {
 	// on the base row instead (a delta beyond the slot's share of the
 	// range, or a counter read after increments in transactions).
 	Guard *Guard
+}
+
+// KeyValue is a key value in a statement: a literal (as SQL) or a
+// placeholder.
+type KeyValue struct {
+	// Literal is the value as SQL when it is a literal.
+	Literal string
+	// Param is the placeholder's index, or -1.
+	Param int
 }
 
 // Guard finds the records a write may touch, so their slots can be folded
@@ -154,6 +162,11 @@ func (t *Table) LockSQL(keys []string) string {
 	return fmt.Sprintf("SELECT %s FROM %s WHERE %s IN (%s) FOR UPDATE", quoteIdent(t.Key), t.Qualified(), quoteIdent(t.Key), strings.Join(keys, ", "))
 }
 
+// WideLockSQL locks the slot rows of every record of the table, and the
+// gaps between them (no slot row of it can be added or changed until the
+// transaction ends), and selects their keys, for a fold after it.
+func (t *Table) WideLockSQL() string { return wideGuard(t, "FOR UPDATE").KeysSQL }
+
 // ClearSQL deletes every slot of the table (after TRUNCATE).
 func (t *Table) ClearSQL() string {
 	return fmt.Sprintf("DELETE FROM %s WHERE `record_type` IN (%s)", t.QualifiedSlots(), t.recordTypes())
@@ -173,10 +186,11 @@ type Session struct {
 
 // Options tune generated SQL for the backend.
 type Options struct {
-	// Dialect is the backend's: it decides the upsert form (the VALUES()
-	// function, or on MySQL 8.0.20+, which deprecates VALUES() with warning
-	// 1287, the row alias). The zero value gets VALUES(), which every
-	// MariaDB and MySQL accepts.
+	// Dialect is the backend's: it decides whether INSERT, REPLACE and
+	// DELETE … RETURNING (MariaDB) are planned. The slotted upsert has one
+	// form for every server (INSERT … SELECT, whose ON DUPLICATE KEY UPDATE
+	// names the SELECT's columns: no VALUES(), which MySQL 8.0.20+
+	// deprecates with warning 1287).
 	Dialect dialect.Dialect
 	// Slot picks a slot in [0, n); nil means uniformly at random.
 	Slot func(n int) int

@@ -180,7 +180,10 @@ func (t *template) instantiate(sql string, spans [][2]int, slot func(int) int) [
 		p.MetaKey = sub(p.MetaKey)
 		if p.Increment != nil {
 			inc := *p.Increment
-			inc.KeyLiteral = sub(inc.KeyLiteral)
+			inc.Keys = append([]KeyValue(nil), inc.Keys...)
+			for i := range inc.Keys {
+				inc.Keys[i].Literal = sub(inc.Keys[i].Literal)
+			}
 			inc.ProbeSQL = sub(inc.ProbeSQL)
 			if inc.Guard != nil {
 				g := *inc.Guard

@@ -24,15 +24,22 @@ func (w *reads) singleTable(refs *ast.TableRefsClause) (*Table, *scope) {
 	return sc.refs[0].table, sc
 }
 
-// selfIncrement reports whether a is `c = c ± delta` or `c = delta + c` on
-// counter c, where delta reads no counter; it returns the delta, whether it
-// is subtracted, and the RHS reference of c.
+// selfIncrement reports whether a adds to or subtracts from counter c its
+// own value: `c = c ± delta`, `c = delta + c`, with the counter also
+// written `COALESCE(c, 0)` or `IFNULL(c, 0)` (ORMs guarding against NULL),
+// parenthesised or table-qualified anywhere; delta reads no counter. It
+// returns the delta, whether it is subtracted, and the RHS reference of c.
+// (A NULL base value never takes the slotted path: see slottedIncrement.)
 func (w *reads) selfIncrement(a *ast.Assignment, ref *tableRef) (delta ast.ExprNode, minus bool, self *ast.ColumnNameExpr) {
-	b, ok := a.Expr.(*ast.BinaryOperationExpr)
+	b, ok := unparen(a.Expr).(*ast.BinaryOperationExpr)
 	if !ok || (b.Op != opcode.Plus && b.Op != opcode.Minus) {
 		return nil, false, nil
 	}
 	isSelf := func(e ast.ExprNode) *ast.ColumnNameExpr {
+		e = unparen(e)
+		if f, ok := e.(*ast.FuncCallExpr); ok && (f.FnName.L == "coalesce" || f.FnName.L == "ifnull") && len(f.Args) == 2 && isZero(unparen(f.Args[1])) {
+			e = unparen(f.Args[0])
+		}
 		c, ok := e.(*ast.ColumnNameExpr)
 		if !ok || !strings.EqualFold(c.Name.Name.O, a.Column.Name.O) {
 			return nil
@@ -43,9 +50,9 @@ func (w *reads) selfIncrement(a *ast.Assignment, ref *tableRef) (delta ast.ExprN
 		return c
 	}
 	if c := isSelf(b.L); c != nil {
-		delta, minus, self = b.R, b.Op == opcode.Minus, c
+		delta, minus, self = unparen(b.R), b.Op == opcode.Minus, c
 	} else if c := isSelf(b.R); c != nil && b.Op == opcode.Plus {
-		delta, self = b.L, c
+		delta, self = unparen(b.L), c
 	} else {
 		return nil, false, nil
 	}
@@ -53,6 +60,17 @@ func (w *reads) selfIncrement(a *ast.Assignment, ref *tableRef) (delta ast.ExprN
 		return nil, false, nil
 	}
 	return delta, minus, self
+}
+
+// unparen strips the parentheses around e.
+func unparen(e ast.ExprNode) ast.ExprNode {
+	for {
+		p, ok := e.(*ast.ParenthesesExpr)
+		if !ok {
+			return e
+		}
+		e = p.Expr
+	}
 }
 
 // readsCounter reports whether e reads any counter column.
@@ -129,7 +147,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 	// The hot path: increments only, of the record a key equality in the
 	// WHERE clause names.
 	if !absolute && !other && len(incs) > 0 && !s.IgnoreErr && s.Order == nil && limitOK(s.Limit) && s.Where != nil {
-		if key := keyConjunct(s.Where, t, ref); key != nil && !w.readsCounter(s.Where) {
+		if keys := keyConjunct(s.Where, t, ref); keys != nil && !w.readsCounter(s.Where) {
 			ok := true
 			for _, in := range incs {
 				ok = ok && isIntLiteralOrParam(in.delta)
@@ -137,7 +155,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 			if ok {
 				ctrs := make([]*Counter, len(incs))
 				deltas := make([]string, len(incs))
-				inc := &Increment{KeyParam: w.paramIndex(key), Zero: true,
+				inc := &Increment{Zero: true,
 					DeltaParams: make([]int, len(incs)), DeltaZero: make([]bool, len(incs)), Counters: len(incs)}
 				for i, in := range incs {
 					ctrs[i] = in.ctr
@@ -149,8 +167,12 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 					inc.DeltaParams[i] = w.paramIndex(in.delta)
 					inc.DeltaZero[i] = isZero(in.delta)
 				}
-				if inc.KeyParam < 0 {
-					inc.KeyLiteral = r.restore(key, w.sess)
+				for _, k := range keys {
+					kv := KeyValue{Param: w.paramIndex(k)}
+					if kv.Param < 0 {
+						kv.Literal = r.restore(k, w.sess)
+					}
+					inc.Keys = append(inc.Keys, kv)
 				}
 				ws := s.Where.OriginTextPosition()
 				we := exprEnd(w.sql, w.sess, ws)
@@ -510,11 +532,19 @@ func (r *Rewriter) slottedIncrement(t *Table, ref *tableRef, ctrs []*Counter, de
 	}
 	errOutOfShare := "(18446744073709551615 + (" + key + " = " + key + "))"
 	n := "`_u`.`_slotproxy_n`"
+	// A NULL base value stays NULL when incremented (c + 1), or becomes
+	// the delta (COALESCE(c, 0) + 1): either way the record is left to the
+	// client's statement as written, which the executor runs when no
+	// record was written.
+	notNull := ""
+	for _, c := range ctrs {
+		notNull += " AND " + ref.qual + "." + quoteIdent(c.Name) + " IS NOT NULL"
+	}
 	cur := t.QualifiedSlots() + ".`count`"
 	return fmt.Sprintf("INSERT INTO %s (`record_type`, `slot`, `count`, `record_id`) "+
-		"SELECT `_u`.`_slotproxy_rt`, %d, IF(%s, %s, %s), %s FROM (%s) AS `_u`, %s WHERE (%s\n) LOCK IN SHARE MODE "+
+		"SELECT `_u`.`_slotproxy_rt`, %d, IF(%s, %s, %s), %s FROM (%s) AS `_u`, %s WHERE (%s\n)%s LOCK IN SHARE MODE "+
 		"ON DUPLICATE KEY UPDATE `count` = IF(%s, %s + %s, %s)",
-		t.QualifiedSlots(), slot, within(n), n, errOutOfShare, key, rows.String(), ref.from, where,
+		t.QualifiedSlots(), slot, within(n), n, errOutOfShare, key, rows.String(), ref.from, where, notNull,
 		within(cur+" + "+n), cur, n, errOutOfShare)
 }
 
@@ -543,10 +573,11 @@ func (w *reads) probe(start, end, ws, we int) string {
 	return apply(w.sql, start, end, edits)
 }
 
-// keyConjunct returns the value side of a `key = v` comparison (either
-// order, v an integer literal or a placeholder) that where requires: where
-// itself, or one of its top-level AND operands.
-func keyConjunct(where ast.ExprNode, t *Table, ref *tableRef) ast.ExprNode {
+// keyConjunct returns the value sides of a `key = v` comparison (either
+// order) or a `key IN (v, …)` list that where requires (where itself, or
+// one of its top-level AND operands), each v a literal or a placeholder:
+// the keys of the records an increment may write.
+func keyConjunct(where ast.ExprNode, t *Table, ref *tableRef) []ast.ExprNode {
 	for {
 		p, ok := where.(*ast.ParenthesesExpr)
 		if !ok {
@@ -560,7 +591,52 @@ func keyConjunct(where ast.ExprNode, t *Table, ref *tableRef) ast.ExprNode {
 		}
 		return keyConjunct(b.R, t, ref)
 	}
-	return keyEquality(where, t, ref)
+	isKey := func(e ast.ExprNode) bool {
+		c, ok := unparen(e).(*ast.ColumnNameExpr)
+		return ok && strings.EqualFold(c.Name.Name.O, t.Key) && (c.Name.Table.O == "" || c.Name.Table.L == ref.match)
+	}
+	switch x := where.(type) {
+	case *ast.BinaryOperationExpr:
+		if x.Op != opcode.EQ {
+			return nil
+		}
+		switch {
+		case isKey(x.L) && isLiteralOrParam(x.R):
+			return []ast.ExprNode{unparen(x.R)}
+		case isKey(x.R) && isLiteralOrParam(x.L):
+			return []ast.ExprNode{unparen(x.L)}
+		}
+	case *ast.PatternInExpr:
+		if x.Not || x.Sel != nil || !isKey(x.Expr) || len(x.List) == 0 {
+			return nil
+		}
+		keys := make([]ast.ExprNode, len(x.List))
+		for i, v := range x.List {
+			if !isLiteralOrParam(v) {
+				return nil
+			}
+			keys[i] = unparen(v)
+		}
+		return keys
+	}
+	return nil
+}
+
+// isLiteralOrParam accepts a placeholder, a number or string literal, or a
+// negated number.
+func isLiteralOrParam(e ast.ExprNode) bool {
+	switch x := unparen(e).(type) {
+	case *driver.ParamMarkerExpr:
+		return true
+	case *driver.ValueExpr:
+		switch x.Kind() {
+		case driver.KindInt64, driver.KindUint64, driver.KindString, driver.KindMysqlDecimal, driver.KindFloat64:
+			return true
+		}
+	case *ast.UnaryOperationExpr:
+		return x.Op == opcode.Minus && isLiteralOrParam(x.V)
+	}
+	return false
 }
 
 // keyEquality returns the value side of `key = v` (either order) when where

@@ -49,6 +49,9 @@ type tapEvent struct {
 	Unknown bool
 	// ErrCode is the error the server answered with (0: success).
 	ErrCode uint16
+	// NoRow: the server's OK said the statement matched no row (affected
+	// rows 0 and "Rows matched: 0", or no info string at all).
+	NoRow bool
 }
 
 // tapParam is one parameter of an execute as sent: the binary protocol
@@ -132,6 +135,12 @@ func (tp *wireTap) record(ev tapEvent) int {
 	defer tp.mu.Unlock()
 	tp.events = append(tp.events, ev)
 	return len(tp.events) - 1
+}
+
+func (tp *wireTap) setNoRow(idx int) {
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	tp.events[idx].NoRow = true
 }
 
 func (tp *wireTap) setErr(idx int, code uint16) {
@@ -320,6 +329,9 @@ func (tc *tapConn) serverToClient() {
 			if p.ev >= 0 && res.ErrCode != 0 {
 				tc.tap.setErr(p.ev, res.ErrCode)
 			}
+			if p.ev >= 0 && sink.noRow {
+				tc.tap.setNoRow(p.ev)
+			}
 		}
 	}
 }
@@ -327,9 +339,10 @@ func (tc *tapConn) serverToClient() {
 // tapSink relays a response packet by packet, keeping the sequence ids,
 // and registers prepared statements as their OK passes.
 type tapSink struct {
-	dst  *wire.Conn
-	conn *tapConn
-	sql  string
+	dst   *wire.Conn
+	conn  *tapConn
+	sql   string
+	noRow bool // the final OK matched no row
 }
 
 func (s *tapSink) Wait() error { return s.dst.Flush() }
@@ -338,6 +351,12 @@ func (s *tapSink) Take(src *wire.Conn, p *wire.Packet) error {
 	payload, _, err := src.ReadRest(nil, p.Header, tapPacketLimit)
 	if err != nil {
 		return err
+	}
+	if p.Role == wire.RoleOK && p.Last {
+		if ok, err := wire.ParseOK(payload); err == nil && ok.Affected == 0 &&
+			(len(ok.Info) == 0 || strings.HasPrefix(string(ok.Info), "Rows matched: 0 ")) {
+			s.noRow = true
+		}
 	}
 	if p.Role == wire.RolePrepareOK && len(payload) >= 9 {
 		id := binary.LittleEndian.Uint32(payload[1:])

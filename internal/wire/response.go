@@ -127,6 +127,11 @@ type RowForwarder interface {
 type Result struct {
 	// Status is the server status of the last OK or EOF (0 after ERR).
 	Status uint16
+	// StatusKnown: the response carried a status (an OK or EOF). A status
+	// of 0 is a real one (autocommit off, no transaction open); responses
+	// without a status (ERR, a COM_STMT_PREPARE without EOF) leave the
+	// session's status as it was.
+	StatusKnown bool
 	// ErrCode is the error code when the response ended with ERR.
 	ErrCode uint16
 	// StmtID, Params and Columns describe a successful COM_STMT_PREPARE.
@@ -212,7 +217,7 @@ func (r Reader) one(sink Sink) (Result, error) {
 	switch {
 	case p.Peek[0] == 0x00 && p.Header.Length >= 7:
 		p.Role, p.Status = RoleOK, OKStatus(p.Peek)
-		res.Status = p.Status
+		res.Status, res.StatusKnown = p.Status, true
 	case p.Peek[0] == 0xff:
 		p.Role = RoleErr
 		res.ErrCode = ErrCode(p.Peek)
@@ -233,14 +238,14 @@ func (r Reader) results(sink Sink) (Result, error) {
 		case 0x00:
 			p.Role, p.Status = RoleOK, OKStatus(p.Peek)
 			p.Last = p.Status&mysql.SERVER_MORE_RESULTS_EXISTS == 0
-			res.Status = p.Status
+			res.Status, res.StatusKnown = p.Status, true
 			if err := sink.Take(r.Src, &p); err != nil || p.Last {
 				return res, err
 			}
 			continue
 		case 0xff:
 			p.Role, p.Last = RoleErr, true
-			res.ErrCode, res.Status = ErrCode(p.Peek), 0
+			res.ErrCode, res.Status, res.StatusKnown = ErrCode(p.Peek), 0, false
 			return res, sink.Take(r.Src, &p)
 		case 0xfb:
 			p.Role = RoleInfile
@@ -278,7 +283,7 @@ func (r Reader) results(sink Sink) (Result, error) {
 			e.Role, e.Status = RoleColumnsEnd, r.terminatorStatus(e.Peek)
 			// A cursor was opened: rows come with COM_STMT_FETCH.
 			e.Last = e.Status&mysql.SERVER_STATUS_CURSOR_EXISTS != 0
-			res.Status = e.Status
+			res.Status, res.StatusKnown = e.Status, true
 			if err := sink.Take(r.Src, &e); err != nil || e.Last {
 				return res, err
 			}
@@ -306,12 +311,12 @@ func (r Reader) rows(sink Sink, res *Result, fetch bool) error {
 		switch {
 		case p.Peek[0] == 0xff:
 			p.Role, p.Last = RoleErr, true
-			res.ErrCode, res.Status = ErrCode(p.Peek), 0
+			res.ErrCode, res.Status, res.StatusKnown = ErrCode(p.Peek), 0, false
 			return sink.Take(r.Src, &p)
 		case isTerminator(&p):
 			p.Role, p.Status = RoleEnd, r.terminatorStatus(p.Peek)
 			p.Last = fetch || p.Status&mysql.SERVER_MORE_RESULTS_EXISTS == 0
-			res.Status = p.Status
+			res.Status, res.StatusKnown = p.Status, true
 			return sink.Take(r.Src, &p)
 		default:
 			p.Role = RoleRow
@@ -408,7 +413,7 @@ func (r Reader) fieldList(sink Sink) (Result, error) {
 		case isTerminator(&p):
 			p.Role, p.Last = RoleEnd, true
 			p.Status = r.terminatorStatus(p.Peek)
-			res.Status = p.Status
+			res.Status, res.StatusKnown = p.Status, true
 		default:
 			p.Role = RoleColumn
 		}

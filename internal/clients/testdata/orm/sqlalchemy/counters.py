@@ -111,6 +111,7 @@ def main():
     errors = []
 
     def work(w):
+        s = None
         try:
             for i in range(iterations):
                 s = (w + i) % len(SPELLINGS)
@@ -121,7 +122,7 @@ def main():
                 else:
                     affected[w][s] += n
         except BaseException as e:
-            errors.append("worker %d: %r" % (w, e))
+            errors.append("worker %d, %s: %r" % (w, SPELLINGS[s][0] if s is not None else "-", e))
 
     threads = [threading.Thread(target=work, args=(w,)) for w in range(workers)]
     for t in threads:
