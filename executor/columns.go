@@ -137,6 +137,9 @@ func (c *columnPatch) column(i int, def []byte) []byte {
 	case gt == ot && gflags&mysql.UNSIGNED_FLAG == oflags&mysql.UNSIGNED_FLAG:
 	case integerType(gt) && integerType(ot):
 		c.recode[i] = c.binary
+	case dateTimeType(gt) && dateTimeType(ot):
+		// A touch column's value, computed as DATETIME: a TIMESTAMP's
+		// text and binary forms are the same.
 	case !c.binary && numericText(gt) && numericText(ot):
 		// Text rows print the value the same way.
 	default:
@@ -342,4 +345,11 @@ func recodeInt(v []byte, from byte, fromUnsigned bool, to byte, toUnsigned bool)
 	out := make([]byte, 8)
 	binary.LittleEndian.PutUint64(out, u)
 	return out[:size], true
+}
+
+// dateTimeType reports whether t is DATETIME or TIMESTAMP, whose values
+// are written alike in text and binary rows.
+func dateTimeType(t byte) bool {
+	return t == mysql.MYSQL_TYPE_DATETIME || t == mysql.MYSQL_TYPE_TIMESTAMP ||
+		t == mysql.MYSQL_TYPE_DATETIME2 || t == mysql.MYSQL_TYPE_TIMESTAMP2
 }

@@ -141,6 +141,9 @@ type Session struct {
 	rw         rewriteState
 	respSeq    byte // sequence id the current command's response starts with
 
+	// warnings is the SHOW WARNINGS response saved for the client's last
+	// statement (see saveWarnings), or nil.
+	warnings *wire.Buffer
 	// commands counts the commands Handle and Relayed saw; begin is the
 	// BEGIN or START TRANSACTION that opened the transaction, and beginAt
 	// its command's number (see txnFresh).
@@ -204,6 +207,9 @@ func (s *Session) Handle(rw *rewrite.Rewriter, payload []byte, packets byte) err
 	s.link.Client.SeqShift = 0
 	s.commands++
 	s.settleTransaction()
+	if done, err := s.answerSavedWarnings(payload); done || err != nil {
+		return err
+	}
 	var err error
 	switch payload[0] {
 	case mysql.COM_QUERY:
@@ -341,6 +347,7 @@ func (s *Session) NeedsPayload(head []byte, length int) bool {
 // NeedsPayload); head is its first bytes.
 func (s *Session) Relayed(head []byte) {
 	s.commands++
+	s.warnings = nil
 	if len(head) >= 7 && head[0] == mysql.COM_STMT_SEND_LONG_DATA {
 		if st := s.rw.stmts[binary.LittleEndian.Uint32(head[1:])]; st != nil {
 			if i := int(binary.LittleEndian.Uint16(head[5:])); i < st.params {

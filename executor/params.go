@@ -10,6 +10,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/slotproxy/slotproxy/internal/wire"
+	"github.com/slotproxy/slotproxy/rewrite"
 )
 
 // execParams is the decoded parameter block of a COM_STMT_EXECUTE packet.
@@ -282,4 +283,36 @@ func lenEncType(t byte) bool {
 		return false
 	}
 	return true
+}
+
+// timeParam reports whether parameter i is a time a touch column takes in
+// the slotted increment (see rewrite.ValidTime): a string in the strict
+// form, or a DATE, DATETIME or TIMESTAMP parameter holding a real calendar
+// date and time of day. Anything else (NULL, numbers, zero dates, long
+// data) runs as written.
+func (ep execParams) timeParam(i int) bool {
+	if i < 0 || i >= ep.n || ep.null[i] || ep.long[i] {
+		return false
+	}
+	v := ep.values[i]
+	switch ep.types[2*i] {
+	case mysql.MYSQL_TYPE_VARCHAR, mysql.MYSQL_TYPE_VAR_STRING, mysql.MYSQL_TYPE_STRING, mysql.MYSQL_TYPE_BLOB:
+		l, n, _ := wire.LenEnc(v)
+		return rewrite.ValidTime(string(v[n : n+int(l)]))
+	case mysql.MYSQL_TYPE_DATE, mysql.MYSQL_TYPE_DATETIME, mysql.MYSQL_TYPE_TIMESTAMP:
+		// Length, year (2 bytes), month, day, [hour, minute, second,
+		// [microseconds (4 bytes)]].
+		if len(v) < 5 || (v[0] != 4 && v[0] != 7 && v[0] != 11) {
+			return false
+		}
+		t := fmt.Sprintf("%04d-%02d-%02d 00:00:00", binary.LittleEndian.Uint16(v[1:]), v[3], v[4])
+		if v[0] >= 7 {
+			t = fmt.Sprintf("%s %02d:%02d:%02d", t[:10], v[5], v[6], v[7])
+		}
+		if v[0] == 11 && binary.LittleEndian.Uint32(v[8:]) > 999999 {
+			return false
+		}
+		return rewrite.ValidTime(t)
+	}
+	return false
 }

@@ -411,13 +411,6 @@ func (s *Session) multiStatements() bool {
 	return s.link.Caps&mysql.CLIENT_MULTI_STATEMENTS != 0
 }
 
-func boolInt(b bool) uint64 {
-	if b {
-		return 1
-	}
-	return 0
-}
-
 // countShadow counts and logs a statement a shadow-mode rule would have
 // rewritten.
 func (s *Session) countShadow(p rewrite.Plan) {

@@ -138,6 +138,16 @@ func incArgs(inc *rewrite.Increment, ex *execution) (keys []string, changed, ok 
 		}
 		changed = changed || v != "0"
 	}
+	for _, i := range inc.TouchParams {
+		if i >= 0 && !ex.params.timeParam(i) {
+			return nil, false, false
+		}
+	}
+	if len(inc.TouchParams) > 0 && !changed {
+		// Increments by 0 with a time: whether the row changes depends on
+		// its current time.
+		return nil, false, false
+	}
 	return keys, changed, true
 }
 
@@ -219,6 +229,11 @@ func (s *Session) execIncrement(p rewrite.Plan, ex *execution, seq *byte, more b
 	inc := p.Increment
 	keys, changed, plain := incArgs(inc, ex)
 	if !plain {
+		if len(inc.TouchParams) > 0 {
+			// A touch column is written on the base row: its slots are
+			// folded first (they may hold a later time).
+			return s.execOnBase(p, ex, seq, more)
+		}
 		return s.execAsWritten(p, ex, seq, more)
 	}
 	if s.env.lockedCounters(p.Table) && (s.inTransaction() || !s.autocommit()) {
@@ -301,7 +316,11 @@ func (s *Session) execIncrement(p rewrite.Plan, ex *execution, seq *byte, more b
 			s.noteOwnIncrement(p.Table, keys)
 		}
 		ok := *r.OK
-		s.incPatch(matched, boolInt(changed && matched > 0))(&ok)
+		rowsChanged := uint64(0)
+		if changed {
+			rowsChanged = matched // every record a non-zero delta names changes
+		}
+		s.incPatch(matched, rowsChanged)(&ok)
 		return false, s.writeOK(ok, seq, more)
 	}
 }
@@ -565,10 +584,24 @@ func (s *Session) guardedOnce(p rewrite.Plan, ex *execution, wrapped bool, main 
 	}
 	if res.Failed() {
 		s.noteErr(res.ErrCode)
+		if wrapped {
+			// ROLLBACK clears the server's diagnostics: keep them.
+			if err := s.saveWarnings(); err != nil {
+				return nil, nil, err
+			}
+		}
 		return fail(buf.Packets[len(buf.Packets)-1])
 	}
 	s.noteStatus(res)
 	if wrapped {
+		if last := buf.Packets[len(buf.Packets)-1]; len(last) > 0 && last[0] == 0x00 {
+			if ok, err := wire.ParseOK(last); err == nil && ok.Warnings > 0 {
+				// COMMIT clears the server's diagnostics: keep them.
+				if err := s.saveWarnings(); err != nil {
+					return nil, nil, err
+				}
+			}
+		}
 		r, err := s.query("COMMIT")
 		if err != nil {
 			return nil, nil, err
@@ -789,4 +822,45 @@ func (e *Env) noteReadAfterIncrement(t *rewrite.Table, log *slog.Logger) {
 	}
 	e.locked[ruleName(t)] = true
 	log.Warn("transactions that read counters they incremented deadlocked: increments of this table inside transactions now lock the record", "rule", ruleName(t))
+}
+
+// saveWarnings keeps the server's SHOW WARNINGS for the client's statement
+// that just ran, before a statement of the proxy's own (the COMMIT or
+// ROLLBACK of the transaction it wrapped the statement in) clears them:
+// the client's next command, if it is SHOW WARNINGS, gets them (see
+// answerSavedWarnings).
+func (s *Session) saveWarnings() error {
+	if err := s.send(queryPacket("SHOW WARNINGS")); err != nil {
+		return err
+	}
+	buf := &wire.Buffer{}
+	res, err := s.rd.Read(wire.Results, buf)
+	if err != nil {
+		return err
+	}
+	if !res.Failed() {
+		s.warnings = buf
+	}
+	return nil
+}
+
+// answerSavedWarnings answers the client's SHOW WARNINGS with the
+// warnings saved for its previous statement, and reports whether it did.
+// Any other command forgets them.
+func (s *Session) answerSavedWarnings(payload []byte) (bool, error) {
+	saved := s.warnings
+	s.warnings = nil
+	if saved == nil || payload[0] != mysql.COM_QUERY || !isShowWarnings(payload[1:]) {
+		return false, nil
+	}
+	seq := s.respSeq
+	status := func(uint16) uint16 { return s.status &^ mysql.SERVER_MORE_RESULTS_EXISTS }
+	return true, saved.WriteTo(s.link.Client, &seq, s.link.Caps, status)
+}
+
+// isShowWarnings reports whether sql is exactly SHOW WARNINGS (any case
+// and spacing, an optional semicolon).
+func isShowWarnings(sql []byte) bool {
+	f := bytes.Fields(bytes.TrimRight(bytes.TrimSpace(sql), ";"))
+	return len(f) == 2 && equalFold(f[0], "show") && equalFold(f[1], "warnings")
 }

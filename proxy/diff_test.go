@@ -179,6 +179,17 @@ var diffCorpus = []step{
 	prep("UPDATE repos SET downloads = downloads + ? WHERE id = ?", nil, 1),
 	text("INSERT INTO repos (id) VALUES (1)"),
 	text("SELECT id, downloads FROM repos ORDER BY id"),
+	// Warnings and errors of a guarded write in a transaction of the
+	// proxy's own are the client's to read after it ended.
+	text("SET SESSION sql_mode = ''"),
+	text("UPDATE repos SET downloads = 99999999999 WHERE id = 2"),
+	text("SHOW WARNINGS"),
+	text("UPDATE repos SET downloads = -99999999999 WHERE id = 2"),
+	text("show  warnings;"),
+	text("SET SESSION sql_mode = DEFAULT"),
+	text("UPDATE repos SET downloads = 99999999999 WHERE id = 2"),
+	text("SHOW WARNINGS"),
+	text("SELECT id, downloads FROM repos ORDER BY id"),
 	// Multi-statement queries mixing rewrites.
 	multi("UPDATE repos SET downloads = downloads + 1 WHERE id = 1; SELECT downloads FROM repos WHERE id = 1; UPDATE repos SET downloads = downloads + 1 WHERE id = 404"),
 	multi("SELECT downloads FROM repos WHERE id = 2; SELECT name FROM users WHERE id = 1"),

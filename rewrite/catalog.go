@@ -42,6 +42,20 @@ type Counter struct {
 	// (its type's range, narrowed by CHECK constraints), as decimal
 	// literals; empty means BIGINT's range.
 	Min, Max string
+
+	// Touch: not a counter but a touch column (rules.Rule.Touch), a
+	// DATETIME or TIMESTAMP column that increments assign a time, such as
+	// updated_at. Its slots keep the greatest time assigned to them,
+	// encoded as an integer (see touch.go), and it reads as the greatest
+	// of its base value and its slots. A write that assigns it anything
+	// but alongside an increment is a guarded write, like an absolute
+	// write of a counter.
+	Touch bool
+	// Timestamp: the touch column is a TIMESTAMP (its values are instants,
+	// read in the session's time zone), else a DATETIME.
+	Timestamp bool
+	// FSP is the touch column's fractional seconds precision, 0 to 6.
+	FSP int
 }
 
 // bounds returns the counter's range as decimal literals.

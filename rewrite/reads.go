@@ -325,8 +325,12 @@ func (w *reads) column(c *ast.ColumnNameExpr) {
 }
 
 // total is the SQL for a counter's true value: base column plus slots, cast
-// back to an integer so clients scan the type they expect.
+// back to an integer so clients scan the type they expect (for a touch
+// column: the latest of base and slots, see touch.go).
 func (w *reads) total(base string, ref *tableRef, ctr *Counter) string {
+	if ctr.Touch {
+		return ctr.touchRead(base, ref.qual+"."+quoteIdent(ref.table.Key), ref.table.QualifiedSlots())
+	}
 	cast := "SIGNED"
 	if ctr.Unsigned {
 		cast = "UNSIGNED"

@@ -99,8 +99,14 @@ type Increment struct {
 	DeltaParams []int
 	// DeltaZero tells, for each delta, whether it is a literal 0.
 	DeltaZero []bool
-	// Counters is how many counters one record's increment writes: the
-	// slot rows Plan.SQL inserts or updates per record.
+	// TouchParams are the placeholder indexes of the times assigned to
+	// touch columns (-1 for a literal or a function): the executor runs
+	// the statement as written unless each is a time in the strict form
+	// (ValidTime) or a DATETIME or TIMESTAMP parameter.
+	TouchParams []int
+	// Counters is how many counters and touch columns one record's
+	// increment writes: the slot rows Plan.SQL inserts or updates per
+	// record.
 	Counters int
 	// ProbeSQL is the client's statement made to touch no row, with its
 	// placeholders NULL: it checks the client's privileges for the
@@ -147,6 +153,11 @@ func (t *Table) FoldSQL(keys []string) []string {
 			set.WriteString(", ")
 		}
 		col := quoteIdent(c.Name)
+		if c.Touch {
+			fmt.Fprintf(&set, "%s = (SELECT %s FROM %s AS `_sp` WHERE `_sp`.`record_type` = %d AND `_sp`.`record_id` = `_t`.%s)",
+				col, c.TouchLatest("`_t`."+col, "MAX(`_sp`.`count`)"), t.QualifiedSlots(), c.RecordType, quoteIdent(t.Key))
+			continue
+		}
 		fmt.Fprintf(&set, "%s = %s + COALESCE((SELECT SUM(`_sp`.`count`) FROM %s AS `_sp` WHERE `_sp`.`record_type` = %d AND `_sp`.`record_id` = `_t`.%s), 0)",
 			col, col, t.QualifiedSlots(), c.RecordType, quoteIdent(t.Key))
 	}

@@ -13,13 +13,15 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
 
-// testCatalog: app.repos is ruled (downloads signed, stars unsigned);
-// app.users is a plain table that also has a `downloads` column.
+// testCatalog: app.repos is ruled (downloads signed, stars unsigned;
+// touch columns updated_at DATETIME(6) and seen_at TIMESTAMP); app.users is
+// a plain table that also has a `downloads` column.
 func testCatalog() *Catalog {
 	return NewCatalog([]*Table{{
 		Schema: "app", Name: "repos", Key: "id",
-		Columns:    []string{"id", "name", "owner_id", "downloads", "stars"},
-		Counters:   []Counter{{Name: "downloads", RecordType: 1}, {Name: "stars", RecordType: 2, Unsigned: true}},
+		Columns: []string{"id", "name", "owner_id", "downloads", "stars", "updated_at", "seen_at"},
+		Counters: []Counter{{Name: "downloads", RecordType: 1}, {Name: "stars", RecordType: 2, Unsigned: true},
+			{Name: "updated_at", RecordType: 4, Touch: true, FSP: 6}, {Name: "seen_at", RecordType: 5, Touch: true, Timestamp: true}},
 		SlotsTable: "slotted_counters", Slots: 100,
 	}, {
 		Schema: "app", Name: "pages", Key: "page_id",

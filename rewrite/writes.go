@@ -117,14 +117,17 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 	w.push(sc)
 	defer w.pop()
 
-	// Classify assignments.
+	// Classify assignments: increments of counters, times assigned to
+	// touch columns (slotted with the increments), anything else.
 	type inc struct {
 		ctr   *Counter
-		delta ast.ExprNode
+		delta ast.ExprNode // the delta, or the time of a touch column
 		minus bool
 	}
 	var incs []inc
+	touches := 0
 	absolute, other := false, false
+	var otherCol string
 	w.skip = map[*ast.ColumnNameExpr]bool{}
 	for _, a := range s.List {
 		if a.Column.Table.O != "" && a.Column.Table.L != ref.match {
@@ -132,7 +135,19 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 		}
 		ctr := t.counter(a.Column.Name.O)
 		if ctr == nil {
+			if !other {
+				otherCol = a.Column.Name.O
+			}
 			other = true
+			continue
+		}
+		if ctr.Touch {
+			if !touchValue(a.Expr) || w.readsCounter(a.Expr) {
+				absolute = true
+				continue
+			}
+			incs = append(incs, inc{ctr: ctr, delta: unparen(a.Expr)})
+			touches++
 			continue
 		}
 		delta, minus, self := w.selfIncrement(a, ref)
@@ -143,53 +158,97 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 		w.skip[self] = true
 		incs = append(incs, inc{ctr, delta, minus})
 	}
+	counters := len(incs) - touches
 
-	// The hot path: increments only, of the record a key equality in the
-	// WHERE clause names.
-	if !absolute && !other && len(incs) > 0 && !s.IgnoreErr && s.Order == nil && limitOK(s.Limit) && s.Where != nil {
-		if keys := keyConjunct(s.Where, t, ref); keys != nil && !w.readsCounter(s.Where) {
-			ok := true
-			for _, in := range incs {
-				ok = ok && isIntLiteralOrParam(in.delta)
-			}
-			if ok {
-				ctrs := make([]*Counter, len(incs))
-				deltas := make([]string, len(incs))
-				inc := &Increment{Zero: true,
-					DeltaParams: make([]int, len(incs)), DeltaZero: make([]bool, len(incs)), Counters: len(incs)}
-				for i, in := range incs {
-					ctrs[i] = in.ctr
-					deltas[i] = r.restore(in.delta, w.sess)
-					if in.minus {
-						deltas[i] = "-(" + deltas[i] + ")"
-					}
-					inc.Zero = inc.Zero && isZero(in.delta)
-					inc.DeltaParams[i] = w.paramIndex(in.delta)
-					inc.DeltaZero[i] = isZero(in.delta)
-				}
-				for _, k := range keys {
-					kv := KeyValue{Param: w.paramIndex(k)}
-					if kv.Param < 0 {
-						kv.Literal = r.restore(k, w.sess)
-					}
-					inc.Keys = append(inc.Keys, kv)
-				}
-				ws := s.Where.OriginTextPosition()
-				we := exprEnd(w.sql, w.sess, ws)
-				if we > ws {
-					where := w.sql[ws:we]
-					p := Plan{Kind: KindIncrement, Table: t, Increment: inc}
-					p.SQL = r.slottedIncrement(t, ref, ctrs, deltas, where, w.slot)
-					inc.ProbeSQL = w.probe(start, end, ws, we)
-					inc.PrivKey = maskInts(maskSentinels(inc.ProbeSQL), w.sess)
-					inc.Guard = &Guard{
-						KeysSQL:    fmt.Sprintf("SELECT %s.%s FROM %s WHERE (%s\n) FOR UPDATE", ref.qual, quoteIdent(t.Key), ref.from, where),
-						KeysParams: w.paramsIn(s.Where),
-					}
-					return p
-				}
+	// The hot path: increments only (and times of touch columns), of the
+	// records a key equality in the WHERE clause names.
+	why := ""
+	var keys []ast.ExprNode
+	switch {
+	case absolute || counters == 0:
+	case other:
+		why = "it also assigns " + otherCol + ", which is not a counter (list it under touch: in the rule if increments assign it a time)"
+	case s.IgnoreErr:
+		why = "UPDATE IGNORE"
+	case s.Order != nil:
+		why = "ORDER BY"
+	case !limitOK(s.Limit):
+		why = "a LIMIT other than 1"
+	case s.Where == nil:
+		why = "no WHERE clause naming the record by its key"
+	case w.readsCounter(s.Where):
+		why = "the WHERE clause reads a counter"
+	default:
+		if keys = keyConjunct(s.Where, t, ref); keys == nil {
+			why = "the WHERE clause does not require " + t.Key + " = value or " + t.Key + " IN (values)"
+			break
+		}
+		if s.Limit != nil && len(keys) > 1 {
+			// LIMIT n may stop before the last key (a template's LIMIT is
+			// any number: only one key makes any LIMIT ≥ 1 a no-op).
+			why, keys = "a LIMIT with several keys", nil
+			break
+		}
+		for _, in := range incs {
+			if !in.ctr.Touch && !isIntLiteralOrParam(in.delta) {
+				why, keys = "the delta of "+in.ctr.Name+" is not an integer literal or a placeholder", nil
+				break
 			}
 		}
+		zero := true
+		for _, in := range incs {
+			zero = zero && (in.ctr.Touch || isZero(in.delta))
+		}
+		if touches > 0 && zero {
+			// Whether the time changes the row is known only on it.
+			why, keys = "increments by 0 with a touch column", nil
+		}
+	}
+	if keys != nil {
+		ctrs := make([]*Counter, len(incs))
+		values := make([]string, len(incs))
+		inc := &Increment{Zero: true, Counters: len(incs)}
+		for i, in := range incs {
+			ctrs[i] = in.ctr
+			values[i] = r.restore(in.delta, w.sess)
+			if in.ctr.Touch {
+				inc.TouchParams = append(inc.TouchParams, w.paramIndex(in.delta))
+				continue
+			}
+			if in.minus {
+				values[i] = "-(" + values[i] + ")"
+			}
+			inc.Zero = inc.Zero && isZero(in.delta)
+			inc.DeltaParams = append(inc.DeltaParams, w.paramIndex(in.delta))
+			inc.DeltaZero = append(inc.DeltaZero, isZero(in.delta))
+		}
+		for _, k := range keys {
+			kv := KeyValue{Param: w.paramIndex(k)}
+			if kv.Param < 0 {
+				kv.Literal = r.restore(k, w.sess)
+			}
+			inc.Keys = append(inc.Keys, kv)
+		}
+		ws := s.Where.OriginTextPosition()
+		we := exprEnd(w.sql, w.sess, ws)
+		if we > ws {
+			where := w.sql[ws:we]
+			p := Plan{Kind: KindIncrement, Table: t, Increment: inc}
+			p.SQL = r.slottedIncrement(t, ref, ctrs, values, where, w.slot)
+			inc.ProbeSQL = w.probe(start, end, ws, we)
+			inc.PrivKey = maskInts(maskSentinels(inc.ProbeSQL), w.sess)
+			inc.Guard = &Guard{
+				KeysSQL:    fmt.Sprintf("SELECT %s.%s FROM %s WHERE (%s\n) FOR UPDATE", ref.qual, quoteIdent(t.Key), ref.from, where),
+				KeysParams: w.paramsIn(s.Where),
+			}
+			return p
+		}
+		why = "cannot locate the WHERE clause in the statement text"
+	}
+	if touches > 0 {
+		// A time assigned to a touch column outside the slotted path is
+		// an absolute write of it: the slots are folded first.
+		absolute = true
 	}
 
 	// Base path: rewrite reads (not the self-references of increments).
@@ -202,8 +261,8 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 	}
 	if !absolute {
 		p := w.readPlan(start, end)
-		if p.Kind == KindOriginal && p.Reason == "" && len(incs) > 0 {
-			p.Reason = "increment not by primary key equality: applied to the base column"
+		if p.Kind == KindOriginal && p.Reason == "" && counters > 0 {
+			p.Reason = "increment not slotted (" + why + "): applied to the base column"
 		}
 		return p
 	}
@@ -422,8 +481,8 @@ func (r *Rewriter) insert(s *ast.InsertStmt, w *reads, start, end int) Plan {
 	w.push(sc)
 	w.skip = map[*ast.ColumnNameExpr]bool{}
 	for _, a := range s.OnDuplicate {
-		if t.counter(a.Column.Name.O) == nil {
-			if w.readsCounter(a.Expr) {
+		if c := t.counter(a.Column.Name.O); c == nil || c.Touch {
+			if c != nil || w.readsCounter(a.Expr) {
 				needsFold = true
 			}
 			continue
@@ -495,22 +554,32 @@ func (r *Rewriter) insert(s *ast.InsertStmt, w *reads, start, end int) Plan {
 //     most 65,536) can take the total out of range. A delta beyond that
 //     raises error 1690 from the expression errOutOfShare, and the
 //     executor runs the client's statement on the base row instead (where
-//     the server raises its own range error, if any).
+//     the server raises its own range error, if any);
+//   - writes the time assigned to each touch column (ctrs with Touch,
+//     values their times) into a slot row of its own, which keeps the
+//     later time (see touch.go).
 //
-// Placeholders keep their original order: the deltas (in the derived
-// table), then those of the WHERE clause.
-func (r *Rewriter) slottedIncrement(t *Table, ref *tableRef, ctrs []*Counter, deltas []string, where string, pick func(int) int) string {
+// Placeholders keep their original order: the deltas and times (in the
+// derived table, in SET order), then those of the WHERE clause.
+func (r *Rewriter) slottedIncrement(t *Table, ref *tableRef, ctrs []*Counter, values []string, where string, pick func(int) int) string {
 	slot := pick(t.Slots)
 	var rows strings.Builder
 	for i, c := range ctrs {
+		v := values[i]
+		if c.Touch {
+			v = c.encodeTouch(v)
+		}
 		if i == 0 {
-			fmt.Fprintf(&rows, "SELECT %d AS `_slotproxy_rt`, %s AS `_slotproxy_n`", c.RecordType, deltas[i])
+			fmt.Fprintf(&rows, "SELECT %d AS `_slotproxy_rt`, %s AS `_slotproxy_n`", c.RecordType, v)
 		} else {
-			fmt.Fprintf(&rows, " UNION ALL SELECT %d, %s", c.RecordType, deltas[i])
+			fmt.Fprintf(&rows, " UNION ALL SELECT %d, %s", c.RecordType, v)
 		}
 	}
 	key := ref.qual + "." + quoteIdent(t.Key)
 	share := func(c *Counter) (lo, hi string) {
+		if c.Touch {
+			return c.touchBounds()
+		}
 		min, max := c.bounds()
 		base := "CAST(" + ref.qual + "." + quoteIdent(c.Name) + " AS DECIMAL(21,0))"
 		return "-((" + base + " - (" + min + ")) DIV 65536)", "(((" + max + ") - " + base + ") DIV 65536)"
@@ -533,19 +602,20 @@ func (r *Rewriter) slottedIncrement(t *Table, ref *tableRef, ctrs []*Counter, de
 	errOutOfShare := "(18446744073709551615 + (" + key + " = " + key + "))"
 	n := "`_u`.`_slotproxy_n`"
 	// A NULL base value stays NULL when incremented (c + 1), or becomes
-	// the delta (COALESCE(c, 0) + 1): either way the record is left to the
-	// client's statement as written, which the executor runs when no
-	// record was written.
-	notNull := ""
-	for _, c := range ctrs {
-		notNull += " AND " + ref.qual + "." + quoteIdent(c.Name) + " IS NOT NULL"
-	}
+	// the delta (COALESCE(c, 0) + 1): its range bounds are NULL, so the
+	// upsert raises errOutOfShare and the executor runs the client's
+	// statement on the base row. (A touch column may be NULL: the time
+	// assigned replaces it.)
 	cur := t.QualifiedSlots() + ".`count`"
+	update := fmt.Sprintf("IF(%s, %s + %s, %s)", within(cur+" + "+n), cur, n, errOutOfShare)
+	if touches := touchTypes(ctrs); touches != "" {
+		// A touch slot keeps the later time.
+		update = fmt.Sprintf("IF(`_u`.`_slotproxy_rt` IN (%s), GREATEST(%s, %s), %s)", touches, cur, n, update)
+	}
 	return fmt.Sprintf("INSERT INTO %s (`record_type`, `slot`, `count`, `record_id`) "+
-		"SELECT `_u`.`_slotproxy_rt`, %d, IF(%s, %s, %s), %s FROM (%s) AS `_u`, %s WHERE (%s\n)%s LOCK IN SHARE MODE "+
-		"ON DUPLICATE KEY UPDATE `count` = IF(%s, %s + %s, %s)",
-		t.QualifiedSlots(), slot, within(n), n, errOutOfShare, key, rows.String(), ref.from, where, notNull,
-		within(cur+" + "+n), cur, n, errOutOfShare)
+		"SELECT `_u`.`_slotproxy_rt`, %d, IF(%s, %s, %s), %s FROM (%s) AS `_u`, %s WHERE (%s\n) LOCK IN SHARE MODE "+
+		"ON DUPLICATE KEY UPDATE `count` = %s",
+		t.QualifiedSlots(), slot, within(n), n, errOutOfShare, key, rows.String(), ref.from, where, update)
 }
 
 // probe returns the client's statement sql[start:end] made to touch no row

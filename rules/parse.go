@@ -29,7 +29,7 @@ func Parse(file string, data []byte) (*Rule, error) {
 }
 
 // keys are the keys a rule file may have.
-var keys = []string{"counters", "key", "mode", "slots", "table"}
+var keys = []string{"counters", "key", "mode", "slots", "table", "touch"}
 
 // required are the keys a rule file must have.
 var required = []string{"table", "key", "counters"}
@@ -107,6 +107,7 @@ func (p *parser) rule() *Rule {
 		CountersLine: keyLine["counters"],
 		SlotsLine:    keyLine["slots"],
 		ModeLine:     keyLine["mode"],
+		TouchLine:    keyLine["touch"],
 		Slots:        DefaultSlots,
 		Mode:         ModeActive,
 	}
@@ -134,9 +135,19 @@ func (p *parser) rule() *Rule {
 			}
 		}
 	}
+	countersOK := false
 	if v := values["counters"]; v != nil {
-		if p.counters(v, r) {
+		var ok bool
+		if r.Counters, ok = p.columns(v, "counters", "a list of counter columns, such as [downloads, stars]"); ok {
+			before := len(p.errs)
 			p.errs = append(p.errs, r.checkCounters(keyOK)...)
+			countersOK = len(p.errs) == before
+		}
+	}
+	if v := values["touch"]; v != nil && !isNull(v) {
+		var ok bool
+		if r.Touch, ok = p.columns(v, "touch", "a list of columns assigned together with increments, such as [updated_at]"); ok {
+			p.errs = append(p.errs, r.checkTouch(keyOK, countersOK)...)
 		}
 	}
 	if v := values["slots"]; v != nil && !isNull(v) {
@@ -168,41 +179,41 @@ func (p *parser) scalar(v *yaml.Node, key, want string) (string, bool) {
 	return v.Value, true
 }
 
-// counters decodes the counters list v into r.Counters. It reports whether
-// every item is a well-formed name, and so whether checkCounters may judge
-// the list.
-func (p *parser) counters(v *yaml.Node, r *Rule) bool {
-	const want = "a list of counter columns, such as [downloads, stars]"
+// columns decodes the list of column names v under key; want describes
+// what belongs there. An empty list is allowed here (counters: is
+// checked for one later). ok reports whether every item is a well-formed name, and so whether the
+// list may be judged further.
+func (p *parser) columns(v *yaml.Node, key, want string) (cols []Column, ok bool) {
 	if isNull(v) {
-		p.errorf(v.Line, "counters: no value; want %s", want)
-		return false
+		p.errorf(v.Line, "%s: no value; want %s", key, want)
+		return nil, false
 	}
 	if v.Kind != yaml.SequenceNode {
-		p.errorf(v.Line, "counters: want %s, got %s", want, describe(v))
-		return false
+		p.errorf(v.Line, "%s: want %s, got %s", key, want, describe(v))
+		return nil, false
 	}
-	ok := true
+	ok = true
 	for i, item := range v.Content {
 		item = yamlkeys.Resolve(item)
 		switch {
 		case isNull(item):
-			p.errorf(item.Line, "counters: item %d is empty; want a column name", i+1)
+			p.errorf(item.Line, "%s: item %d is empty; want a column name", key, i+1)
 			ok = false
 			continue
 		case item.Kind != yaml.ScalarNode:
-			p.errorf(item.Line, "counters: item %d: want a column name, got %s", i+1, describe(item))
+			p.errorf(item.Line, "%s: item %d: want a column name, got %s", key, i+1, describe(item))
 			ok = false
 			continue
 		}
 		name, err := parseColumn(item.Value)
 		if err != nil {
-			p.errorf(item.Line, "counters: %v", err)
+			p.errorf(item.Line, "%s: %v", key, err)
 			ok = false
 			continue
 		}
-		r.Counters = append(r.Counters, Counter{Name: name, Line: item.Line})
+		cols = append(cols, Column{Name: name, Line: item.Line})
 	}
-	return ok
+	return cols, ok
 }
 
 // decimalRE matches the whole numbers accepted for slots: decimal, without

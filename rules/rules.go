@@ -9,6 +9,7 @@
 //	counters: [downloads, stars]  # counter columns; required, at least one
 //	slots: 100                # optional, 1 to 65535, default 100
 //	mode: active              # optional: active (default) or shadow
+//	touch: [updated_at]       # optional: columns assigned with increments
 //
 // Names are written bare, or backquoted to hold a '.', whitespace or a
 // backquote (inside backquotes, a doubled backquote stands for one). YAML
@@ -89,19 +90,30 @@ type Rule struct {
 	// Mode is ModeActive or ModeShadow; ModeActive when the file does not
 	// say.
 	Mode string
-	// KeyLine, CountersLine, SlotsLine and ModeLine are the lines of the
-	// key, counters, slots and mode keys, for later error messages; 0 for
-	// a key the file leaves out.
-	KeyLine, CountersLine, SlotsLine, ModeLine int
+	// Touch are the touch columns, in file order (none when the file does
+	// not say): columns such as updated_at that statements assign together
+	// with an increment (Rails' touch, Laravel's and Sequelize's
+	// increment()). The proxy slots them with the increment: each slot
+	// keeps the greatest value assigned to it, and the column reads as the
+	// greatest of its base value and its slots. None is the key, a counter
+	// or listed twice.
+	Touch []Column
+	// KeyLine, CountersLine, SlotsLine, ModeLine and TouchLine are the
+	// lines of the key, counters, slots, mode and touch keys, for later
+	// error messages; 0 for a key the file leaves out.
+	KeyLine, CountersLine, SlotsLine, ModeLine, TouchLine int
 }
 
-// Counter is one counter column of a Rule.
-type Counter struct {
+// Column is a column a Rule lists: a counter, or a touch column.
+type Column struct {
 	// Name is the column name, with any backquotes removed.
 	Name string
 	// Line is the line the column is listed on.
 	Line int
 }
+
+// Counter is one counter column of a Rule.
+type Counter = Column
 
 // Name returns the rule's table as a rule file would write it,
 // schema.table, backquoting a name that holds a '.', whitespace or a
@@ -186,6 +198,50 @@ func (r *Rule) checkCounters(withKey bool) []*Error {
 		seen[fold(c.Name)] = i
 	}
 	return errs
+}
+
+// checkTouch checks the touch column names, that none repeats and, if
+// withKey and withCounters, that none is the key or a counter.
+func (r *Rule) checkTouch(withKey, withCounters bool) []*Error {
+	var errs []*Error
+	seen := make(map[string]int, len(r.Touch))
+	for i, c := range r.Touch {
+		if err := checkName("column name", c.Name); err != nil {
+			errs = append(errs, r.errAt(c.Line, "touch: %v", err))
+			continue
+		}
+		if withKey && strings.EqualFold(c.Name, r.Key) {
+			errs = append(errs, r.errAt(c.Line, "touch: %q is the key column, it cannot also be a touch column", c.Name))
+			continue
+		}
+		if withCounters && r.HasCounter(c.Name) {
+			errs = append(errs, r.errAt(c.Line, "touch: %q is a counter, it cannot also be a touch column", c.Name))
+			continue
+		}
+		if j, dup := seen[fold(c.Name)]; dup {
+			errs = append(errs, r.errAt(c.Line, "touch: %q is listed twice (first as %q on line %d)", c.Name, r.Touch[j].Name, r.Touch[j].Line))
+			continue
+		}
+		seen[fold(c.Name)] = i
+	}
+	return errs
+}
+
+// Slotted lists the columns whose values the proxy keeps in slots, each
+// with a record type: the counters, then the touch columns.
+func (r *Rule) Slotted() []Column {
+	return append(append([]Column(nil), r.Counters...), r.Touch...)
+}
+
+// HasTouch reports whether column is one of r's touch columns, ignoring
+// case.
+func (r *Rule) HasTouch(column string) bool {
+	for _, c := range r.Touch {
+		if strings.EqualFold(c.Name, column) {
+			return true
+		}
+	}
+	return false
 }
 
 // checkSlots checks the slot count's range.

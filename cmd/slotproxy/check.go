@@ -164,7 +164,7 @@ func unregisteredCounters(conn *client.Conn, set *rules.Set) ([]string, error) {
 			res.Close()
 			known[r.Schema] = reg
 		}
-		for _, c := range r.Counters {
+		for _, c := range r.Slotted() {
 			if !reg[[2]string{strings.ToLower(r.Table), strings.ToLower(c.Name)}] {
 				out = append(out, r.Name()+"."+c.Name)
 			}

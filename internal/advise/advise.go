@@ -129,6 +129,9 @@ type Candidate struct {
 	// incremented integer columns.
 	Key      string
 	Counters []string
+	// Touch are the DATETIME or TIMESTAMP columns the increments assign a
+	// time (updated_at): the rule's touch columns.
+	Touch []string
 	// Calls, LockTime, Latency and RowsAffected are summed over the
 	// increment statements (digests and, on MariaDB, prepared statements).
 	Calls             int64

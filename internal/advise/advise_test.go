@@ -420,21 +420,34 @@ func TestParseShape(t *testing.T) {
 		key      string
 		counters []string
 		others   []string
+		times    []string
 	}{
 		{text: "UPDATE `products` SET `views` = `views` + ? WHERE ID = ? ", table: "products", key: "ID", counters: []string{"views"}},
 		{text: "UPDATE `shop` . `products` SET `views` = ? + `views` , NAME = ? WHERE ID = ? ", schema: "shop", table: "products", key: "ID",
-			counters: []string{"views"}, others: []string{"NAME"}},
+			counters: []string{"views"}, others: []string{"NAME"}, times: []string{"NAME"}},
 		{text: "UPDATE `repos` `r` SET `r` . `stars` = `r` . `stars` - ? , `downloads` = `downloads` + ? WHERE ? = `r` . `id`",
 			table: "repos", key: "id", counters: []string{"stars", "downloads"}},
 		{text: "update t set c = c + -1 where (id = 5)", table: "t", key: "id", counters: []string{"c"}},
 		{text: "/* app */ UPDATE t SET c = c + 1 WHERE id = 1 LIMIT 1", table: "t", key: "id", counters: []string{"c"}},
+		// The spellings ORMs send (see internal/clients): Rails' COALESCE
+		// and id lists, Django's parentheses, extra conditions, touch
+		// columns assigned a time.
+		{text: "UPDATE `repos` SET `downloads` = COALESCE ( `downloads` , ? ) + ? WHERE `repos` . `id` = ?", table: "repos", key: "id", counters: []string{"downloads"}},
+		{text: "UPDATE `repos` SET `downloads` = COALESCE(`downloads`, 0) + 1 WHERE `repos`.`id` IN (1)", table: "repos", key: "id", counters: []string{"downloads"}},
+		{text: "UPDATE `repos` SET `downloads` = ( `repos` . `downloads` + ? ) WHERE `repos` . `id` = ?", table: "repos", key: "id", counters: []string{"downloads"}},
+		{text: "UPDATE t SET c = c + ? WHERE id = ? AND x = ?", table: "t", key: "id", counters: []string{"c"}},
+		{text: "UPDATE repos SET downloads = downloads + 1 WHERE id = 1 AND deleted_at IS NULL", table: "repos", key: "id", counters: []string{"downloads"}},
+		{text: "update `repos` set `downloads` = `downloads` + ?, `repos`.`updated_at` = ? where `id` = ?", table: "repos", key: "id",
+			counters: []string{"downloads"}, others: []string{"updated_at"}, times: []string{"updated_at"}},
+		{text: "UPDATE repos SET downloads = downloads + 1, seen = NOW(), name = UPPER(name) WHERE id = 1", table: "repos", key: "id",
+			counters: []string{"downloads"}, others: []string{"seen", "name"}, times: []string{"seen"}},
 		// Not increments.
 		{text: "UPDATE `products` SET `views` = `views` - ? WHERE ID IN (...) "},
 		{text: "UPDATE t SET c = ? WHERE id = ?"},
 		{text: "UPDATE t SET c = c * ? WHERE id = ?"},
 		{text: "UPDATE t SET c = ? - c WHERE id = ?"},
 		{text: "UPDATE t SET c = c + d WHERE id = ?"},
-		{text: "UPDATE t SET c = c + ? WHERE id = ? AND x = ?"},
+		{text: "UPDATE t SET c = c + ? WHERE id = ? OR x = ?"},
 		{text: "UPDATE t SET c = c + ? WHERE id > ?"},
 		{text: "UPDATE t SET c = c + ?"},
 		{text: "UPDATE t, u SET t.c = t.c + ? WHERE t.id = ?"},
@@ -454,7 +467,8 @@ func TestParseShape(t *testing.T) {
 			t.Errorf("ParseShape(%q): %v", tt.text, err)
 			continue
 		}
-		if sh.Schema != tt.schema || sh.Table != tt.table || sh.Key != tt.key || !slices.Equal(sh.Counters, tt.counters) || !slices.Equal(sh.Others, tt.others) {
+		if sh.Schema != tt.schema || sh.Table != tt.table || sh.Key != tt.key || !slices.Equal(sh.Counters, tt.counters) ||
+			!slices.Equal(sh.Others, tt.others) || !slices.Equal(sh.Times, tt.times) {
 			t.Errorf("ParseShape(%q) = %+v", tt.text, sh)
 		}
 	}
@@ -509,5 +523,61 @@ func TestSuggestSlots(t *testing.T) {
 		if c.Slots != tc.want {
 			t.Errorf("%d waiters: %d slots, want %d", tc.waiters, c.Slots, tc.want)
 		}
+	}
+}
+
+// TestValidateTouch: the increments ORMs send assign updated_at a time
+// with the counter (Laravel, Sequelize, Rails' touch). The advisor lists a
+// DATETIME or TIMESTAMP column so assigned under touch, and its rule reads
+// back with it; a column of another type stays a note.
+func TestValidateTouch(t *testing.T) {
+	s := testdb.Shared()
+	if err := s.Exec(
+		"DROP DATABASE IF EXISTS advise_touch",
+		"CREATE DATABASE advise_touch",
+		"CREATE TABLE advise_touch.repos (id BIGINT NOT NULL PRIMARY KEY, downloads INT NOT NULL DEFAULT 0, "+
+			"updated_at TIMESTAMP NULL, seen DATETIME(6) NULL, note VARCHAR(20) NULL, deleted_at DATETIME NULL)",
+	); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("mysql", s.RootDSN("", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var stmts []*Statement
+	for _, text := range []string{
+		"update `repos` set `downloads` = `downloads` + ? , `repos` . `updated_at` = ? where `id` = ? and `repos` . `deleted_at` is null",
+		"UPDATE `repos` SET `downloads` = COALESCE ( `downloads` , ? ) + ? , `seen` = NOW ( ) WHERE `repos` . `id` IN ( ? )",
+		"UPDATE `repos` SET `downloads` = `downloads` + ? , `note` = ? WHERE `id` = ?",
+	} {
+		sh, err := ParseShape(text)
+		if err != nil {
+			t.Fatalf("ParseShape(%q): %v", text, err)
+		}
+		stmts = append(stmts, &Statement{Source: SourceDigests, Text: text, Calls: 10, Shape: sh})
+	}
+	c := &Candidate{Schema: "advise_touch", Table: "repos", Key: "id", Statements: stmts, Slots: 16}
+	if err := validate(t.Context(), db, c); err != nil {
+		t.Fatal(err)
+	}
+	if c.Reason != "" || !slices.Equal(c.Counters, []string{"downloads"}) || !slices.Equal(c.Touch, []string{"updated_at", "seen"}) {
+		t.Fatalf("validate: reason %q counters %v touch %v", c.Reason, c.Counters, c.Touch)
+	}
+	notes := strings.Join(c.Notes, "\n")
+	if !strings.Contains(notes, "also assign note;") || strings.Contains(notes, "assign updated_at;") {
+		t.Errorf("notes:\n%s\nwant note (not updated_at) named as keeping increments on the base row", notes)
+	}
+	rep := &Report{Version: s.Version, Flavor: MariaDB, Samples: 1, Watched: time.Second,
+		Sources: []Source{{Name: SourceDigests, Used: true}}, TotalLatency: time.Second}
+	data, err := RenderRule(rep, c, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkRule("repos.yaml", data, c); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), "\ntouch: [updated_at, seen]\n") {
+		t.Errorf("rule:\n%s\nwant touch: [updated_at, seen]", data)
 	}
 }

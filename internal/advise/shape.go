@@ -7,6 +7,7 @@ import (
 
 	"github.com/pingcap/tidb/pkg/parser"
 	"github.com/pingcap/tidb/pkg/parser/ast"
+	"github.com/pingcap/tidb/pkg/parser/mysql"
 	"github.com/pingcap/tidb/pkg/parser/opcode"
 	driver "github.com/pingcap/tidb/pkg/parser/test_driver" // value expressions for the parser
 )
@@ -25,8 +26,13 @@ type Shape struct {
 	// Counters are the incremented columns, in statement order.
 	Counters []string
 	// Others are the columns the statement assigns other than by
-	// incrementing them. slotproxy's fast path needs none.
+	// incrementing them. slotproxy's fast path needs none, except touch
+	// columns (Times).
 	Others []string
+	// Times are those of Others assigned a time (a placeholder, a string
+	// literal or a function of the current time, such as NOW()): touch
+	// columns, if the schema says they are DATETIME or TIMESTAMP.
+	Times []string
 	// Unsupported lists what keeps slotproxy from rewriting the statement
 	// even with a rule (IGNORE, ORDER BY), for the evidence.
 	Unsupported []string
@@ -39,7 +45,8 @@ var errNotIncrement = errors.New("not a counter increment by one column")
 // shapeParser parses statement texts. The TiDB parser is not safe for
 // concurrent use, so neither is a shapeParser.
 type shapeParser struct {
-	p *parser.Parser
+	p      *parser.Parser
+	spaced *parser.Parser // with IGNORE_SPACE, made when first needed
 }
 
 func newShapeParser() *shapeParser { return &shapeParser{p: parser.New()} }
@@ -59,7 +66,17 @@ func (sp *shapeParser) parse(text string) (*Shape, error) {
 	}
 	stmt, err := sp.p.ParseOneStmt(text, "", "")
 	if err != nil {
-		return nil, err
+		// Digests put a space between a function's name and its
+		// parenthesis (NOW ( )), which the parser reads as a function
+		// call only with IGNORE_SPACE.
+		if sp.spaced == nil {
+			sp.spaced = parser.New()
+			sp.spaced.SetSQLMode(mysql.ModeIgnoreSpace)
+		}
+		var err2 error
+		if stmt, err2 = sp.spaced.ParseOneStmt(text, "", ""); err2 != nil {
+			return nil, err
+		}
 	}
 	u, ok := stmt.(*ast.UpdateStmt)
 	if !ok || u.MultipleTable || u.TableRefs == nil || u.TableRefs.TableRefs == nil || u.TableRefs.TableRefs.Right != nil {
@@ -106,6 +123,9 @@ func (sp *shapeParser) parse(text string) (*Shape, error) {
 			}
 		} else if !containsFold(s.Others, name) {
 			s.Others = append(s.Others, name)
+			if isTime(a.Expr) {
+				s.Times = append(s.Times, name)
+			}
 		}
 	}
 	if len(s.Counters) == 0 {
@@ -144,14 +164,13 @@ func looksLikeUpdate(text string) bool {
 	return len(text) >= 6 && strings.EqualFold(text[:6], "update")
 }
 
-// keyColumn returns the column of a WHERE that is exactly `col = v` (either
-// order, in any parentheses), where v is a placeholder or a literal.
+// keyColumn returns the column of a WHERE that requires `col = v` (either
+// order) or `col IN (v, …)`, where each v is a placeholder or a literal:
+// the WHERE itself or one of its top-level AND operands (ORMs add
+// conditions such as `deleted_at IS NULL`; slotproxy evaluates the whole
+// WHERE in its upsert). The first such column wins.
 func keyColumn(where ast.ExprNode, ours func(*ast.ColumnName) bool) string {
 	where = unparen(where)
-	b, ok := where.(*ast.BinaryOperationExpr)
-	if !ok || b.Op != opcode.EQ {
-		return ""
-	}
 	col := func(e ast.ExprNode) string {
 		c, ok := unparen(e).(*ast.ColumnNameExpr)
 		if !ok || !ours(c.Name) {
@@ -159,11 +178,30 @@ func keyColumn(where ast.ExprNode, ours func(*ast.ColumnName) bool) string {
 		}
 		return c.Name.Name.O
 	}
-	switch {
-	case isValue(b.R) && col(b.L) != "":
-		return col(b.L)
-	case isValue(b.L) && col(b.R) != "":
-		return col(b.R)
+	switch b := where.(type) {
+	case *ast.BinaryOperationExpr:
+		switch {
+		case b.Op == opcode.LogicAnd:
+			if k := keyColumn(b.L, ours); k != "" {
+				return k
+			}
+			return keyColumn(b.R, ours)
+		case b.Op != opcode.EQ:
+		case isValue(b.R) && col(b.L) != "":
+			return col(b.L)
+		case isValue(b.L) && col(b.R) != "":
+			return col(b.R)
+		}
+	case *ast.PatternInExpr:
+		if b.Not || b.Sel != nil || len(b.List) == 0 || col(b.Expr) == "" {
+			return ""
+		}
+		for _, v := range b.List {
+			if !isValue(v) {
+				return ""
+			}
+		}
+		return col(b.Expr)
 	}
 	return ""
 }
@@ -177,7 +215,13 @@ func isSelfIncrement(a *ast.Assignment, ours func(*ast.ColumnName) bool) bool {
 		return false
 	}
 	self := func(e ast.ExprNode) bool {
-		c, ok := unparen(e).(*ast.ColumnNameExpr)
+		e = unparen(e)
+		// COALESCE(c, 0) and IFNULL(c, 0): Rails' and others' guard
+		// against NULL.
+		if f, ok := e.(*ast.FuncCallExpr); ok && (f.FnName.L == "coalesce" || f.FnName.L == "ifnull") && len(f.Args) == 2 && isZeroOrParam(f.Args[1]) {
+			e = unparen(f.Args[0])
+		}
+		c, ok := e.(*ast.ColumnNameExpr)
 		return ok && ours(c.Name) && strings.EqualFold(c.Name.Name.O, a.Column.Name.O)
 	}
 	switch {
@@ -185,6 +229,18 @@ func isSelfIncrement(a *ast.Assignment, ours func(*ast.ColumnName) bool) bool {
 		return true
 	case b.Op == opcode.Plus && self(b.R) && isDelta(b.L):
 		return true
+	}
+	return false
+}
+
+// isZeroOrParam accepts the literal 0, or a placeholder (a digest's
+// literals are all placeholders).
+func isZeroOrParam(e ast.ExprNode) bool {
+	switch x := unparen(e).(type) {
+	case *driver.ParamMarkerExpr:
+		return true
+	case *driver.ValueExpr:
+		return (x.Kind() == driver.KindInt64 || x.Kind() == driver.KindUint64) && x.GetInt64() == 0
 	}
 	return false
 }
@@ -199,6 +255,23 @@ func isDelta(e ast.ExprNode) bool {
 		return k == driver.KindInt64 || k == driver.KindUint64
 	case *ast.UnaryOperationExpr:
 		return (x.Op == opcode.Minus || x.Op == opcode.Plus) && isDelta(x.V)
+	}
+	return false
+}
+
+// isTime accepts what ORMs assign a touch column with an increment: a
+// placeholder, a string literal, or a function of the current time.
+func isTime(e ast.ExprNode) bool {
+	switch x := unparen(e).(type) {
+	case *driver.ParamMarkerExpr:
+		return true
+	case *driver.ValueExpr:
+		return x.Kind() == driver.KindString
+	case *ast.FuncCallExpr:
+		switch x.FnName.L {
+		case "now", "current_timestamp", "localtime", "localtimestamp", "utc_timestamp", "sysdate":
+			return true
+		}
 	}
 	return false
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -17,6 +18,13 @@ type column struct {
 }
 
 func (c *column) integer() bool { return integerTypes[strings.ToLower(c.dataType)] }
+
+// temporal reports whether c is a DATETIME or TIMESTAMP column: a touch
+// column's types.
+func (c *column) temporal() bool {
+	t := strings.ToLower(c.dataType)
+	return t == "datetime" || t == "timestamp"
+}
 
 // validate checks c against information_schema as slotproxy checks a rule.
 // It sets c.Reason when the table cannot have a rule; otherwise it sets
@@ -136,10 +144,19 @@ func validate(ctx context.Context, db *sql.DB, c *Candidate) error {
 	}
 	c.Counters = counters
 
-	// What will keep slotproxy from rewriting some of the statements.
+	// What will keep slotproxy from rewriting some of the statements:
+	// other columns assigned with the increments, unless they are
+	// DATETIME or TIMESTAMP columns assigned a time (touch columns).
 	var others, unsupported []string
 	for _, s := range kept {
 		for _, o := range s.Shape.Others {
+			col := lookup(o)
+			if col != nil && containsFold(s.Shape.Times, o) && col.temporal() && !containsFold(counters, col.name) && !strings.EqualFold(col.name, c.Key) {
+				if !containsFold(c.Touch, col.name) {
+					c.Touch = append(c.Touch, col.name)
+				}
+				continue
+			}
 			if !containsFold(others, o) {
 				others = append(others, o)
 			}
@@ -149,6 +166,11 @@ func validate(ctx context.Context, db *sql.DB, c *Candidate) error {
 				unsupported = append(unsupported, u)
 			}
 		}
+	}
+	others = slices.DeleteFunc(others, func(o string) bool { return containsFold(c.Touch, o) })
+	if len(c.Touch) > 0 {
+		c.Notes = append(c.Notes, fmt.Sprintf("increments also assign %s a time; listed under touch, they are written with the increments",
+			strings.Join(c.Touch, ", ")))
 	}
 	if len(others) > 0 {
 		c.Notes = append(c.Notes, fmt.Sprintf("some increments also assign %s; slotproxy rewrites only statements that do nothing but increment counters, "+

@@ -96,13 +96,16 @@ func checkRule(path string, data []byte, c *Candidate) error {
 	if err != nil {
 		return fmt.Errorf("advise: internal error: the rule written for %s does not parse: %w", c.Name(), err)
 	}
-	var counters []string
+	var counters, touch []string
 	for _, rc := range r.Counters {
 		counters = append(counters, rc.Name)
 	}
-	if r.Schema != c.Schema || r.Table != c.Table || r.Key != c.Key || !slices.Equal(counters, c.Counters) || r.Slots != c.Slots {
-		return fmt.Errorf("advise: internal error: the rule written for %s reads back as %s key %s counters %v slots %d",
-			c.Name(), r.Name(), r.Key, counters, r.Slots)
+	for _, rc := range r.Touch {
+		touch = append(touch, rc.Name)
+	}
+	if r.Schema != c.Schema || r.Table != c.Table || r.Key != c.Key || !slices.Equal(counters, c.Counters) || !slices.Equal(touch, c.Touch) || r.Slots != c.Slots {
+		return fmt.Errorf("advise: internal error: the rule written for %s reads back as %s key %s counters %v touch %v slots %d",
+			c.Name(), r.Name(), r.Key, counters, touch, r.Slots)
 	}
 	return nil
 }
@@ -243,6 +246,13 @@ func RenderRule(rep *Report, c *Candidate, now time.Time) ([]byte, error) {
 	fmt.Fprintf(&b, "table: %s\n", yamlScalar(ruleName(c.Schema)+"."+ruleName(c.Table)))
 	fmt.Fprintf(&b, "key: %s\n", yamlScalar(ruleName(c.Key)))
 	fmt.Fprintf(&b, "counters: [%s]\n", strings.Join(names, ", "))
+	if len(c.Touch) > 0 {
+		touch := make([]string, len(c.Touch))
+		for i, n := range c.Touch {
+			touch[i] = yamlScalar(ruleName(n))
+		}
+		fmt.Fprintf(&b, "touch: [%s]\n", strings.Join(touch, ", "))
+	}
 	fmt.Fprintf(&b, "slots: %d\n", c.Slots)
 	return b.Bytes(), nil
 }

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/go-mysql-org/go-mysql/client"
@@ -38,6 +39,29 @@ type column struct {
 
 func (c *column) integer() bool  { return integerTypes[strings.ToLower(c.dataType)] }
 func (c *column) unsigned() bool { return strings.Contains(strings.ToLower(c.columnType), "unsigned") }
+
+// temporal reports whether c is a DATETIME or TIMESTAMP column (a touch
+// column's types), with its fractional seconds precision.
+func (c *column) temporal() (timestamp bool, fsp int, ok bool) {
+	switch strings.ToLower(c.dataType) {
+	case "datetime":
+	case "timestamp":
+		timestamp = true
+	default:
+		return false, 0, false
+	}
+	// COLUMN_TYPE is datetime or datetime(N).
+	if i := strings.IndexByte(c.columnType, '('); i >= 0 {
+		if j := strings.IndexByte(c.columnType[i:], ')'); j > 1 {
+			n, err := strconv.Atoi(c.columnType[i+1 : i+j])
+			if err != nil || n < 0 || n > 6 {
+				return false, 0, false
+			}
+			fsp = n
+		}
+	}
+	return timestamp, fsp, true
+}
 
 // table is one table of a schema as the server describes it.
 type table struct {
@@ -178,6 +202,11 @@ func newTable(t *table, r *rules.Rule, slotsTable string) *rewrite.Table {
 		c := t.column(rc.Name)
 		rt.Counters = append(rt.Counters, rewrite.Counter{Name: c.name, Unsigned: c.unsigned() && strings.EqualFold(c.dataType, "bigint")})
 	}
+	for _, rc := range r.Touch {
+		c := t.column(rc.Name)
+		timestamp, fsp, _ := c.temporal()
+		rt.Counters = append(rt.Counters, rewrite.Counter{Name: c.name, Touch: true, Timestamp: timestamp, FSP: fsp})
+	}
 	return rt
 }
 
@@ -312,6 +341,14 @@ func checkRule(s *schema, r *rules.Rule, slotsTable string, problems *[]*rules.E
 			report(rc.Line, "counters: %s has no column %s", name, rc.Name)
 		case !c.integer():
 			report(rc.Line, "counters: %s.%s is %s, not an integer column", name, c.name, c.columnType)
+		}
+	}
+	for _, rc := range r.Touch {
+		c := t.column(rc.Name)
+		if c == nil {
+			report(rc.Line, "touch: %s has no column %s", name, rc.Name)
+		} else if _, _, ok := c.temporal(); !ok {
+			report(rc.Line, "touch: %s.%s is %s; a touch column must be DATETIME or TIMESTAMP", name, c.name, c.columnType)
 		}
 	}
 	if !ok {

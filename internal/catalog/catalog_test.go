@@ -744,3 +744,47 @@ func newSilentListener(t *testing.T) string {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// TestLoadTouch: touch columns must be DATETIME or TIMESTAMP columns of
+// the table; they get record types like counters, and the rewriter learns
+// their type and precision.
+func TestLoadTouch(t *testing.T) {
+	s := newSchema(t, "CREATE TABLE posts (id BIGINT PRIMARY KEY, name VARCHAR(20), views INT NOT NULL DEFAULT 0, "+
+		"updated_at DATETIME(3) NULL, seen_at TIMESTAMP NULL, day DATE NULL)")
+	conn := connect(t)
+	set := ruleSet(t, s, "rules/posts.yaml", "table: SCHEMA.posts\nkey: id\ncounters: [views]\ntouch: [updated_at, seen_at]\n")
+	var out strings.Builder
+	if err := catalog.Migrate(t.Context(), conn, set, "slotted_counters", &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"-- record type 1: " + s + ".posts.views", "-- record type 2: " + s + ".posts.updated_at", "-- record type 3: " + s + ".posts.seen_at"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("migrate printed:\n%s\nwant a line %q", out.String(), want)
+		}
+	}
+	cat, err := catalog.Load(t.Context(), conn, set, "slotted_counters")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := fmt.Sprintf("%+v", cat.Tables()[0].Counters)
+	want := "[{Name:views RecordType:1 Unsigned:false Min: Max: Touch:false Timestamp:false FSP:0} " +
+		"{Name:updated_at RecordType:2 Unsigned:false Min: Max: Touch:true Timestamp:false FSP:3} " +
+		"{Name:seen_at RecordType:3 Unsigned:false Min: Max: Touch:true Timestamp:true FSP:0}]"
+	if got != want {
+		t.Errorf("counters:\n%s\nwant\n%s", got, want)
+	}
+
+	bad := ruleSet(t, s, "rules/posts.yaml", "table: SCHEMA.posts\nkey: id\ncounters: [views]\ntouch:\n  - name\n  - day\n  - missing\n")
+	_, err = catalog.Load(t.Context(), conn, bad, "slotted_counters")
+	wantErr := []string{
+		"rules/posts.yaml:5: touch: SCHEMA.posts.name is varchar(20); a touch column must be DATETIME or TIMESTAMP",
+		"rules/posts.yaml:6: touch: SCHEMA.posts.day is date; a touch column must be DATETIME or TIMESTAMP",
+		"rules/posts.yaml:7: touch: SCHEMA.posts has no column missing",
+	}
+	for i := range wantErr {
+		wantErr[i] = strings.ReplaceAll(wantErr[i], "SCHEMA", s)
+	}
+	if err == nil || err.Error() != strings.Join(wantErr, "\n") {
+		t.Errorf("Load = %v\nwant\n%s", err, strings.Join(wantErr, "\n"))
+	}
+}

@@ -60,7 +60,7 @@ func Migrate(ctx context.Context, conn *client.Conn, set *rules.Set, slotsTable 
 	for _, g := range bySchema(set) {
 		var want []pair
 		for _, r := range g.rules {
-			for _, c := range r.Counters {
+			for _, c := range r.Slotted() {
 				want = append(want, pair{strings.ToLower(r.Table), strings.ToLower(c.Name)})
 			}
 		}
@@ -69,7 +69,7 @@ func Migrate(ctx context.Context, conn *client.Conn, set *rules.Set, slotsTable 
 			return err
 		}
 		for _, r := range g.rules {
-			for _, c := range r.Counters {
+			for _, c := range r.Slotted() {
 				fmt.Fprintf(out, "-- record type %d: %s.%s\n", types[pair{strings.ToLower(r.Table), strings.ToLower(c.Name)}],
 					r.Name(), c.Name)
 			}

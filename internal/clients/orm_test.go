@@ -56,8 +56,12 @@ var ormSchemaDDL = []string{
 		"(3, 'soft-deleted', 30, 3, 1, '2024-01-02 03:04:05')",
 }
 
-// ormCounters are the ruled counters of repos and their record types.
-var ormCounters = []rewrite.Counter{{Name: "downloads", RecordType: 1}, {Name: "stars", RecordType: 2}}
+// ormCounters are the ruled counters of repos and their record types, and
+// its touch column updated_at (the rule's touch: [updated_at]), which
+// Rails' touch, Laravel's and Sequelize's increment() assign with the
+// increment.
+var ormCounters = []rewrite.Counter{{Name: "downloads", RecordType: 1}, {Name: "stars", RecordType: 2},
+	{Name: "updated_at", RecordType: 3, Touch: true}}
 
 // ormCatalog describes schema's tables to the rewriter.
 func ormCatalog(schema string) *rewrite.Catalog {

@@ -259,7 +259,7 @@ func fold(conn Conn, slots string, tg target, id int64) (st Stats, err error) {
 		_, err = conn.Execute("COMMIT")
 		return st, err
 	}
-	var sum int64
+	var sum, latest int64 // a counter's sum; a touch column's latest time
 	var counted, idle []string
 	for i := range r.Values {
 		slot, err1 := r.GetInt(i, 0)
@@ -268,6 +268,7 @@ func fold(conn Conn, slots string, tg target, id int64) (st Stats, err error) {
 			return st, fmt.Errorf("bad slot row: %v %v", err1, err2)
 		}
 		sum += n
+		latest = max(latest, n)
 		if n == 0 {
 			idle = append(idle, strconv.FormatInt(slot, 10))
 		} else {
@@ -278,8 +279,14 @@ func fold(conn Conn, slots string, tg target, id int64) (st Stats, err error) {
 		return fmt.Sprintf("`record_type` = %d AND `record_id` = %d AND `slot` IN (%s)", tg.counter.RecordType, id, strings.Join(ids, ", "))
 	}
 	if len(counted) > 0 && !orphan {
-		if _, err := conn.Execute(fmt.Sprintf("UPDATE %s SET %s = %s + %d WHERE %s = %d",
-			tg.table.Qualified(), quote(tg.counter.Name), quote(tg.counter.Name), sum, quote(tg.table.Key), id)); err != nil {
+		col := quote(tg.counter.Name)
+		set := fmt.Sprintf("%s = %s + %d", col, col, sum)
+		if tg.counter.Touch {
+			// The later of the base row's time and the slots'.
+			set = col + " = " + tg.counter.TouchLatest(col, strconv.FormatInt(latest, 10))
+		}
+		if _, err := conn.Execute(fmt.Sprintf("UPDATE %s SET %s WHERE %s = %d",
+			tg.table.Qualified(), set, quote(tg.table.Key), id)); err != nil {
 			return st, err
 		}
 	}

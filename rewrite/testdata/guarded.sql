@@ -58,3 +58,5 @@ DELETE FROM repos WHERE id = 1 -- RETURNING x
 OR id = 2
 -- case: a RETURNING clause followed by another statement is not planned
 DELETE FROM repos WHERE id = 1 RETURNING downloads; SELECT downloads FROM repos
+-- case: an older time written to a touch column folds first
+UPDATE repos SET updated_at = '2020-01-01 00:00:00' WHERE id = 1

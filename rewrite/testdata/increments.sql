@@ -26,7 +26,7 @@ UPDATE app.repos SET downloads = downloads + 1 WHERE id = 3
 UPDATE repos SET downloads = downloads + 1 WHERE id = 3
 -- case: increment with another WHERE stays on the base column
 UPDATE repos SET downloads = downloads + 1 WHERE name = 'x'
--- case: increment with IN stays on the base column
+-- case: increment with IN (k1, k2): a slot row per key
 UPDATE repos SET downloads = downloads + 1 WHERE id IN (1, 2)
 -- case: increment plus another column stays on the base column
 UPDATE repos SET downloads = downloads + 1, name = 'y' WHERE id = 3
@@ -38,3 +38,35 @@ UPDATE repos SET downloads = downloads + 1.5 WHERE id = 3
 UPDATE repos SET downloads = downloads + 1 WHERE id = 1; SELECT downloads FROM repos WHERE id = 1
 -- case: shadow rule
 UPDATE pages SET views = views + 1 WHERE page_id = 3
+-- case: Rails increment_counter: COALESCE, backquotes, qualified key
+UPDATE `repos` SET `downloads` = COALESCE(`downloads`, 0) + 1 WHERE `repos`.`id` = 1
+-- case: Rails with an id list
+UPDATE `repos` SET `downloads` = COALESCE(`downloads`, 0) + 1 WHERE `repos`.`id` IN (1)
+-- case: Django F() and SQLAlchemy: parenthesised, qualified
+UPDATE `repos` SET `downloads` = (`repos`.`downloads` + 1) WHERE `repos`.`id` = 1
+-- case: IFNULL and the delta first
+UPDATE repos SET downloads = 2 + IFNULL(downloads, 0) WHERE id = 3
+-- case: a string key, as PHP's emulated prepares send it
+UPDATE repos SET downloads = downloads + 1 WHERE id = '1'
+-- case: extra conditions: scoped and soft-deleted rows
+UPDATE repos SET downloads = downloads + 1 WHERE id = ? AND owner_id = ? AND name <> 'deleted'
+-- case: Laravel increment(): a touch column assigned a placeholder
+update `repos` set `downloads` = `downloads` + 1, `repos`.`updated_at` = ? where `id` = ?
+-- case: Sequelize increment(): two counters and a time literal
+UPDATE `repos` SET `downloads`=`downloads`+ 1,`stars`=`stars`+ 2,`updated_at`='2026-11-23 23:37:11' WHERE `id` = 1
+-- case: Rails touch with fractional seconds
+UPDATE `repos` SET `downloads` = COALESCE(`downloads`, 0) + 1, `updated_at` = '2026-11-23 23:37:11.123456' WHERE `repos`.`id` = 2
+-- case: touch columns assigned the current time, DATETIME and TIMESTAMP
+UPDATE repos SET downloads = downloads + 1, updated_at = NOW(6), seen_at = CURRENT_TIMESTAMP WHERE id = 7
+-- case: a touch column assigned something other than a time is a guarded write
+UPDATE repos SET downloads = downloads + 1, updated_at = '2024-02-30 10:00:00' WHERE id = 1
+-- case: a touch column assigned alone is a guarded write
+UPDATE repos SET updated_at = NOW() WHERE id = 1
+-- case: a zero increment with a touch column is a guarded write
+UPDATE repos SET downloads = downloads + 0, updated_at = NOW() WHERE id = 1
+-- case: another column assigned with an increment stays on the base row
+UPDATE repos SET downloads = downloads + 1, name = 'x' WHERE id = 1
+-- case: LIMIT 2 with one key is slotted
+UPDATE repos SET downloads = downloads + 1 WHERE id = 1 LIMIT 2
+-- case: LIMIT 1 with several keys stays on the base row
+UPDATE repos SET downloads = downloads + 1 WHERE id IN (1, 2) LIMIT 1

@@ -70,3 +70,7 @@ SELECT (SELECT downloads FROM (SELECT 1 AS downloads) AS d) FROM repos
 SELECT (SELECT MAX(u.id) FROM users u WHERE u.name = r.name AND stars > 1) FROM repos r
 -- case: a read of a shadow and an active table is rewritten
 SELECT p.views, r.downloads FROM pages p JOIN repos r ON r.id = p.page_id
+-- case: a touch column reads as the latest of base and slots
+SELECT id, updated_at, seen_at FROM repos WHERE id = 1
+-- case: a touch column in a condition
+SELECT id FROM repos WHERE updated_at > '2024-03-01 00:00:00' ORDER BY id
