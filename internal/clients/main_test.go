@@ -62,12 +62,12 @@ var (
 var schemaDDL = []string{
 	"CREATE TABLE repos (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR(50) NOT NULL DEFAULT '', " +
 		"owner_id INT NOT NULL DEFAULT 0, downloads INT NOT NULL DEFAULT 0, " +
-		"stars INT UNSIGNED NOT NULL DEFAULT 0, big BIGINT UNSIGNED NOT NULL DEFAULT 0) ENGINE=InnoDB",
+		"stars INT UNSIGNED NOT NULL DEFAULT 0, big BIGINT UNSIGNED NOT NULL DEFAULT 0, touched DATETIME(3) NULL) ENGINE=InnoDB",
 	"CREATE TABLE users (id INT NOT NULL PRIMARY KEY, name VARCHAR(50) NOT NULL, downloads INT NOT NULL DEFAULT 0) ENGINE=InnoDB",
 	"CREATE TABLE events (id INT NOT NULL AUTO_INCREMENT PRIMARY KEY, repo_id BIGINT NOT NULL, " +
 		"kind VARCHAR(20) NOT NULL, amount DECIMAL(10,2) NULL, at DATETIME NULL) ENGINE=InnoDB",
-	"INSERT INTO repos VALUES (1, 'alpha', 1, 10, 1, 18446744073709551000), (2, 'beta', 1, 20, 2, 0), " +
-		"(3, 'gamma', 2, 0, 0, 5), (4, 'delta', 3, 5, 7, 1)",
+	"INSERT INTO repos VALUES (1, 'alpha', 1, 10, 1, 18446744073709551000, NULL), (2, 'beta', 1, 20, 2, 0, NULL), " +
+		"(3, 'gamma', 2, 0, 0, 5, NULL), (4, 'delta', 3, 5, 7, 1, NULL)",
 	"INSERT INTO users VALUES (1, 'ann', 100), (2, 'bob', 200), (3, 'cid', 300)",
 }
 
@@ -78,15 +78,17 @@ const slotsDDL = "CREATE TABLE slotted_counters (" +
 	"count BIGINT NOT NULL, PRIMARY KEY (record_type, record_id, slot)) ENGINE=InnoDB"
 
 // ruledCatalog describes schema's tables to the rewriter: the counters
-// downloads, stars and big of repos, and the columns of the other tables.
+// downloads, stars and big of repos, its touch column touched, and the
+// columns of the other tables.
 func ruledCatalog(schema string) *rewrite.Catalog {
 	return rewrite.NewCatalog([]*rewrite.Table{{
 		Schema: schema, Name: "repos", Key: "id",
-		Columns: []string{"id", "name", "owner_id", "downloads", "stars", "big"},
+		Columns: []string{"id", "name", "owner_id", "downloads", "stars", "big", "touched"},
 		Counters: []rewrite.Counter{
 			{Name: "downloads", RecordType: 1},
 			{Name: "stars", RecordType: 2},
 			{Name: "big", RecordType: 3, Unsigned: true},
+			{Name: "touched", RecordType: 4, Touch: true, FSP: 3},
 		},
 		SlotsTable: "slotted_counters", Slots: 8,
 	}}, map[string][]string{
