@@ -311,7 +311,7 @@ func (s *Session) noteStatus(res wire.Result) {
 func (s *Session) refuse(t *rewrite.Table, reason string, seq *byte) error {
 	s.env.Stats.Refused.Add(1)
 	s.env.metrics().Statement(PathRefused, ruleName(t))
-	e := wire.Errorf(mysql.ER_NOT_SUPPORTED_YET, "42000", "rule %s: %s", ruleName(t), reason)
+	e := wire.Errorf(mysql.ER_NOT_SUPPORTED_YET, "42000", "rule %s: statement refused, nothing was run: %s", ruleName(t), reason)
 	return s.writeErr(e.Packet(), seq)
 }
 

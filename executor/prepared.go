@@ -61,6 +61,9 @@ func (s *Session) handlePrepare(rw *rewrite.Rewriter, payload []byte) error {
 	p := plans[0]
 	sql := p.SQL
 	switch {
+	case p.Kind == rewrite.KindRefused && !p.Shadow:
+		seq := s.respSeq
+		return s.refuse(p.Table, p.Reason, &seq)
 	case p.Shadow:
 		// Prepared as the client wrote it; executions are counted.
 		sql = p.Original

@@ -268,6 +268,13 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 		s.log.Debug("rewrite", "sql", string(sql), "plans", len(plans), "kind", plans[0].Kind.String())
 	}
 	seq := s.respSeq
+	for _, p := range plans {
+		if p.Kind == rewrite.KindRefused && !p.Shadow {
+			// Nothing of the query runs: its statements are refused as a
+			// whole (no partial effects to reason about).
+			return s.refuse(p.Table, p.Reason, &seq)
+		}
+	}
 	if rewrite.SessionCut(plans) >= 0 {
 		if !s.multiStatements() {
 			s.env.metrics().Statement(PathPassThrough, "")

@@ -51,6 +51,8 @@ func (s *Session) execPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) 
 		s.countShadow(p)
 	}
 	switch {
+	case p.Kind == rewrite.KindRefused && !p.Shadow:
+		return true, s.refuse(p.Table, p.Reason, seq)
 	case p.Kind == rewrite.KindIncrement && !p.Shadow:
 		return s.execIncrement(p, ex, seq, more)
 	case p.Kind == rewrite.KindGuarded && !p.Shadow:

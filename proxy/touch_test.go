@@ -42,14 +42,33 @@ const touchRule = "table: " + touchRuled + ".posts\nkey: id\ncounters: [views, l
 // catalog as slotproxy serve would load it.
 func touchSetup(t *testing.T) *rewrite.Catalog {
 	t.Helper()
+	cat := loadedSetup(t, touchPlain, touchRuled, touchDDL, touchRule)
+	var got []string
+	for _, c := range cat.Tables()[0].Counters {
+		got = append(got, fmt.Sprintf("%s touch=%v timestamp=%v fsp=%d", c.Name, c.Touch, c.Timestamp, c.FSP))
+	}
+	want := []string{"views touch=false timestamp=false fsp=0", "likes touch=false timestamp=false fsp=0", "score touch=false timestamp=false fsp=0",
+		"updated_at touch=true timestamp=false fsp=0", "edited_at touch=true timestamp=false fsp=6", "seen_at touch=true timestamp=true fsp=3"}
+	if strings.Join(got, "; ") != strings.Join(want, "; ") {
+		t.Fatalf("catalog columns:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	return cat
+}
+
+// loadedSetup creates the schemas plain and ruled with the same tables
+// (ddl), migrates ruled for rule (a rule file's text) and returns its
+// catalog as slotproxy serve loads it: a differential test's setup with
+// the real catalog.
+func loadedSetup(t *testing.T, plain, ruled string, ddl []string, rule string) *rewrite.Catalog {
+	t.Helper()
 	db := testdb.Shared()
-	for _, schema := range []string{touchPlain, touchRuled} {
-		stmts := append([]string{"DROP DATABASE IF EXISTS " + schema, "CREATE DATABASE " + schema, "USE " + schema}, touchDDL...)
+	for _, schema := range []string{plain, ruled} {
+		stmts := append([]string{"DROP DATABASE IF EXISTS " + schema, "CREATE DATABASE " + schema, "USE " + schema}, ddl...)
 		if err := db.Exec(stmts...); err != nil {
 			t.Fatal(err)
 		}
 	}
-	r, err := rules.Parse("posts.yaml", []byte(touchRule))
+	r, err := rules.Parse("rule.yaml", []byte(rule))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,16 +84,47 @@ func touchSetup(t *testing.T) *rewrite.Catalog {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []string
-	for _, c := range cat.Tables()[0].Counters {
-		got = append(got, fmt.Sprintf("%s touch=%v timestamp=%v fsp=%d", c.Name, c.Touch, c.Timestamp, c.FSP))
-	}
-	want := []string{"views touch=false timestamp=false fsp=0", "likes touch=false timestamp=false fsp=0", "score touch=false timestamp=false fsp=0",
-		"updated_at touch=true timestamp=false fsp=0", "edited_at touch=true timestamp=false fsp=6", "seen_at touch=true timestamp=true fsp=3"}
-	if strings.Join(got, "; ") != strings.Join(want, "; ") {
-		t.Fatalf("catalog columns:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
 	return cat
+}
+
+// runDifferential runs corpus directly on plain and through a proxy with
+// cat on ruled, comparing everything a client sees (renderTyped); a step
+// touchRollup folds every slot as roll-up does. It returns the proxy's
+// stats and the records roll-up folded.
+func runDifferential(t *testing.T, cat *rewrite.Catalog, plain, ruled string, corpus []step) (proxy.StatsSnapshot, int) {
+	t.Helper()
+	p := startProxy(t, func(c *proxy.Config) {
+		c.Rewriter = newRewriter(cat)
+	})
+	connect := func(addr, db string) *client.Conn {
+		c, err := client.Connect(addr, testdb.User, testdb.Password, db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	direct := connect(testdb.Shared().Addr, plain)
+	proxied := connect(p.addr, ruled)
+	admin := touchAdmin(t)
+	var roller rollup.Roller
+	folded := 0
+	for i, st := range corpus {
+		if st.sql == touchRollup {
+			s, err := roller.Once(t.Context(), admin, cat, rollup.Options{})
+			if err != nil {
+				t.Fatalf("step %d: roll-up: %v", i, err)
+			}
+			folded += s.Folds
+			continue
+		}
+		want := renderTyped(direct.Execute(st.sql, st.args...))
+		got := renderTyped(proxied.Execute(st.sql, st.args...))
+		if got != want {
+			t.Errorf("step %d %q %v:\n proxy:  %s\n direct: %s", i, st.sql, st.args, got, want)
+		}
+	}
+	return p.srv.Stats(), folded
 }
 
 func touchAdmin(t *testing.T) *client.Conn {
@@ -179,50 +229,10 @@ var touchCorpus = []step{
 
 func TestTouchDifferential(t *testing.T) {
 	cat := touchSetup(t)
-	p := startProxy(t, func(c *proxy.Config) {
-		c.Rewriter = newRewriter(cat)
-	})
-	connect := func(addr, db string) *client.Conn {
-		c, err := client.Connect(addr, testdb.User, testdb.Password, db)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		return c
-	}
-	direct := connect(testdb.Shared().Addr, touchPlain)
-	proxied := connect(p.addr, touchRuled)
-	admin := touchAdmin(t)
-	var roller rollup.Roller
-	folded := 0
-	for i, st := range touchCorpus {
-		if st.sql == touchRollup {
-			s, err := roller.Once(t.Context(), admin, cat, rollup.Options{})
-			if err != nil {
-				t.Fatalf("step %d: roll-up: %v", i, err)
-			}
-			folded += s.Folds
-			continue
-		}
-		want := renderTyped(direct.Execute(st.sql, st.args...))
-		got := renderTyped(proxied.Execute(st.sql, st.args...))
-		if got != want {
-			t.Errorf("step %d %q %v:\n proxy:  %s\n direct: %s", i, st.sql, st.args, got, want)
-		}
-	}
-	stats := p.srv.Stats()
+	stats, folded := runDifferential(t, cat, touchPlain, touchRuled, touchCorpus)
 	t.Logf("%d statements; %d records folded by roll-up; proxy stats: %+v", len(touchCorpus), folded, stats)
 	if stats.RewrittenWrites < 8 || stats.GuardedWrites == 0 || folded == 0 {
 		t.Fatalf("the corpus did not take the slotted path, guards and roll-up: %+v, %d folds", stats, folded)
-	}
-	// The slotted increments wrote touch slots.
-	r, err := admin.Execute("SELECT COUNT(*) FROM " + touchRuled + ".slotted_counters s JOIN " + touchRuled +
-		".slotproxy_record_types t ON t.record_type = s.record_type WHERE t.column_name IN ('updated_at', 'edited_at', 'seen_at')")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n, _ := r.GetInt(0, 0); n == 0 && folded == 0 {
-		t.Fatal("no touch slot was ever written")
 	}
 }
 

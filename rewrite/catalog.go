@@ -26,7 +26,9 @@ type Table struct {
 	Shadow bool
 	// UniqueKeys are the table's UNIQUE keys other than the primary key,
 	// each a list of columns in key order: an upsert or REPLACE conflicts
-	// with the rows that match any of them.
+	// with the rows that match any of them. An empty list stands for a
+	// key whose values cannot be matched (a column prefix, an
+	// expression): such upserts fold every record of the table first.
 	UniqueKeys [][]string
 }
 

@@ -30,10 +30,15 @@ const (
 	// the records it may touch into their base rows first (Guard), then
 	// send Plan.SQL, in one transaction.
 	KindGuarded
+	// KindRefused: a statement that reads or writes counters of a ruled
+	// table (Table) and cannot be planned exactly; the client gets an error
+	// naming the rule and Reason, and nothing runs (fail closed: an error
+	// is better than a wrong total).
+	KindRefused
 )
 
 func (k Kind) String() string {
-	return [...]string{"original", "read", "increment", "guarded"}[k]
+	return [...]string{"original", "read", "increment", "guarded", "refused"}[k]
 }
 
 // Plan is the rewrite of one statement.
@@ -558,7 +563,7 @@ func (r *Rewriter) shadow(p Plan) Plan {
 // readPlan is the plan for a statement whose only change is its reads.
 func (w *reads) readPlan(start, end int) Plan {
 	if w.failed != "" {
-		return Plan{Kind: KindOriginal, Reason: "unsupported: " + w.failed}
+		return w.refused(nil, w.failed)
 	}
 	if len(w.edits) == 0 {
 		return Plan{Kind: KindOriginal}
@@ -580,6 +585,19 @@ func (w *reads) readPlan(start, end int) Plan {
 	}
 	p.Table = shadow
 	return p
+}
+
+// refused is the plan for a statement that cannot be planned exactly: t is
+// the ruled table it concerns (nil: the first one it names).
+func (w *reads) refused(t *Table, reason string) Plan {
+	if t == nil {
+		for u := range w.tables {
+			if t == nil || u.Qualified() < t.Qualified() {
+				t = u
+			}
+		}
+	}
+	return Plan{Kind: KindRefused, Table: t, Reason: reason}
 }
 
 func schemaOr(schema, db string) string {
@@ -633,9 +651,15 @@ func Explain(plans []Plan, err error) string {
 		case KindIncrement:
 			fmt.Fprintf(&b, "%s\n", p.SQL)
 			fmt.Fprintf(&b, "privilege check: %s\n", p.Increment.ProbeSQL)
+		case KindRefused:
+			fmt.Fprintf(&b, "refused: rule %s.%s: %s\n", p.Table.Schema, p.Table.Name, p.Reason)
 		case KindGuarded:
 			fmt.Fprintf(&b, "guard: %s\n", p.Guard.KeysSQL)
 			fmt.Fprintf(&b, "fold: %s\n", strings.Join(p.Table.FoldSQL([]string{"<keys>"}), ";\n      "))
+			for _, g := range p.Guards {
+				fmt.Fprintf(&b, "guard: %s\n", g.KeysSQL)
+				fmt.Fprintf(&b, "fold: %s\n", strings.Join(g.Table.FoldSQL([]string{"<keys>"}), ";\n      "))
+			}
 			fmt.Fprintf(&b, "then: %s\n", p.SQL)
 		}
 	}

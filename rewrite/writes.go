@@ -2,6 +2,7 @@ package rewrite
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -86,15 +87,12 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 		// A multi-table UPDATE: which rows it assigns a counter of is known
 		// only once it runs, so the guard folds every slotted record of the
 		// table first.
-		var assigned *Table
+		var assigned []*Table
 		for _, a := range s.List {
 			for _, ref := range sc.refs {
-				if ref.table != nil && ref.table.counter(a.Column.Name.O) != nil &&
-					(a.Column.Table.O == "" || a.Column.Table.L == ref.match) {
-					if assigned != nil && assigned != ref.table {
-						return Plan{Kind: KindOriginal, Reason: "unsupported: multi-table UPDATE assigning counters of two ruled tables"}
-					}
-					assigned = ref.table
+				if ref.table != nil && (ref.table.counter(a.Column.Name.O) != nil || strings.EqualFold(a.Column.Name.O, ref.table.Key)) &&
+					(a.Column.Table.O == "" || a.Column.Table.L == ref.match) && !slices.Contains(assigned, ref.table) {
+					assigned = append(assigned, ref.table)
 				}
 			}
 		}
@@ -134,6 +132,12 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 			continue
 		}
 		ctr := t.counter(a.Column.Name.O)
+		if ctr == nil && strings.EqualFold(a.Column.Name.O, t.Key) {
+			// A key change: the record's slots must not stay behind (or be
+			// inherited by the new key), so they are folded first.
+			absolute = true
+			continue
+		}
 		if ctr == nil {
 			if !other {
 				otherCol = a.Column.Name.O
@@ -267,7 +271,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 		return p
 	}
 	if w.failed != "" {
-		return Plan{Kind: KindOriginal, Reason: "unsupported: " + w.failed}
+		return w.refused(t, w.failed)
 	}
 	return Plan{
 		Kind:  KindGuarded,
@@ -282,18 +286,16 @@ func (r *Rewriter) delete(s *ast.DeleteStmt, w *reads, start, end int) Plan {
 		sc := w.scopeOf(s.TableRefs)
 		// The ruled table rows are deleted from, if any: its slotted
 		// records are all folded first, so no deleted row leaves slots.
-		var target *Table
+		var targets []*Table
 		if s.Tables != nil {
 			for _, tn := range s.Tables.Tables {
 				for _, ref := range sc.refs {
 					if ref.table == nil || (tn.Name.L != ref.match && !strings.EqualFold(tn.Name.O, ref.table.Name)) {
 						continue
 					}
-					if target != nil && target != ref.table {
-						return Plan{Kind: KindOriginal, Table: ref.table, Invalidate: true,
-							Reason: "unsupported: multi-table DELETE from two ruled tables (orphaned slots are removed by roll-up)"}
+					if !slices.Contains(targets, ref.table) {
+						targets = append(targets, ref.table)
 					}
-					target = ref.table
 				}
 			}
 		}
@@ -301,10 +303,10 @@ func (r *Rewriter) delete(s *ast.DeleteStmt, w *reads, start, end int) Plan {
 		w.visitJoinConditions(s.TableRefs.TableRefs)
 		w.visit(s.Where)
 		w.pop()
-		if target == nil {
+		if targets == nil {
 			return w.readPlan(start, end)
 		}
-		return w.wideGuarded(target, start, end, true)
+		return w.wideGuarded(targets, start, end, true)
 	}
 	t, sc := w.singleTable(s.TableRefs)
 	if t == nil {
@@ -322,34 +324,40 @@ func (r *Rewriter) delete(s *ast.DeleteStmt, w *reads, start, end int) Plan {
 	if s.Order != nil {
 		w.visit(s.Order)
 	}
+	g := r.guardWhere(t, &sc.refs[0], s.TableRefs, s.Where, w)
 	if w.failed != "" {
-		return Plan{Kind: KindOriginal, Reason: "unsupported: " + w.failed}
+		return w.refused(t, w.failed)
 	}
 	return Plan{
 		Kind:       KindGuarded,
 		Table:      t,
 		SQL:        apply(w.sql, start, end, w.edits),
-		Guard:      r.guardWhere(t, &sc.refs[0], s.TableRefs, s.Where, w),
+		Guard:      g,
 		Invalidate: true,
 	}
 }
 
-// wideGuarded is the plan for a write to t whose rows are known only once
-// it runs: every slotted record of t is folded first. The guard locks all
-// of t's slot rows, and the gaps between them, so no increment of t can
-// add a slot until the write commits.
-func (w *reads) wideGuarded(t *Table, start, end int, invalidate bool) Plan {
+// wideGuarded is the plan for a write to ts (the ruled tables it writes)
+// whose rows are known only once it runs: every slotted record of each is
+// folded first. The guards lock all of their slot rows, and the gaps
+// between them, so no increment of them can add a slot until the write
+// commits.
+func (w *reads) wideGuarded(ts []*Table, start, end int, invalidate bool) Plan {
 	if w.failed != "" {
-		return Plan{Kind: KindOriginal, Table: t, Reason: "unsupported: " + w.failed}
+		return w.refused(ts[0], w.failed)
 	}
-	return Plan{
+	p := Plan{
 		Kind:       KindGuarded,
-		Table:      t,
+		Table:      ts[0],
 		SQL:        apply(w.sql, start, end, w.edits),
-		Guard:      wideGuard(t, "FOR UPDATE"),
+		Guard:      wideGuard(ts[0], "FOR UPDATE"),
 		Invalidate: invalidate,
 		Reason:     "every slotted record of the table is folded first (the rows written are known only once it runs)",
 	}
+	for _, t := range ts[1:] {
+		p.Guards = append(p.Guards, wideGuard(t, "FOR UPDATE"))
+	}
+	return p
 }
 
 // guardWhere selects, locking them, the keys of the rows of t a
@@ -358,8 +366,6 @@ func (w *reads) wideGuarded(t *Table, start, end int, invalidate bool) Plan {
 // clause's top-level conjuncts that read no counter (the others become
 // TRUE: a superset of the rows, read as they are now, not as a snapshot;
 // folding more records than needed keeps totals), no ORDER BY or LIMIT.
-// lock is the locking clause ("FOR UPDATE", possibly with NOWAIT or SKIP
-// LOCKED).
 func (r *Rewriter) guardWhere(t *Table, ref *tableRef, refs *ast.TableRefsClause, where ast.ExprNode, w *reads) *Guard {
 	return w.guardFor(t, ref, where, "FOR UPDATE")
 }
@@ -482,8 +488,8 @@ func (r *Rewriter) insert(s *ast.InsertStmt, w *reads, start, end int) Plan {
 	w.skip = map[*ast.ColumnNameExpr]bool{}
 	for _, a := range s.OnDuplicate {
 		if c := t.counter(a.Column.Name.O); c == nil || c.Touch {
-			if c != nil || w.readsCounter(a.Expr) {
-				needsFold = true
+			if c != nil || w.readsCounter(a.Expr) || strings.EqualFold(a.Column.Name.O, t.Key) {
+				needsFold = true // a touch column, a counter read, a key change
 			}
 			continue
 		}
@@ -502,32 +508,36 @@ func (r *Rewriter) insert(s *ast.InsertStmt, w *reads, start, end int) Plan {
 		return p
 	}
 	if w.failed != "" {
-		return Plan{Kind: KindOriginal, Reason: "unsupported: " + w.failed}
+		return w.refused(t, w.failed)
 	}
-	// The rows that may be replaced or updated are those whose key is in
-	// the VALUES list.
-	keyCol := -1
-	if len(s.Columns) == 0 && !s.Setlist {
-		for i, c := range t.Columns {
-			if strings.EqualFold(c, t.Key) {
-				keyCol = i
+	// The rows that may be replaced or updated are those whose key, or
+	// the values of one of its other UNIQUE keys, are in the VALUES list.
+	colIndex := func(name string) int {
+		if len(s.Columns) == 0 && !s.Setlist {
+			for i, c := range t.Columns {
+				if strings.EqualFold(c, name) {
+					return i
+				}
+			}
+			return -1
+		}
+		for i, c := range s.Columns {
+			if strings.EqualFold(c.Name.O, name) {
+				return i
 			}
 		}
+		return -1
 	}
-	for i, c := range s.Columns {
-		if strings.EqualFold(c.Name.O, t.Key) {
-			keyCol = i
-		}
-	}
+	keyCol := colIndex(t.Key)
 	if s.Select != nil || keyCol < 0 || len(s.Lists) == 0 {
 		// The rows it may replace or update are known only once it runs.
-		return w.wideGuarded(t, start, end, s.IsReplace)
+		return w.wideGuarded([]*Table{t}, start, end, s.IsReplace)
 	}
 	g := &Guard{}
 	var keys []string
 	for _, row := range s.Lists {
 		if keyCol >= len(row) || !isIntLiteralOrParam(row[keyCol]) {
-			return w.wideGuarded(t, start, end, s.IsReplace)
+			return w.wideGuarded([]*Table{t}, start, end, s.IsReplace)
 		}
 		e := row[keyCol]
 		keys = append(keys, r.restore(e, w.sess))
@@ -535,8 +545,40 @@ func (r *Rewriter) insert(s *ast.InsertStmt, w *reads, start, end int) Plan {
 			g.KeysParams = append(g.KeysParams, i)
 		}
 	}
-	g.KeysSQL = fmt.Sprintf("SELECT %s FROM %s WHERE %s IN (%s) FOR UPDATE",
-		quoteIdent(t.Key), t.Qualified(), quoteIdent(t.Key), strings.Join(keys, ", "))
+	where := fmt.Sprintf("%s IN (%s)", quoteIdent(t.Key), strings.Join(keys, ", "))
+	for _, uk := range t.UniqueKeys {
+		// (u1, u2) IN ((v11, v12), (v21, v22)): a row of any of those
+		// values conflicts too. A column the statement leaves to its
+		// default, or a value that is an expression, could conflict with
+		// rows the proxy cannot name: every record is folded then.
+		if len(uk) == 0 {
+			return w.wideGuarded([]*Table{t}, start, end, s.IsReplace)
+		}
+		cols := make([]string, len(uk))
+		idx := make([]int, len(uk))
+		for j, c := range uk {
+			cols[j] = quoteIdent(c)
+			if idx[j] = colIndex(c); idx[j] < 0 {
+				return w.wideGuarded([]*Table{t}, start, end, s.IsReplace)
+			}
+		}
+		tuples := make([]string, len(s.Lists))
+		for i, row := range s.Lists {
+			vals := make([]string, len(uk))
+			for j, k := range idx {
+				if k >= len(row) || !isLiteralOrParam(row[k]) {
+					return w.wideGuarded([]*Table{t}, start, end, s.IsReplace)
+				}
+				vals[j] = r.restore(unparen(row[k]), w.sess)
+				if p := w.paramIndex(unparen(row[k])); p >= 0 {
+					g.KeysParams = append(g.KeysParams, p)
+				}
+			}
+			tuples[i] = "(" + strings.Join(vals, ", ") + ")"
+		}
+		where += fmt.Sprintf(" OR (%s) IN (%s)", strings.Join(cols, ", "), strings.Join(tuples, ", "))
+	}
+	g.KeysSQL = fmt.Sprintf("SELECT %s FROM %s WHERE %s FOR UPDATE", quoteIdent(t.Key), t.Qualified(), where)
 	return Plan{Kind: KindGuarded, Table: t, SQL: apply(w.sql, start, end, w.edits), Guard: g, Invalidate: s.IsReplace}
 }
 

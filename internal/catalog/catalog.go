@@ -174,6 +174,9 @@ func Load(ctx context.Context, conn *client.Conn, set *rules.Set, slotsTable str
 		}
 		all = append(all, tables[i]...)
 	}
+	if err := fillUniqueKeys(ctx, conn, all); err != nil {
+		return nil, err
+	}
 	cat := rewrite.NewCatalog(all, others)
 	// With lower_case_table_names 1 or 2 the server compares table names
 	// case-insensitively, and so must the rewriter.

@@ -60,3 +60,9 @@ OR id = 2
 DELETE FROM repos WHERE id = 1 RETURNING downloads; SELECT downloads FROM repos
 -- case: an older time written to a touch column folds first
 UPDATE repos SET updated_at = '2020-01-01 00:00:00' WHERE id = 1
+-- case: a key change folds the record's slots first
+UPDATE repos SET id = 50 WHERE id = 1
+-- case: an upsert that changes the key folds first
+INSERT INTO repos (id, name) VALUES (2, 'b') ON DUPLICATE KEY UPDATE id = 60
+-- case: a multi-table DELETE from two ruled tables folds both
+DELETE r, p FROM repos r JOIN pages p ON p.page_id = r.id WHERE r.id = 3

@@ -74,3 +74,5 @@ SELECT p.views, r.downloads FROM pages p JOIN repos r ON r.id = p.page_id
 SELECT id, updated_at, seen_at FROM repos WHERE id = 1
 -- case: a touch column in a condition
 SELECT id FROM repos WHERE updated_at > '2024-03-01 00:00:00' ORDER BY id
+-- case: NATURAL JOIN with a ruled table is refused
+SELECT downloads FROM repos NATURAL JOIN users
