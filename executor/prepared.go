@@ -67,7 +67,7 @@ func (s *Session) handlePrepare(rw *rewrite.Rewriter, payload []byte) error {
 	case p.Shadow:
 		// Prepared as the client wrote it; executions are counted.
 		sql = p.Original
-	case p.Kind == rewrite.KindOriginal && p.After == "" && !p.Invalidate && !p.Reload:
+	case p.Kind == rewrite.KindOriginal && p.After == "" && !p.Invalidate && !p.Reload && p.Temp == nil:
 		_, err := s.forward(payload, wire.Prepare, nil)
 		return err
 	}

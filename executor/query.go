@@ -24,6 +24,9 @@ type rewriteState struct {
 	charset     string               // character_set_client
 	stmts       map[uint32]*stmtInfo // rewritten prepared statements by backend id
 	internal    internalStmts        // statements the proxy prepared for itself
+	// temp are the session's temporary tables named like ruled tables
+	// (rewrite.Session.TempTables).
+	temp []string
 	// own are the records the open transaction incremented (slotted),
 	// by table: reading one of their counters takes their lock first.
 	own map[*rewrite.Table]map[string]bool
@@ -209,7 +212,8 @@ func (s *Session) ensureSessionInfo() error {
 }
 
 func (s *Session) rewriteSession() rewrite.Session {
-	return rewrite.Session{DB: s.rw.db, ANSIQuotes: s.rw.ansiQuotes, NoBackslashEscapes: s.rw.noBackslash, Charset: s.rw.charset}
+	return rewrite.Session{DB: s.rw.db, ANSIQuotes: s.rw.ansiQuotes, NoBackslashEscapes: s.rw.noBackslash, Charset: s.rw.charset,
+		TempTables: s.rw.temp}
 }
 
 // plan rewrites sql when it names a ruled table. It returns nil plans for
@@ -286,7 +290,7 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 	// Reads only: one rewritten query, relayed as usual.
 	simple := true
 	for _, p := range plans {
-		if !p.Shadow && p.Kind != rewrite.KindRead && (p.Kind != rewrite.KindOriginal || p.After != "" || p.Invalidate || p.Reload) {
+		if !p.Shadow && p.Kind != rewrite.KindRead && (p.Kind != rewrite.KindOriginal || p.After != "" || p.Invalidate || p.Reload || p.Temp != nil) {
 			simple = false
 		}
 		if p.Locking && !p.Shadow {

@@ -95,6 +95,12 @@ func (s *Session) afterSuccess(p rewrite.Plan) error {
 			s.log.Warn("slot clean-up after the statement failed", "table", p.Table.Qualified(), "err", (&backendError{r.Err}).Error())
 		}
 	}
+	for _, name := range p.Temp {
+		s.rw.temp = slices.DeleteFunc(s.rw.temp, func(t string) bool { return t == name })
+		if p.TempCreate {
+			s.rw.temp = append(s.rw.temp, name)
+		}
+	}
 	if p.Reload {
 		s.env.SchemaChanged()
 	}

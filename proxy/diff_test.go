@@ -190,6 +190,22 @@ var diffCorpus = []step{
 	text("UPDATE repos SET downloads = 99999999999 WHERE id = 2"),
 	text("SHOW WARNINGS"),
 	text("SELECT id, downloads FROM repos ORDER BY id"),
+	// Common table expressions named like the ruled table.
+	text("WITH repos AS (SELECT id, downloads FROM repos) SELECT downloads FROM repos WHERE id = 1"),
+	text("WITH r AS (SELECT id, downloads FROM repos), repos AS (SELECT id, downloads * 2 AS downloads FROM r) SELECT id, downloads FROM repos ORDER BY id"),
+	// A temporary table hides the ruled one until it is dropped.
+	text("UPDATE repos SET downloads = downloads + 1 WHERE id = 1"),
+	text("CREATE TEMPORARY TABLE repos (id BIGINT NOT NULL PRIMARY KEY, downloads INT NOT NULL DEFAULT 0)"),
+	text("INSERT INTO repos VALUES (1, 5)"),
+	text("UPDATE repos SET downloads = downloads + 1 WHERE id = 1"),
+	prep("UPDATE repos SET downloads = downloads + ? WHERE id = ?", 2, 1),
+	text("SELECT * FROM repos"),
+	text("TRUNCATE TABLE repos"),
+	text("DROP TEMPORARY TABLE repos"),
+	text("SELECT id, downloads FROM repos ORDER BY id"),
+	text("CREATE TEMPORARY TABLE repos (id INT)"),
+	text("DROP TABLE repos"),
+	text("SELECT id, downloads FROM repos ORDER BY id"),
 	// Multi-statement queries mixing rewrites.
 	multi("UPDATE repos SET downloads = downloads + 1 WHERE id = 1; SELECT downloads FROM repos WHERE id = 1; UPDATE repos SET downloads = downloads + 1 WHERE id = 404"),
 	multi("SELECT downloads FROM repos WHERE id = 2; SELECT name FROM users WHERE id = 1"),

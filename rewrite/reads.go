@@ -1,6 +1,7 @@
 package rewrite
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/pingcap/tidb/pkg/parser/ast"
@@ -40,6 +41,7 @@ type reads struct {
 	failed  string                       // why the statement cannot be rewritten safely
 	params  map[*driver.ParamMarkerExpr]int
 	slot    func(n int) int // picks the slot of an increment
+	ctes    []string        // names of the common table expressions in scope (lower case)
 }
 
 func (w *reads) push(s *scope) { w.scopes = append(w.scopes, s) }
@@ -77,6 +79,16 @@ func (w *reads) collect(n ast.ResultSetNode, s *scope) {
 			if schema == "" {
 				schema = w.sess.DB
 			}
+			if src.Schema.O == "" && slices.Contains(w.ctes, src.Name.L) {
+				// A common table expression, even one named like a ruled
+				// table: its own query block, already walked.
+				alias := src.Name
+				if x.AsName.O != "" {
+					alias = x.AsName
+				}
+				s.refs = append(s.refs, tableRef{match: alias.L, qual: quoteIdent(alias.O), derived: true})
+				return
+			}
 			ref := tableRef{schema: strings.ToLower(schema), match: src.Name.L}
 			if src.Schema.O != "" {
 				ref.qual = quoteIdent(src.Schema.O) + "." + quoteIdent(src.Name.O)
@@ -96,7 +108,7 @@ func (w *reads) collect(n ast.ResultSetNode, s *scope) {
 				ref.qual = quoteIdent(x.AsName.O)
 				ref.from += " AS " + ref.qual
 			}
-			if t := w.r.cat.lookup(schema, src.Name.O); t != nil {
+			if t := w.r.cat.lookup(schema, src.Name.O); t != nil && !w.sess.shadowed(schema, src.Name.O) {
 				ref.table = t
 				w.tables[t] = true
 			} else {
@@ -130,6 +142,21 @@ func (w *reads) Enter(n ast.Node) (ast.Node, bool) {
 		return n, true
 	case *ast.ValuesExpr:
 		return n, true // VALUES(col) in ON DUPLICATE KEY UPDATE names the new value, not a read
+	case *ast.SetOprStmt:
+		if x.With != nil {
+			k := w.with(x.With)
+			if x.SelectList != nil {
+				w.visit(x.SelectList)
+			}
+			if x.OrderBy != nil {
+				w.visit(x.OrderBy)
+			}
+			if x.Limit != nil {
+				w.visit(x.Limit)
+			}
+			w.ctes = w.ctes[:k]
+			return n, true
+		}
 	}
 	return n, false
 }
@@ -137,9 +164,31 @@ func (w *reads) Enter(n ast.Node) (ast.Node, bool) {
 // Leave implements ast.Visitor.
 func (w *reads) Leave(n ast.Node) (ast.Node, bool) { return n, true }
 
+// with walks the common table expressions of a WITH clause and puts their
+// names in scope; the caller restores w.ctes to n when the statement ends.
+// A CTE's body sees the CTEs before it (and itself, when recursive); a
+// name it does not define is a table, ruled or not.
+func (w *reads) with(c *ast.WithClause) (n int) {
+	n = len(w.ctes)
+	if c == nil {
+		return n
+	}
+	for _, cte := range c.CTEs {
+		if c.IsRecursive || cte.IsRecursive {
+			w.ctes = append(w.ctes, cte.Name.L)
+			w.visit(cte.Query)
+			continue
+		}
+		w.visit(cte.Query)
+		w.ctes = append(w.ctes, cte.Name.L)
+	}
+	return n
+}
+
 func (w *reads) selectStmt(s *ast.SelectStmt) {
 	if s.With != nil {
-		w.visit(s.With)
+		n := w.with(s.With)
+		defer func() { w.ctes = w.ctes[:n] }()
 	}
 	if s.Kind == ast.SelectStmtKindValues || s.Kind == ast.SelectStmtKindTable {
 		for _, l := range s.Lists {

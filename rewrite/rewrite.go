@@ -1,6 +1,7 @@
 package rewrite
 
 import (
+	"slices"
 	"fmt"
 	"math/rand/v2"
 	"sort"
@@ -64,6 +65,12 @@ type Plan struct {
 	Invalidate bool
 	// Reload: DDL on Table; reload its column list.
 	Reload bool
+	// Temp names the temporary tables ("schema.table", lower case) the
+	// statement creates (TempCreate) or drops, when they are named like a
+	// ruled table: while one exists, that name means it, not the ruled
+	// table (Session.TempTables).
+	Temp       []string
+	TempCreate bool
 	// Shadow: Table's rule is in shadow mode; SQL is the original statement
 	// and the rest of the plan says what would have been done.
 	Shadow bool
@@ -198,6 +205,15 @@ type Session struct {
 	// when unknown, and then statements that are not UTF-8 and contain a
 	// backslash or backquote are not rewritten.
 	Charset string
+	// TempTables are the session's temporary tables named like a ruled
+	// table ("schema.table", lower case; see Plan.Temp): they shadow it.
+	TempTables []string
+}
+
+// shadowed reports whether the session's temporary table hides the ruled
+// table schema.name.
+func (s Session) shadowed(schema, name string) bool {
+	return len(s.TempTables) > 0 && slices.Contains(s.TempTables, strings.ToLower(schema+"."+name))
 }
 
 // Options tune generated SQL for the backend.
@@ -443,7 +459,7 @@ func sessionMode(sess Session) mysql.SQLMode {
 // Changed reports whether any plan differs from sending the text as is.
 func Changed(plans []Plan) bool {
 	for i, p := range plans {
-		if p.Kind != KindOriginal || p.After != "" || p.Invalidate || p.Reload {
+		if p.Kind != KindOriginal || p.After != "" || p.Invalidate || p.Reload || p.Temp != nil {
 			return true
 		}
 		if p.ChangesSession && i < len(plans)-1 {
@@ -476,7 +492,28 @@ func (r *Rewriter) plan(st ast.StmtNode, sql string, start, end int, sess Sessio
 		p = r.delete(s, w, start, end)
 	case *ast.InsertStmt:
 		p = r.insert(s, w, start, end)
+	case *ast.CreateTableStmt:
+		if s.TemporaryKeyword != ast.TemporaryNone {
+			schema := schemaOr(s.Table.Schema.O, sess.DB)
+			if t := r.cat.lookup(schema, s.Table.Name.O); t != nil {
+				p = Plan{Kind: KindOriginal, Temp: []string{strings.ToLower(schema + "." + s.Table.Name.O)}, TempCreate: true,
+					Reason: "a temporary table named like " + t.Qualified() + ": it hides the ruled table until dropped"}
+				if s.Select != nil {
+					w.visit(s.Select)
+					if rp := w.readPlan(start, end); rp.Kind != KindOriginal {
+						rp.Temp, rp.TempCreate = p.Temp, true
+						p = rp
+					}
+				}
+				return p
+			}
+		}
+		w.visit(st)
+		p = w.readPlan(start, end)
 	case *ast.TruncateTableStmt:
+		if sess.shadowed(schemaOr(s.Table.Schema.O, sess.DB), s.Table.Name.O) {
+			return Plan{Kind: KindOriginal, Reason: "TRUNCATE of a temporary table"}
+		}
 		if t := r.cat.lookup(schemaOr(s.Table.Schema.O, sess.DB), s.Table.Name.O); t != nil {
 			p = Plan{Kind: KindOriginal, Table: t, After: t.ClearSQL(), Invalidate: true, Reason: "TRUNCATE: slots cleared after it"}
 		}
@@ -488,6 +525,17 @@ func (r *Rewriter) plan(st ast.StmtNode, sql string, start, end int, sess Sessio
 	case *ast.DropIndexStmt:
 		return r.ddl(sess, s.Table)
 	case *ast.DropTableStmt:
+		// DROP TABLE drops a temporary table of the name first, if the
+		// session has one.
+		var temp []string
+		for _, tn := range s.Tables {
+			if schema := schemaOr(tn.Schema.O, sess.DB); sess.shadowed(schema, tn.Name.O) {
+				temp = append(temp, strings.ToLower(schema+"."+tn.Name.O))
+			}
+		}
+		if s.TemporaryKeyword != ast.TemporaryNone || temp != nil {
+			return Plan{Kind: KindOriginal, Temp: temp, Reason: "DROP of a temporary table"}
+		}
 		return r.ddl(sess, s.Tables...)
 	case *ast.RenameTableStmt:
 		var names []*ast.TableName

@@ -43,8 +43,10 @@ func sentinel(i int) string { return strconv.FormatInt(sentinelBase*1000+int64(i
 // planning) and the literals' text spans. ok is false when the statement is
 // not worth or not safe to template.
 func templateKey(sql string, sess Session, buf []byte, spans [][2]int) ([]byte, [][2]int, bool) {
-	if strings.Contains(sql, "7392469135802") {
-		return buf, spans, false // could collide with a sentinel
+	if strings.Contains(sql, "7392469135802") || len(sess.TempTables) > 0 {
+		// A sentinel could collide; temporary tables change plans
+		// without changing the key.
+		return buf, spans, false
 	}
 	buf = append(buf[:0], sess.DB...)
 	buf = append(buf, 0)

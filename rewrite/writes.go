@@ -76,12 +76,14 @@ func unparen(e ast.ExprNode) ast.ExprNode {
 
 // readsCounter reports whether e reads any counter column.
 func (w *reads) readsCounter(e ast.ExprNode) bool {
-	probe := &reads{r: w.r, sql: w.sql, sess: w.sess, scopes: w.scopes, tables: map[*Table]bool{}, params: w.params, slot: w.slot}
+	probe := &reads{r: w.r, sql: w.sql, sess: w.sess, scopes: w.scopes, tables: map[*Table]bool{}, params: w.params, slot: w.slot, ctes: w.ctes}
 	probe.visit(e)
 	return probe.found > 0
 }
 
 func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
+	n := w.with(s.With)
+	defer func() { w.ctes = w.ctes[:n] }()
 	t, sc := w.singleTable(s.TableRefs)
 	if t == nil {
 		// A multi-table UPDATE: which rows it assigns a counter of is known
@@ -282,6 +284,8 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 }
 
 func (r *Rewriter) delete(s *ast.DeleteStmt, w *reads, start, end int) Plan {
+	n := w.with(s.With)
+	defer func() { w.ctes = w.ctes[:n] }()
 	if s.IsMultiTable {
 		sc := w.scopeOf(s.TableRefs)
 		// The ruled table rows are deleted from, if any: its slotted

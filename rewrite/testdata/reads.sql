@@ -76,3 +76,9 @@ SELECT id, updated_at, seen_at FROM repos WHERE id = 1
 SELECT id FROM repos WHERE updated_at > '2024-03-01 00:00:00' ORDER BY id
 -- case: NATURAL JOIN with a ruled table is refused
 SELECT downloads FROM repos NATURAL JOIN users
+-- case: a CTE reads the ruled table; the outer query reads the CTE
+WITH repos AS (SELECT id, downloads FROM repos) SELECT downloads FROM repos WHERE id = 1
+-- case: CTEs after the first see it, recursive ones see themselves
+WITH RECURSIVE r AS (SELECT 1 AS n UNION ALL SELECT n + 1 FROM r WHERE n < 3), repos AS (SELECT n AS downloads FROM r) SELECT SUM(downloads) FROM repos
+-- case: a CTE named like a ruled table in a UNION
+WITH repos AS (SELECT 1 AS downloads) SELECT downloads FROM repos UNION ALL SELECT downloads FROM app.repos WHERE id = 1
