@@ -116,6 +116,7 @@ type Catalog struct {
 	FoldCase bool
 
 	tables map[string]*Table   // "schema.table", lower case
+	slots  map[string]*Table   // "schema.table" of slot tables and registries, lower case: a table ruled there
 	others map[string][]string // columns of unruled tables, lower case keys
 	names  []string            // distinct lower-case ruled table names, for the pre-filter
 	first  [256]bool           // first bytes (both cases) of names
@@ -124,16 +125,28 @@ type Catalog struct {
 // NewCatalog builds a catalog. others maps "schema.table" (any case) to the
 // columns of tables that are not ruled; it may be nil.
 func NewCatalog(tables []*Table, others map[string][]string) *Catalog {
-	c := &Catalog{tables: map[string]*Table{}, others: map[string][]string{}}
+	c := &Catalog{tables: map[string]*Table{}, slots: map[string]*Table{}, others: map[string][]string{}}
 	seen := map[string]bool{}
-	for _, t := range tables {
-		c.tables[strings.ToLower(t.Schema+"."+t.Name)] = t
-		n := strings.ToLower(t.Name)
-		if !seen[n] {
+	name := func(n string) {
+		n = strings.ToLower(n)
+		if n != "" && !seen[n] {
 			seen[n] = true
 			c.names = append(c.names, n)
 			c.first[n[0]] = true
 			c.first[strings.ToUpper(n[:1])[0]] = true
+		}
+	}
+	for _, t := range tables {
+		c.tables[strings.ToLower(t.Schema+"."+t.Name)] = t
+		name(t.Name)
+		// The slot table and the registry are named too: statements that
+		// read or write them through the proxy are refused (see
+		// isSlotTable).
+		for _, n := range []string{t.SlotsTable, RecordTypesTable} {
+			if k := strings.ToLower(t.Schema + "." + n); n != "" && (c.slots[k] == nil || c.slots[k].Shadow) {
+				c.slots[k] = t // an active table, if the schema has one
+				name(n)
+			}
 		}
 	}
 	sort.Strings(c.names)
@@ -165,6 +178,21 @@ func (c *Catalog) lookup(schema, name string) *Table {
 		return nil
 	}
 	return t
+}
+
+// RecordTypesTable is the name of the record-type registry in every schema
+// with rules (created by slotproxy migrate, see internal/catalog).
+const RecordTypesTable = "slotproxy_record_types"
+
+// isSlotTable reports whether schema.name is the slot table or the
+// registry of a schema with rules, and returns a ruled table of it.
+func (c *Catalog) isSlotTable(schema, name string) bool { return c.slotTable(schema, name) != nil }
+
+func (c *Catalog) slotTable(schema, name string) *Table {
+	if len(c.slots) == 0 {
+		return nil
+	}
+	return c.slots[strings.ToLower(schema+"."+name)]
 }
 
 // Mentions reports whether sql contains the name of a ruled table anywhere

@@ -1,6 +1,7 @@
 package rewrite
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 
@@ -88,6 +89,14 @@ func (w *reads) collect(n ast.ResultSetNode, s *scope) {
 				}
 				s.refs = append(s.refs, tableRef{match: alias.L, qual: quoteIdent(alias.O), derived: true})
 				return
+			}
+			if t := w.r.cat.slotTable(schema, src.Name.O); t != nil {
+				// Its counts are already in every read of the counters: a
+				// dump through the proxy would count them twice.
+				w.tables[t] = true
+				w.failed = fmt.Sprintf("%s.%s is slotproxy's own table, not readable or writable through the proxy "+
+					"(reads of the counters already include the slots; to dump through the proxy, pass --ignore-table=%s.%s "+
+					"--ignore-table=%s.%s, or read the server directly)", schema, src.Name.O, schema, t.SlotsTable, schema, RecordTypesTable)
 			}
 			ref := tableRef{schema: strings.ToLower(schema), match: src.Name.L}
 			if src.Schema.O != "" {

@@ -1,9 +1,9 @@
 package rewrite
 
 import (
-	"slices"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -536,7 +536,25 @@ func (r *Rewriter) plan(st ast.StmtNode, sql string, start, end int, sess Sessio
 		if s.TemporaryKeyword != ast.TemporaryNone || temp != nil {
 			return Plan{Kind: KindOriginal, Temp: temp, Reason: "DROP of a temporary table"}
 		}
-		return r.ddl(sess, s.Tables...)
+		// Dropping a ruled table drops its counters: its slot rows go
+		// with it, or a table re-created under the name (a dump being
+		// restored) would inherit them.
+		var dropped []*Table
+		for _, tn := range s.Tables {
+			if t := r.cat.lookup(schemaOr(tn.Schema.O, sess.DB), tn.Name.O); t != nil {
+				dropped = append(dropped, t)
+			}
+		}
+		switch len(dropped) {
+		case 0:
+			return r.ddl(sess, s.Tables...)
+		case 1:
+			t := dropped[0]
+			return Plan{Kind: KindOriginal, Table: t, After: t.ClearSQL(), Invalidate: true, Reload: true,
+				Reason: "DROP TABLE of a ruled table: its slots cleared after it"}
+		default:
+			return Plan{Kind: KindRefused, Table: dropped[0], Reason: "DROP TABLE of several ruled tables in one statement (drop them one at a time, so that each one's slots are cleared with it)"}
+		}
 	case *ast.RenameTableStmt:
 		var names []*ast.TableName
 		for _, tt := range s.TableToTables {

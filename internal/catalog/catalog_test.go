@@ -788,3 +788,11 @@ func TestLoadTouch(t *testing.T) {
 		t.Errorf("Load = %v\nwant\n%s", err, strings.Join(wantErr, "\n"))
 	}
 }
+
+// TestRegistryNameAgrees: the rewriter refuses statements that name the
+// registry through the proxy by the same name migrate creates it under.
+func TestRegistryNameAgrees(t *testing.T) {
+	if catalog.RecordTypesTable != rewrite.RecordTypesTable {
+		t.Fatalf("catalog creates %q, the rewriter guards %q", catalog.RecordTypesTable, rewrite.RecordTypesTable)
+	}
+}

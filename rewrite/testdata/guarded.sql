@@ -44,6 +44,10 @@ RENAME TABLE repos TO repos_old, users TO repos
 CREATE INDEX by_name ON repos (name)
 -- case: drop of another table
 DROP TABLE users
+-- case: drop of a ruled table clears its slots after it (a dump restored under the name starts from its own values)
+DROP TABLE IF EXISTS repos
+-- case: drop of two ruled tables in one statement is refused
+DROP TABLE repos, pages
 -- case: a backslash is not an escape under NO_BACKSLASH_ESCAPES: no statement is smuggled into the guard
 -- session: no_backslash_escapes
 UPDATE repos SET downloads = 7 WHERE name = 'x\'; UPDATE users SET downloads = downloads + 1 WHERE id = 2 -- '

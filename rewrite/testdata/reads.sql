@@ -82,3 +82,7 @@ WITH repos AS (SELECT id, downloads FROM repos) SELECT downloads FROM repos WHER
 WITH RECURSIVE r AS (SELECT 1 AS n UNION ALL SELECT n + 1 FROM r WHERE n < 3), repos AS (SELECT n AS downloads FROM r) SELECT SUM(downloads) FROM repos
 -- case: a CTE named like a ruled table in a UNION
 WITH repos AS (SELECT 1 AS downloads) SELECT downloads FROM repos UNION ALL SELECT downloads FROM app.repos WHERE id = 1
+-- case: the slot table is not readable through the proxy
+SELECT * FROM slotted_counters
+-- case: nor writable
+INSERT INTO app.slotted_counters VALUES (1, 1, 0, 5)
