@@ -3,6 +3,7 @@ package executor
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 
 	"github.com/slotproxy/slotproxy/internal/wire"
 	"github.com/slotproxy/slotproxy/rewrite"
@@ -51,6 +52,9 @@ func (st *stmtInfo) resetLongData() { st.longData, st.longVals = nil, nil }
 
 func (s *Session) handlePrepare(rw *rewrite.Rewriter, payload []byte) error {
 	plans, err := s.plan(rw, payload[1:])
+	if ue := (*rewrite.UnparsedError)(nil); errors.As(err, &ue) {
+		return s.checkUnparsed(payload[1:], ue)
+	}
 	if err != nil {
 		return err
 	}

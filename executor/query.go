@@ -231,6 +231,9 @@ func (s *Session) plan(rw *rewrite.Rewriter, sql []byte) ([]rewrite.Plan, error)
 	if err != nil {
 		s.env.Stats.ParseFailures.Add(1)
 		s.env.metrics().Statement(PathParseFailure, "")
+		if ue := (*rewrite.UnparsedError)(nil); errors.As(err, &ue) && !ue.Table.Shadow {
+			return nil, err // it names a ruled table: see checkUnparsed
+		}
 		s.log.Debug("statement does not parse; passing it through", "err", err)
 		return nil, nil
 	}
@@ -253,6 +256,9 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 		}
 	}()
 	plans, err := s.plan(rw, sql)
+	if ue := (*rewrite.UnparsedError)(nil); errors.As(err, &ue) {
+		return s.checkUnparsed(sql, ue)
+	}
 	if errors.Is(err, errSessionInfo) {
 		seq := s.respSeq
 		return s.writeErr(wire.Errorf(mysql.ER_UNKNOWN_ERROR, "HY000", "%v", err).Packet(), &seq)
@@ -435,4 +441,31 @@ func (s *Session) countShadow(p rewrite.Plan) {
 	} else {
 		s.log.Debug("shadow: would rewrite", "rule", ruleName(p.Table), "as", p.Kind.String())
 	}
+}
+
+// checkUnparsed answers a statement that names a ruled table but that the
+// rewriter cannot parse (so it cannot tell which counters it reads or
+// writes): when the server rejects the statement too, the client gets the
+// server's own error (asked by preparing it, which runs nothing);
+// otherwise the statement is refused. A text of several statements is
+// refused without asking (the server prepares one statement at a time).
+func (s *Session) checkUnparsed(sql []byte, ue *rewrite.UnparsedError) error {
+	seq := s.respSeq
+	if !ue.Multi {
+		id, _, errPkt, err := s.prepare(sql, false)
+		if err != nil {
+			return err
+		}
+		if errPkt == nil {
+			// COM_STMT_CLOSE has no response.
+			if _, err := s.link.Backend.WritePacket(binary.LittleEndian.AppendUint32([]byte{mysql.COM_STMT_CLOSE}, id), 0); err != nil {
+				return err
+			}
+		} else if len(errPkt) >= 3 && binary.LittleEndian.Uint16(errPkt[1:3]) != mysql.ER_UNSUPPORTED_PS {
+			s.env.metrics().Statement(PathPassThrough, ruleName(ue.Table))
+			return s.writeErr(errPkt, &seq)
+		}
+	}
+	s.log.Debug("statement names a ruled table and does not parse; refused", "err", ue.Err)
+	return s.refuse(ue.Table, ue.Reason(), &seq)
 }

@@ -135,7 +135,7 @@ func TestExactUnderLoadWithRollup(t *testing.T) {
 		t.Fatal(err)
 	}
 	var left int
-	if err := db.QueryRow("SELECT COUNT(*) FROM slotted_counters").Scan(&left); err != nil {
+	if err := directDB(t, "").QueryRow("SELECT COUNT(*) FROM " + ruledSchema + ".slotted_counters").Scan(&left); err != nil {
 		t.Fatal(err)
 	}
 	var baseAfter int64

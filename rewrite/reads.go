@@ -199,6 +199,14 @@ func (w *reads) selectStmt(s *ast.SelectStmt) {
 		n := w.with(s.With)
 		defer func() { w.ctes = w.ctes[:n] }()
 	}
+	if s.Kind == ast.SelectStmtKindTable && w.failed == "" && w.r.opts.Dialect.TableStatement() {
+		for _, ref := range w.scopeOf(s.From).refs {
+			if ref.table != nil {
+				w.tables[ref.table] = true
+				w.failed = "TABLE " + ref.table.Name + " inside another statement reads every counter of the ruled table as stored in its row (write SELECT * FROM " + ref.table.Name + " instead)"
+			}
+		}
+	}
 	if s.Kind == ast.SelectStmtKindValues || s.Kind == ast.SelectStmtKindTable {
 		for _, l := range s.Lists {
 			w.visit(l)

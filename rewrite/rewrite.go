@@ -1,6 +1,7 @@
 package rewrite
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -253,7 +254,8 @@ func (r *Rewriter) Catalog() *Catalog { return r.cat }
 
 // Rewrite plans every statement in sql (one, or several for a
 // multi-statement query). It returns nil, nil without parsing when sql names
-// no ruled table, and nil and the parser's error when sql does not parse;
+// no ruled table, and nil and the parser's error when sql does not parse
+// (an *UnparsedError when it names a ruled table: it must not pass through);
 // both mean "send it unchanged".
 func (r *Rewriter) Rewrite(sql string, sess Session) ([]Plan, error) {
 	if !r.cat.Mentions(sql) {
@@ -274,7 +276,13 @@ func (r *Rewriter) Rewrite(sql string, sess Session) ([]Plan, error) {
 func (r *Rewriter) rewriteUTF8(sql string, sess Session) ([]Plan, error) {
 	if hasMariaDBExecutableComment(sql) {
 		// The parser reads /*M! … */ as a comment; the server runs it.
-		return nil, fmt.Errorf("rewrite: MariaDB executable comment (/*M! … */) is not understood")
+		err := fmt.Errorf("rewrite: MariaDB executable comment (/*M! … */) is not understood")
+		if toks, ok := lex(sql, sess); ok {
+			if t := r.cat.ruledNamed(sql, toks, sess); t != nil {
+				return nil, &UnparsedError{Table: t, Multi: multiStatement(sql, toks), Err: err}
+			}
+		}
+		return nil, err
 	}
 	var keyBuf [512]byte
 	var spanBuf [16][2]int
@@ -313,7 +321,7 @@ func (r *Rewriter) rewrite(sql string, sess Session, slot func(int) int) ([]Plan
 		if plans, ok := r.withReturning(p, sql, err, sess, slot); ok {
 			return plans, nil
 		}
-		return nil, err
+		return r.unparsed(sql, sess, slot, err)
 	}
 	plans := make([]Plan, 0, len(stmts))
 	pos := 0
@@ -562,6 +570,14 @@ func (r *Rewriter) plan(st ast.StmtNode, sql string, start, end int, sess Sessio
 		}
 		return r.ddl(sess, names...)
 	case *ast.SelectStmt:
+		if s.Kind == ast.SelectStmtKindTable {
+			if !r.opts.Dialect.TableStatement() {
+				return Plan{Kind: KindOriginal, Reason: "no TABLE statement on this server: it rejects it"}
+			}
+			if tp, ok := r.tableStmt(sql[start:end], sess, slot); ok {
+				return tp
+			}
+		}
 		w.visit(st)
 		p = w.readPlan(start, end)
 		if p.Kind == KindRead && s.LockInfo != nil && s.LockInfo.LockType != ast.SelectLockNone {
@@ -570,6 +586,31 @@ func (r *Rewriter) plan(st ast.StmtNode, sql string, start, end int, sess Sessio
 	case *ast.SetOprStmt:
 		w.visit(st)
 		p = w.readPlan(start, end)
+	case *ast.LoadDataStmt:
+		t := r.cat.lookup(schemaOr(s.Table.Schema.O, sess.DB), s.Table.Name.O)
+		if t == nil || sess.shadowed(t.Schema, t.Name) || s.OnDuplicate != ast.OnDuplicateKeyHandlingReplace {
+			// New rows only: no slot row is theirs.
+			return Plan{Kind: KindOriginal}
+		}
+		if s.FileLocRef == ast.FileLocClient {
+			return r.shadow(Plan{Kind: KindRefused, Table: t, Reason: "LOAD DATA LOCAL … REPLACE into a ruled table: the rows it replaces are known only once it runs, and a file the client sends cannot be loaded inside the transaction that folds the table first (load it with IGNORE, or into another table and REPLACE … SELECT from there)"})
+		}
+		// The rows it replaces are known only once it runs: every slotted
+		// record is folded first.
+		return r.shadow(w.wideGuarded([]*Table{t}, start, end, true))
+	case *ast.CreateViewStmt:
+		w.visit(s.Select)
+		if rp := w.readPlan(start, end); rp.Kind != KindOriginal {
+			t := rp.Table
+			if rp.Kind != KindRefused {
+				t = rp.Reads[0]
+			}
+			return Plan{Kind: KindRefused, Table: t, Reason: "a view over counters of a ruled table would store their base values only " +
+				"(slotproxy rewrites reads of the table, not of views; leave the counters out of the view, or read the table)"}
+		}
+		return Plan{Kind: KindOriginal}
+	case *ast.PrepareStmt:
+		return r.prepareStmt(s, sess, slot)
 	case *ast.ExplainStmt, *ast.ShowStmt:
 		return Plan{Kind: KindOriginal, Reason: "EXPLAIN/SHOW pass through"}
 	default:
@@ -579,6 +620,60 @@ func (r *Rewriter) plan(st ast.StmtNode, sql string, start, end int, sess Sessio
 		p = w.readPlan(start, end)
 	}
 	return r.shadow(p)
+}
+
+// tableStmt plans TABLE t [ORDER BY …] [LIMIT …] (text) as the SELECT *
+// FROM t it is, so that a ruled table's counters are read with their
+// slots. ok is false when that changes nothing.
+func (r *Rewriter) tableStmt(text string, sess Session, slot func(int) int) (Plan, bool) {
+	toks, ok := lex(text, sess)
+	if !ok || len(toks) == 0 || !toks[0].is(text, "TABLE") {
+		return Plan{}, false
+	}
+	plans, err := r.rewrite(text[:toks[0].start]+"SELECT * FROM"+text[toks[0].end:], sess, slot)
+	if err != nil || len(plans) != 1 || plans[0].Kind == KindOriginal {
+		return Plan{}, false
+	}
+	p := plans[0]
+	p.MetaKey = ""
+	return p, true
+}
+
+// prepareStmt plans PREPARE name FROM 'text': a statement that reads
+// counters is prepared rewritten; one that writes them is refused (its
+// executions would run unplanned); PREPARE … FROM @var passes through.
+func (r *Rewriter) prepareStmt(s *ast.PrepareStmt, sess Session, slot func(int) int) Plan {
+	if s.SQLVar != nil {
+		return Plan{Kind: KindOriginal}
+	}
+	plans, err := r.rewrite(s.SQLText, sess, slot)
+	var ue *UnparsedError
+	switch {
+	case errors.As(err, &ue):
+		return Plan{Kind: KindRefused, Table: ue.Table, Reason: "PREPARE … FROM a statement slotproxy cannot parse: " + ue.Reason()}
+	case err != nil || len(plans) != 1 || !Changed(plans):
+		return Plan{Kind: KindOriginal}
+	}
+	ip := plans[0]
+	if ip.Shadow {
+		return Plan{Kind: KindOriginal}
+	}
+	if ip.Kind == KindRead && !ip.Locking {
+		return Plan{Kind: KindRead, Reads: ip.Reads, Table: ip.Table,
+			SQL: "PREPARE " + quoteIdent(s.Name) + " FROM " + quoteString(ip.SQL, !sess.NoBackslashEscapes)}
+	}
+	t := ip.Table
+	if t == nil && len(ip.Reads) > 0 {
+		t = ip.Reads[0]
+	}
+	reason := fmt.Sprintf("PREPARE … FROM a statement planned as %s: its EXECUTEs would run it unplanned (use the driver's prepared statements, or send it as text)", ip.Kind)
+	if ip.Locking {
+		reason = "PREPARE … FROM a locking read of counters: its EXECUTEs would not fold the records they lock (use the driver's prepared statements, or send it as text)"
+	}
+	if ip.Kind == KindRefused {
+		reason = "PREPARE … FROM a statement that is refused: " + ip.Reason
+	}
+	return Plan{Kind: KindRefused, Table: t, Reason: reason}
 }
 
 // lockedRead makes the read plan p of the locking read s guarded: the
@@ -678,6 +773,10 @@ func schemaOr(schema, db string) string {
 func Explain(plans []Plan, err error) string {
 	switch {
 	case err != nil:
+		var ue *UnparsedError
+		if errors.As(err, &ue) {
+			return fmt.Sprintf("the server's own error if it rejects the statement, else refused: rule %s.%s: %s (parser: %v)", ue.Table.Schema, ue.Table.Name, ue.Reason(), ue.Err)
+		}
 		return "pass-through: does not parse: " + err.Error()
 	case plans == nil:
 		return "pass-through: names no ruled table"

@@ -148,11 +148,11 @@ func lex(sql string, sess Session) ([]token, bool) {
 	return toks, true
 }
 
-// namesRuled reports whether the tokens name a ruled table of cat (as
-// name, schema.name, or with the session's default schema), or one of its
-// slot tables: a statement the parser did not take that may read or write
-// counters.
-func (c *Catalog) namesRuled(sql string, toks []token, sess Session) bool {
+// ruledNamed returns a ruled table the tokens name (as name, schema.name,
+// or with the session's default schema), or the owner of a slot table they
+// name, or nil: whether a statement the parser did not take may read or
+// write counters.
+func (c *Catalog) ruledNamed(sql string, toks []token, sess Session) *Table {
 	for i, t := range toks {
 		name := t.ident(sql)
 		if name == "" {
@@ -164,9 +164,12 @@ func (c *Catalog) namesRuled(sql string, toks []token, sess Session) bool {
 				schema = s
 			}
 		}
-		if c.lookup(schema, name) != nil || c.isSlotTable(schema, name) {
-			return true
+		if rt := c.lookup(schema, name); rt != nil {
+			return rt
+		}
+		if st := c.slotTable(schema, name); st != nil {
+			return st
 		}
 	}
-	return false
+	return nil
 }

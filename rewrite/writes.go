@@ -244,7 +244,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 			inc.ProbeSQL = w.probe(start, end, ws, we)
 			inc.PrivKey = maskInts(maskSentinels(inc.ProbeSQL), w.sess)
 			inc.Guard = &Guard{
-				KeysSQL:    fmt.Sprintf("SELECT %s.%s FROM %s WHERE (%s\n) FOR UPDATE", ref.qual, quoteIdent(t.Key), ref.from, where),
+				KeysSQL:    fmt.Sprintf("SELECT %s.%s FROM %s WHERE %s FOR UPDATE", ref.qual, quoteIdent(t.Key), ref.from, parenthesize(where)),
 				KeysParams: w.paramsIn(s.Where),
 			}
 			return p
@@ -409,7 +409,7 @@ func (w *reads) guardFor(t *Table, ref *tableRef, where ast.ExprNode, lock strin
 		if len(dropped) == len(cs) {
 			return wideGuard(t, lock) // no condition left on the rows
 		}
-		q += " WHERE (" + apply(w.sql, ws, we, edits) + "\n)" // the newline ends a trailing # or -- comment
+		q += " WHERE " + parenthesize(apply(w.sql, ws, we, edits))
 		var c paramCollector
 		where.Accept(&c)
 		sort.SliceStable(c.found, func(i, j int) bool { return c.found[i].Offset < c.found[j].Offset })
@@ -659,9 +659,9 @@ func (r *Rewriter) slottedIncrement(t *Table, ref *tableRef, ctrs []*Counter, va
 		update = fmt.Sprintf("IF(`_u`.`_slotproxy_rt` IN (%s), GREATEST(%s, %s), %s)", touches, cur, n, update)
 	}
 	return fmt.Sprintf("INSERT INTO %s (`record_type`, `slot`, `count`, `record_id`) "+
-		"SELECT `_u`.`_slotproxy_rt`, %d, IF(%s, %s, %s), %s FROM (%s) AS `_u`, %s WHERE (%s\n) LOCK IN SHARE MODE "+
+		"SELECT `_u`.`_slotproxy_rt`, %d, IF(%s, %s, %s), %s FROM (%s) AS `_u`, %s WHERE %s LOCK IN SHARE MODE "+
 		"ON DUPLICATE KEY UPDATE `count` = %s",
-		t.QualifiedSlots(), slot, within(n), n, errOutOfShare, key, rows.String(), ref.from, where, update)
+		t.QualifiedSlots(), slot, within(n), n, errOutOfShare, key, rows.String(), ref.from, parenthesize(where), update)
 }
 
 // probe returns the client's statement sql[start:end] made to touch no row
@@ -685,7 +685,7 @@ func (w *reads) probe(start, end, ws, we int) string {
 		}
 	}
 	where := apply(w.sql[ws:we], 0, we-ws, inner)
-	edits = append(edits, edit{start: ws, end: we, text: "(" + where + "\n) AND FALSE"})
+	edits = append(edits, edit{start: ws, end: we, text: parenthesize(where) + " AND FALSE"})
 	return apply(w.sql, start, end, edits)
 }
 
@@ -938,4 +938,14 @@ func trimEnd(sql string, start, end int) int {
 
 func isIdentByte(c byte) bool {
 	return c == '_' || c == '$' || c >= 0x80 || ('0' <= c && c <= '9') || ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z')
+}
+
+// parenthesize wraps a client's WHERE condition in parentheses; the closing
+// one goes on a new line when the text may end in a # or -- comment, which
+// would otherwise swallow it.
+func parenthesize(cond string) string {
+	if strings.Contains(cond, "#") || strings.Contains(cond, "--") {
+		return "(" + cond + "\n)"
+	}
+	return "(" + cond + ")"
 }

@@ -129,6 +129,12 @@ func (d Dialect) ExecuteImmediate() bool {
 	return d.Flavor == MariaDB && d.AtLeast(10, 2, 0)
 }
 
+// TableStatement reports whether the TABLE t statement exists: MySQL
+// 8.0.19 and later. MariaDB has none (a syntax error).
+func (d Dialect) TableStatement() bool {
+	return d.Flavor == MySQL && d.AtLeast(8, 0, 19)
+}
+
 // LockWaitSource names where the server lists the InnoDB lock waits going
 // on.
 type LockWaitSource int

@@ -1,0 +1,89 @@
+package proxy_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/slotproxy/slotproxy/internal/testdb"
+)
+
+// TestUnplannableStatementsFailClosed: a statement that names a ruled
+// table and cannot be planned exactly never passes through. One the
+// parser does not take gets the server's own error when the server
+// rejects it too (the client sees exactly the direct error), and is
+// refused (1235, naming the rule) when the server would run it; SQL-level
+// PREPARE of a counter write and a view over counters are refused, since
+// their later executions or reads would not see the slots. Nothing of a
+// refused statement runs, and the connection serves on.
+func TestUnplannableStatementsFailClosed(t *testing.T) {
+	p := startRuledProxy(t)
+	ctx := context.Background()
+	proxied := openDSN(t, p.dsn(testdb.User, testdb.Password, ruledSchema, ""))
+	proxied.SetMaxOpenConns(1)
+	direct := openDSN(t, testdb.Shared().DSN(testdb.User, testdb.Password, plainSchema, ""))
+	direct.SetMaxOpenConns(1)
+	mustExec(t, proxied, "UPDATE repos SET downloads = downloads + 5 WHERE id = 1")
+	mustExec(t, direct, "UPDATE repos SET downloads = downloads + 5 WHERE id = 1")
+	code := func(err error) (uint16, string) {
+		var me *mysql.MySQLError
+		if errors.As(err, &me) {
+			return me.Number, me.Message
+		}
+		return 0, ""
+	}
+	mariadb := !testdb.Shared().IsMySQL()
+
+	// Rejected by the server as well: the same error, through the proxy.
+	for _, q := range []string{
+		"SELECT downloads FROM repos WHERE",
+		"UPDATE repos SET downloads = downloads + WHERE id = 1",
+		"HANDLER repos READ nonsense",
+	} {
+		_, derr := direct.ExecContext(ctx, q)
+		_, perr := proxied.ExecContext(ctx, q)
+		dc, dm := code(derr)
+		pc, pm := code(perr)
+		if dc == 0 || dc != pc || strings.ReplaceAll(dm, plainSchema, ruledSchema) != pm {
+			t.Errorf("%q: direct %v, through the proxy %v", q, derr, perr)
+		}
+	}
+
+	// Accepted by the server: refused, naming the rule and the reason.
+	refused := []string{
+		"PREPARE w FROM 'UPDATE repos SET downloads = 100 WHERE id = 1'",
+		"PREPARE w FROM 'UPDATE repos SET downloads = downloads + 1 WHERE id = 1'",
+		"CREATE VIEW counts AS SELECT id, downloads FROM repos",
+	}
+	if mariadb {
+		// MariaDB's HANDLER reads rows as stored (no slots), and takes
+		// EXECUTE IMMEDIATE with USING; MySQL has neither (its own
+		// syntax error is the answer, above).
+		refused = append(refused, "HANDLER repos OPEN",
+			"EXECUTE IMMEDIATE 'UPDATE repos SET downloads = ? WHERE id = 1' USING 100")
+	}
+	for _, q := range refused {
+		_, err := proxied.ExecContext(ctx, q)
+		c, msg := code(err)
+		if c != gomysql.ER_NOT_SUPPORTED_YET || !strings.Contains(msg, "rule "+ruledSchema+".repos") || !strings.Contains(msg, "nothing was run") {
+			t.Errorf("%q: %v, want error %d naming rule %s.repos", q, err, gomysql.ER_NOT_SUPPORTED_YET, ruledSchema)
+		}
+	}
+	if got := queryString(t, proxied, "SELECT downloads FROM repos WHERE id = 1"); got != queryString(t, direct, "SELECT downloads FROM repos WHERE id = 1") {
+		t.Fatalf("a refused statement changed the counter: %s", got)
+	}
+	var views int
+	if err := direct.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.VIEWS WHERE TABLE_SCHEMA = ?", ruledSchema).Scan(&views); err != nil || views != 0 {
+		t.Fatalf("views in %s after the refusal: %d, %v", ruledSchema, views, err)
+	}
+	// A view that reads no counter is fine.
+	mustExec(t, proxied, "CREATE VIEW names AS SELECT id, name FROM repos")
+	mustExec(t, proxied, "DROP VIEW names")
+	if p.srv.Stats().Refused < uint64(len(refused)) {
+		t.Fatalf("refused %d statements, want %d", p.srv.Stats().Refused, len(refused))
+	}
+}

@@ -1,0 +1,50 @@
+-- case: TABLE statement reads every counter
+TABLE repos
+-- case: LOAD DATA REPLACE into a ruled table
+LOAD DATA INFILE '/tmp/x.csv' REPLACE INTO TABLE repos
+-- case: LOAD DATA LOCAL REPLACE into a ruled table
+LOAD DATA LOCAL INFILE '/tmp/x.csv' REPLACE INTO TABLE repos
+-- case: LOAD DATA IGNORE into a ruled table
+LOAD DATA INFILE '/tmp/x.csv' IGNORE INTO TABLE repos
+-- case: CREATE VIEW over counters
+CREATE VIEW v AS SELECT id, downloads FROM repos
+-- case: CREATE TABLE AS SELECT of counters
+CREATE TABLE copy AS SELECT id, downloads FROM repos
+-- case: PREPARE of a write
+PREPARE s FROM 'UPDATE repos SET downloads = 100 WHERE id = 1'
+-- case: PREPARE of a read
+PREPARE s FROM 'SELECT downloads FROM repos WHERE id = ?'
+-- case: LOCK TABLES
+LOCK TABLES repos WRITE
+-- case: SELECT INTO OUTFILE
+SELECT downloads FROM repos WHERE id = 1 INTO OUTFILE '/tmp/out'
+-- case: INSERT SELECT from a ruled table into another
+INSERT INTO users (id, name) SELECT id, downloads FROM repos
+-- case: SELECT INTO user variables reads the total
+SELECT downloads INTO @d FROM repos WHERE id = 1
+-- case: SELECT INTO after the WHERE, several variables
+SELECT downloads, stars FROM repos WHERE id = 1 INTO @d, @s
+-- case: SELECT INTO after a locking clause
+SELECT downloads FROM repos WHERE id = 1 FOR UPDATE INTO @d
+-- case: SELECT INTO DUMPFILE
+SELECT downloads FROM repos WHERE id = 1 INTO DUMPFILE '/tmp/d'
+-- case: INSERT with a row alias is guarded and keeps its alias
+INSERT INTO repos (id, downloads) VALUES (1, 5) AS new ON DUPLICATE KEY UPDATE downloads = new.downloads
+-- case: INSERT with a row alias and column aliases
+INSERT INTO repos (id, downloads) VALUES (1, 5) AS new (i, d) ON DUPLICATE KEY UPDATE downloads = d
+-- case: EXECUTE IMMEDIATE of an increment is the increment
+EXECUTE IMMEDIATE 'UPDATE repos SET downloads = downloads + 1 WHERE id = 1'
+-- case: EXECUTE IMMEDIATE of a read
+EXECUTE IMMEDIATE 'SELECT downloads FROM repos WHERE id = 1'
+-- case: EXECUTE IMMEDIATE with USING names a ruled table: not parsed
+EXECUTE IMMEDIATE 'SELECT downloads FROM repos WHERE id = ?' USING 1
+-- case: a statement naming a ruled table that does not parse
+HANDLER repos OPEN
+-- case: a statement that does not parse and names no ruled table passes through
+HANDLER users OPEN
+-- case: TABLE inside a union is refused
+SELECT * FROM repos UNION TABLE repos
+-- case: PREPARE of a locking read
+PREPARE s FROM 'SELECT downloads FROM repos WHERE id = 1 FOR UPDATE'
+-- case: PREPARE from a variable
+PREPARE s FROM @q

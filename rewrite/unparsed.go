@@ -1,0 +1,307 @@
+package rewrite
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Statements the parser does not take. A statement that names no ruled
+// table passes through whatever it is; one that names a ruled table and
+// does not parse is planned here when a clause the parser does not know can
+// be cut out and put back (SELECT … INTO @v, INTO DUMPFILE; MySQL's INSERT
+// … AS alias; MariaDB's EXECUTE IMMEDIATE 'text'), and is otherwise an
+// UnparsedError: the executor asks the server whether the statement is
+// valid at all (its error is the client's answer), and refuses it if it is.
+
+// UnparsedError is the error of Rewrite for a statement that does not
+// parse and names a ruled table or a slot table: it may read or write
+// counters, so it must not pass through unchanged.
+type UnparsedError struct {
+	// Table is a ruled table the statement names (the slot table's owner
+	// when it names only a slot table).
+	Table *Table
+	// Multi: the text holds more than one statement.
+	Multi bool
+	// Err is the parser's complaint.
+	Err error
+}
+
+func (e *UnparsedError) Error() string {
+	return fmt.Sprintf("rewrite: statement naming %s.%s does not parse: %v", e.Table.Schema, e.Table.Name, e.Err)
+}
+
+func (e *UnparsedError) Unwrap() error { return e.Err }
+
+// Reason is the refusal's reason, for the client.
+func (e *UnparsedError) Reason() string {
+	return "the statement names the ruled table but slotproxy cannot parse it, so it cannot tell which counters it reads or writes"
+}
+
+// cutKind is what a cut-out clause is.
+type cutKind uint8
+
+const (
+	cutInto     cutKind = iota // SELECT … INTO @v, … / INTO DUMPFILE 'f'
+	cutRowAlias                // INSERT … VALUES (…) AS alias [(columns)]
+)
+
+// cut is a clause taken out of a statement for the parser: marker stands
+// in for text.
+type cut struct {
+	kind   cutKind
+	marker string
+	text   string
+}
+
+// unparsed plans sql, which the parser rejected with parseErr: by cutting
+// out clauses it does not know, by planning the text of EXECUTE IMMEDIATE,
+// or not at all (an *UnparsedError when sql names a ruled table, else
+// parseErr: it passes through).
+func (r *Rewriter) unparsed(sql string, sess Session, slot func(int) int, parseErr error) ([]Plan, error) {
+	toks, ok := lex(sql, sess)
+	if !ok {
+		return nil, parseErr
+	}
+	if plans, ok := r.executeImmediate(sql, toks, sess, slot); ok {
+		return plans, nil
+	}
+	t := r.cat.ruledNamed(sql, toks, sess)
+	if t == nil && len(toks) > 2 && toks[0].is(sql, "EXECUTE") && toks[1].is(sql, "IMMEDIATE") && toks[2].kind == tokString {
+		// The statement's text is a literal: what it names counts.
+		if inner, ok := unquote(toks[2].text(sql), !sess.NoBackslashEscapes); ok {
+			if itoks, ok := lex(inner, sess); ok {
+				t = r.cat.ruledNamed(inner, itoks, sess)
+			}
+		}
+	}
+	if t == nil {
+		return nil, parseErr
+	}
+	fail := &UnparsedError{Table: t, Multi: multiStatement(sql, toks), Err: parseErr}
+	text, cuts := cutClauses(sql, toks)
+	if len(cuts) == 0 {
+		return nil, fail
+	}
+	plans, err := r.rewrite(text, sess, slot)
+	if err != nil {
+		return nil, fail
+	}
+	for i := range plans {
+		restoreCuts(&plans[i], cuts)
+	}
+	return plans, nil
+}
+
+// restoreCuts puts the clauses cut out of a statement back into its plan,
+// or refuses the plan when it cannot keep them exactly.
+func restoreCuts(p *Plan, cuts []cut) {
+	for _, c := range cuts {
+		if !strings.Contains(p.Original, c.marker) {
+			continue
+		}
+		p.Original = strings.Replace(p.Original, c.marker, c.text, 1)
+		if p.Kind == KindRefused {
+			continue
+		}
+		allowed := p.Kind == KindOriginal || p.Kind == KindRead
+		what := "SELECT … INTO"
+		if c.kind == cutRowAlias {
+			allowed = p.Kind == KindOriginal || p.Kind == KindGuarded
+			what = "INSERT … AS alias"
+		}
+		if c.kind == cutInto {
+			// A read rewrite names a rewritten field after the field's
+			// text, which the parser ends after the marker: the name goes
+			// before the clause.
+			if i := strings.Index(p.SQL, c.marker+" AS `"); i >= 0 {
+				rest := p.SQL[i+len(c.marker):]
+				if n := identEnd(rest, len(" AS "), false); n > 0 {
+					p.SQL = strings.TrimRight(p.SQL[:i], " ") + rest[:n] + " " + c.marker + rest[n:]
+				}
+			}
+		}
+		if !allowed || strings.Count(p.SQL, c.marker) != 1 {
+			t := p.Table
+			if t == nil && len(p.Reads) > 0 {
+				t = p.Reads[0]
+			}
+			*p = Plan{Kind: KindRefused, Table: t, Original: p.Original,
+				Reason: fmt.Sprintf("%s planned as %s cannot keep the clause %q (send it without the clause)", what, p.Kind, c.text)}
+			return
+		}
+		p.SQL = strings.Replace(p.SQL, c.marker, c.text, 1)
+	}
+}
+
+// cutClauses returns sql with the clauses the parser does not know
+// replaced by comments, and the clauses.
+func cutClauses(sql string, toks []token) (string, []cut) {
+	type span struct {
+		start, end int
+		kind       cutKind
+	}
+	var spans []span
+	find := func(st []token) {
+		if len(st) == 0 {
+			return
+		}
+		switch first := st[0]; {
+		case first.is(sql, "SELECT") || first.is(sql, "WITH") || (first.kind == tokPunct && sql[first.start] == '('):
+			for i := 0; i+1 < len(st); i++ {
+				t, n := st[i], st[i+1]
+				if t.depth != 0 || !t.is(sql, "INTO") {
+					continue
+				}
+				switch {
+				case n.kind == tokVar:
+					j := i + 1
+					for j+2 < len(st) && st[j+1].kind == tokPunct && sql[st[j+1].start] == ',' && st[j+2].kind == tokVar {
+						j += 2
+					}
+					spans = append(spans, span{t.start, st[j].end, cutInto})
+				case n.is(sql, "DUMPFILE") && i+2 < len(st) && st[i+2].kind == tokString:
+					spans = append(spans, span{t.start, st[i+2].end, cutInto})
+				}
+			}
+		case first.is(sql, "INSERT") || first.is(sql, "REPLACE"):
+			values := false
+			for i := 0; i+1 < len(st); i++ {
+				t := st[i]
+				if t.depth != 0 {
+					continue
+				}
+				switch {
+				case !values && (t.is(sql, "SELECT") || t.is(sql, "TABLE") || t.is(sql, "WITH")):
+					return // INSERT … SELECT has no row alias
+				case t.is(sql, "VALUES") || t.is(sql, "VALUE") || t.is(sql, "SET"):
+					values = true
+				case values && t.is(sql, "AS") && st[i+1].ident(sql) != "":
+					end := st[i+1].end
+					if i+2 < len(st) && st[i+2].kind == tokPunct && sql[st[i+2].start] == '(' {
+						for j := i + 3; j < len(st); j++ {
+							if st[j].depth == 0 && st[j].kind == tokPunct && sql[st[j].start] == ')' {
+								end = st[j].end
+								break
+							}
+						}
+					}
+					spans = append(spans, span{t.start, end, cutRowAlias})
+					return
+				}
+			}
+		}
+	}
+	from := 0
+	for i := 0; i <= len(toks); i++ {
+		if i == len(toks) || (toks[i].depth == 0 && toks[i].kind == tokPunct && sql[toks[i].start] == ';') {
+			find(toks[from:i])
+			from = i + 1
+		}
+	}
+	if len(spans) == 0 {
+		return sql, nil
+	}
+	var b strings.Builder
+	var cuts []cut
+	pos := 0
+	for i, s := range spans {
+		c := cut{kind: s.kind, marker: "/*slotproxy:cut:" + strconv.Itoa(i) + "*/", text: sql[s.start:s.end]}
+		cuts = append(cuts, c)
+		b.WriteString(sql[pos:s.start])
+		b.WriteString(c.marker)
+		pos = s.end
+	}
+	b.WriteString(sql[pos:])
+	return b.String(), cuts
+}
+
+// executeImmediate plans MariaDB's EXECUTE IMMEDIATE 'text' (a literal,
+// without USING): the text is planned as the statement it is, and a
+// rewritten plan sends its rewrite directly (what EXECUTE IMMEDIATE would
+// run). ok is false for any other form.
+func (r *Rewriter) executeImmediate(sql string, toks []token, sess Session, slot func(int) int) (plans []Plan, ok bool) {
+	n := len(toks)
+	if n > 0 && toks[n-1].kind == tokPunct && sql[toks[n-1].start] == ';' {
+		n--
+	}
+	if !r.opts.Dialect.ExecuteImmediate() || n != 3 || !toks[0].is(sql, "EXECUTE") || !toks[1].is(sql, "IMMEDIATE") || toks[2].kind != tokString {
+		return nil, false
+	}
+	inner, ok := unquote(toks[2].text(sql), !sess.NoBackslashEscapes)
+	if !ok {
+		return nil, false
+	}
+	plans, err := r.rewrite(inner, sess, slot)
+	if err != nil || len(plans) != 1 {
+		return nil, false
+	}
+	p := plans[0]
+	p.Original = sql
+	if p.Kind == KindOriginal {
+		p.SQL = sql
+	}
+	p.MetaKey = ""
+	return []Plan{p}, true
+}
+
+// unquote returns the value of a string literal (quotes included).
+func unquote(lit string, backslash bool) (string, bool) {
+	if len(lit) < 2 || (lit[0] != '\'' && lit[0] != '"') || lit[len(lit)-1] != lit[0] {
+		return "", false
+	}
+	q := lit[0]
+	body := lit[1 : len(lit)-1]
+	var b strings.Builder
+	for i := 0; i < len(body); i++ {
+		c := body[i]
+		switch {
+		case c == q && i+1 < len(body) && body[i+1] == q:
+			b.WriteByte(q)
+			i++
+		case c == '\\' && backslash && i+1 < len(body):
+			i++
+			switch e := body[i]; e {
+			case '0':
+				b.WriteByte(0)
+			case 'b':
+				b.WriteByte('\b')
+			case 'n':
+				b.WriteByte('\n')
+			case 'r':
+				b.WriteByte('\r')
+			case 't':
+				b.WriteByte('\t')
+			case 'Z':
+				b.WriteByte(26)
+			case '%', '_':
+				b.WriteByte('\\')
+				b.WriteByte(e)
+			default:
+				b.WriteByte(e)
+			}
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String(), true
+}
+
+// quoteString returns s as a string literal for a session (backslash:
+// backslashes are escapes).
+func quoteString(s string, backslash bool) string {
+	if backslash {
+		s = strings.ReplaceAll(s, `\`, `\\`)
+	}
+	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
+}
+
+// multiStatement reports whether the tokens hold more than one statement.
+func multiStatement(sql string, toks []token) bool {
+	for i, t := range toks {
+		if t.depth == 0 && t.kind == tokPunct && sql[t.start] == ';' && i+1 < len(toks) {
+			return true
+		}
+	}
+	return false
+}
