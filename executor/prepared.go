@@ -53,7 +53,7 @@ func (st *stmtInfo) resetLongData() { st.longData, st.longVals = nil, nil }
 func (s *Session) handlePrepare(rw *rewrite.Rewriter, payload []byte) error {
 	plans, err := s.plan(rw, payload[1:])
 	if ue := (*rewrite.UnparsedError)(nil); errors.As(err, &ue) {
-		return s.checkUnparsed(payload[1:], ue)
+		return s.checkUnparsed(payload[1:], ue, true)
 	}
 	if err != nil {
 		return err

@@ -34,7 +34,16 @@ type rewriteState struct {
 	privOK map[string]time.Time
 	// COM_SET_OPTION turned multi-statements on or off after the handshake.
 	multiOn, multiOff bool
+	// locked are the ruled tables the session holds LOCK TABLES locks on
+	// (true: WRITE), from a LOCK TABLES that succeeded until a statement
+	// that releases them (rewrite.EndsTableLocks).
+	locked map[*rewrite.Table]bool
 }
+
+// tablesLocked reports whether the session holds LOCK TABLES locks on
+// ruled tables: then the proxy opens no transaction of its own (BEGIN
+// would release them).
+func (s *Session) tablesLocked() bool { return len(s.rw.locked) > 0 }
 
 // settleTransaction forgets the records the transaction incremented once
 // it ended.
@@ -255,9 +264,12 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 			s.rw.infoKnown = false
 		}
 	}()
+	if s.tablesLocked() && rewrite.EndsTableLocks(sql) {
+		s.rw.locked = nil
+	}
 	plans, err := s.plan(rw, sql)
 	if ue := (*rewrite.UnparsedError)(nil); errors.As(err, &ue) {
-		return s.checkUnparsed(sql, ue)
+		return s.checkUnparsed(sql, ue, false)
 	}
 	if errors.Is(err, errSessionInfo) {
 		seq := s.respSeq
@@ -296,7 +308,7 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 	// Reads only: one rewritten query, relayed as usual.
 	simple := true
 	for _, p := range plans {
-		if !p.Shadow && p.Kind != rewrite.KindRead && (p.Kind != rewrite.KindOriginal || p.After != "" || p.Invalidate || p.Reload || p.Temp != nil) {
+		if !p.Shadow && p.Kind != rewrite.KindRead && (p.Kind != rewrite.KindOriginal || p.After != "" || p.Invalidate || p.Reload || p.Temp != nil || p.Locks != nil) {
 			simple = false
 		}
 		if p.Locking && !p.Shadow {
@@ -447,9 +459,11 @@ func (s *Session) countShadow(p rewrite.Plan) {
 // rewriter cannot parse (so it cannot tell which counters it reads or
 // writes): when the server rejects the statement too, the client gets the
 // server's own error (asked by preparing it, which runs nothing);
-// otherwise the statement is refused. A text of several statements is
-// refused without asking (the server prepares one statement at a time).
-func (s *Session) checkUnparsed(sql []byte, ue *rewrite.UnparsedError) error {
+// otherwise it runs its fallback (see rewrite.UnparsedError.Fallback),
+// or is refused when it has none or is being prepared (prepare). A text of
+// several statements is refused without asking (the server prepares one
+// statement at a time).
+func (s *Session) checkUnparsed(sql []byte, ue *rewrite.UnparsedError, prepare bool) error {
 	seq := s.respSeq
 	if !ue.Multi {
 		id, _, errPkt, err := s.prepare(sql, false)
@@ -465,6 +479,11 @@ func (s *Session) checkUnparsed(sql []byte, ue *rewrite.UnparsedError) error {
 			s.env.metrics().Statement(PathPassThrough, ruleName(ue.Table))
 			return s.writeErr(errPkt, &seq)
 		}
+	}
+	if ue.Fallback != nil && !prepare {
+		s.log.Debug("statement names a ruled table and does not parse; folded first, then run as written", "err", ue.Err)
+		_, err := s.execPlan(*ue.Fallback, nil, &seq, false)
+		return err
 	}
 	s.log.Debug("statement names a ruled table and does not parse; refused", "err", ue.Err)
 	return s.refuse(ue.Table, ue.Reason(), &seq)

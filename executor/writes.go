@@ -50,6 +50,17 @@ func (s *Session) execPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) 
 	if p.Shadow {
 		s.countShadow(p)
 	}
+	if write, ok := s.rw.locked[p.Table]; ok && !p.Shadow {
+		switch {
+		case p.Kind == rewrite.KindIncrement && write:
+			// The table is the session's alone until it unlocks it:
+			// the increment runs on the base row.
+			return s.execOnBase(p, ex, seq, more)
+		case (p.Kind == rewrite.KindIncrement || p.Kind == rewrite.KindGuarded) && !write:
+			// Locked READ: the server refuses the write, as directly.
+			return s.execAsWritten(p, ex, seq, more)
+		}
+	}
 	switch {
 	case p.Kind == rewrite.KindRefused && !p.Shadow:
 		return true, s.refuse(p.Table, p.Reason, seq)
@@ -99,6 +110,12 @@ func (s *Session) afterSuccess(p rewrite.Plan) error {
 		s.rw.temp = slices.DeleteFunc(s.rw.temp, func(t string) bool { return t == name })
 		if p.TempCreate {
 			s.rw.temp = append(s.rw.temp, name)
+		}
+	}
+	if p.Locks != nil {
+		s.rw.locked = map[*rewrite.Table]bool{}
+		for _, l := range p.Locks {
+			s.rw.locked[l.Table] = l.Write
 		}
 	}
 	if p.Reload {
@@ -516,7 +533,7 @@ func (s *Session) execGuardedWith(p rewrite.Plan, ex *execution, seq *byte, more
 	// An autocommit statement gets a transaction of its own around the
 	// fold and the statement; inside the client's transaction (or with
 	// autocommit off) everything runs in the client's transaction.
-	wrapped := s.autocommitted()
+	wrapped := s.autocommitted() && !s.tablesLocked()
 	for attempt := 1; ; attempt++ {
 		res, errPkt, err := s.guardedOnce(p, ex, wrapped, main)
 		if err != nil {
@@ -690,7 +707,7 @@ func (s *Session) lockAndFold(p rewrite.Plan, ex *execution) (errPkt []byte, err
 func (s *Session) execLockedRead(p rewrite.Plan, ex *execution, seq *byte, more bool, cp *columnPatch) (bool, error) {
 	s.env.Stats.RewrittenReads.Add(1)
 	s.env.metrics().Statement(PathRewrittenRead, "")
-	wrapped := s.autocommitted()
+	wrapped := s.autocommitted() && !s.tablesLocked()
 	for attempt := 1; ; attempt++ {
 		if wrapped {
 			r, err := s.query("BEGIN")

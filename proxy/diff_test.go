@@ -228,6 +228,28 @@ var diffCorpus = []step{
 	text("SET @k = 1"),
 	text("EXECUTE rd USING @k"),
 	text("DEALLOCATE PREPARE rd"),
+	// LOCK TABLES: the slot table is locked with the ruled table; while
+	// locked, increments run on the base row and nothing opens a
+	// transaction (which would release the locks).
+	text("LOCK TABLES repos WRITE"),
+	text("UPDATE repos SET downloads = downloads + 1 WHERE id = 1"),
+	text("SELECT downloads FROM repos WHERE id = 1"),
+	text("UPDATE repos SET downloads = 5 WHERE id = 2"),
+	text("SELECT id, downloads FROM repos ORDER BY id FOR UPDATE"),
+	text("SELECT name FROM users WHERE id = 1"),
+	text("UNLOCK TABLES"),
+	text("UPDATE repos SET downloads = downloads + 1 WHERE id = 1"),
+	text("LOCK TABLES repos READ"),
+	text("SELECT downloads FROM repos WHERE id = 1"),
+	text("UPDATE repos SET downloads = downloads + 1 WHERE id = 1"),
+	text("UPDATE repos SET downloads = 3 WHERE id = 1"),
+	text("LOCK TABLES repos AS r READ, repos WRITE"),
+	text("SELECT r.downloads FROM repos AS r WHERE r.id = 1"),
+	text("UPDATE repos SET downloads = downloads + 2 WHERE id = 1"),
+	text("BEGIN"),
+	text("UPDATE repos SET downloads = downloads + 1 WHERE id = 1"),
+	text("COMMIT"),
+	text("SELECT id, downloads FROM repos ORDER BY id"),
 	// Multi-statement queries mixing rewrites.
 	multi("UPDATE repos SET downloads = downloads + 1 WHERE id = 1; SELECT downloads FROM repos WHERE id = 1; UPDATE repos SET downloads = downloads + 1 WHERE id = 404"),
 	multi("SELECT downloads FROM repos WHERE id = 2; SELECT name FROM users WHERE id = 1"),

@@ -43,6 +43,7 @@ type reads struct {
 	params  map[*driver.ParamMarkerExpr]int
 	slot    func(n int) int // picks the slot of an increment
 	ctes    []string        // names of the common table expressions in scope (lower case)
+	sps     int             // slot-table aliases used (spAlias)
 }
 
 func (w *reads) push(s *scope) { w.scopes = append(w.scopes, s) }
@@ -395,15 +396,18 @@ func (w *reads) column(c *ast.ColumnNameExpr) {
 // column: the latest of base and slots, see touch.go).
 func (w *reads) total(base string, ref *tableRef, ctr *Counter) string {
 	if ctr.Touch {
-		return ctr.touchRead(base, ref.qual+"."+quoteIdent(ref.table.Key), ref.table.QualifiedSlots())
+		w.sps++
+		return ctr.touchRead(base, ref.qual+"."+quoteIdent(ref.table.Key), ref.table.QualifiedSlots(), spAlias(w.sps-1))
 	}
 	cast := "SIGNED"
 	if ctr.Unsigned {
 		cast = "UNSIGNED"
 	}
-	return "CAST(" + base + " + COALESCE((SELECT SUM(`_sp`.`count`) FROM " + ref.table.QualifiedSlots() +
-		" AS `_sp` WHERE `_sp`.`record_type` = " + itoa(ctr.RecordType) +
-		" AND `_sp`.`record_id` = " + ref.qual + "." + quoteIdent(ref.table.Key) + "), 0) AS " + cast + ")"
+	sp := spAlias(w.sps)
+	w.sps++
+	return "CAST(" + base + " + COALESCE((SELECT SUM(" + sp + ".`count`) FROM " + ref.table.QualifiedSlots() +
+		" AS " + sp + " WHERE " + sp + ".`record_type` = " + itoa(ctr.RecordType) +
+		" AND " + sp + ".`record_id` = " + ref.qual + "." + quoteIdent(ref.table.Key) + "), 0) AS " + cast + ")"
 }
 
 // resolve finds the table source a column reference belongs to, innermost
@@ -508,4 +512,15 @@ func (w *reads) wildcard(f *ast.SelectField, sc *scope) {
 		}
 	}
 	w.edits = append(w.edits, edit{start: f.Offset, end: end, text: b.String()})
+}
+
+// spAlias is the alias of the i-th reference to a slot table in one
+// statement (0: `_sp`, then `_sp2`, `_sp3`…): a session that holds LOCK
+// TABLES locks may name a locked table only once per alias, so each
+// reference has its own (LOCK TABLES locks lockedAliases of them).
+func spAlias(i int) string {
+	if i == 0 {
+		return "`_sp`"
+	}
+	return "`_sp" + itoa(i+1) + "`"
 }

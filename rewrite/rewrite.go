@@ -89,6 +89,11 @@ type Plan struct {
 	// Guards are guards besides Guard (a plan that folds records of
 	// several tables).
 	Guards []*Guard
+	// Locks are the ruled tables a LOCK TABLES statement locks (its SQL
+	// locks their slot tables too): once it succeeded, the session holds
+	// them until UNLOCK TABLES, BEGIN or another LOCK TABLES (see
+	// EndsTableLocks).
+	Locks []TableLock
 	// MetaKey, for a KindRead plan of a SELECT, identifies the result's
 	// column definitions: statements with the same MetaKey (in the same
 	// database) return columns of the same types, lengths and names. It is
@@ -166,13 +171,14 @@ func (t *Table) FoldSQL(keys []string) []string {
 			set.WriteString(", ")
 		}
 		col := quoteIdent(c.Name)
+		sp := spAlias(i)
 		if c.Touch {
-			fmt.Fprintf(&set, "%s = (SELECT %s FROM %s AS `_sp` WHERE `_sp`.`record_type` = %d AND `_sp`.`record_id` = `_t`.%s)",
-				col, c.TouchLatest("`_t`."+col, "MAX(`_sp`.`count`)"), t.QualifiedSlots(), c.RecordType, quoteIdent(t.Key))
+			fmt.Fprintf(&set, "%s = (SELECT %s FROM %s AS %s WHERE %s.`record_type` = %d AND %s.`record_id` = `_t`.%s)",
+				col, c.TouchLatest("`_t`."+col, "MAX("+sp+".`count`)"), t.QualifiedSlots(), sp, sp, c.RecordType, sp, quoteIdent(t.Key))
 			continue
 		}
-		fmt.Fprintf(&set, "%s = %s + COALESCE((SELECT SUM(`_sp`.`count`) FROM %s AS `_sp` WHERE `_sp`.`record_type` = %d AND `_sp`.`record_id` = `_t`.%s), 0)",
-			col, col, t.QualifiedSlots(), c.RecordType, quoteIdent(t.Key))
+		fmt.Fprintf(&set, "%s = %s + COALESCE((SELECT SUM(%s.`count`) FROM %s AS %s WHERE %s.`record_type` = %d AND %s.`record_id` = `_t`.%s), 0)",
+			col, col, sp, t.QualifiedSlots(), sp, sp, c.RecordType, sp, quoteIdent(t.Key))
 	}
 	return []string{
 		fmt.Sprintf("UPDATE %s AS `_t` SET %s WHERE `_t`.%s IN (%s)", t.Qualified(), set.String(), quoteIdent(t.Key), in),
@@ -279,7 +285,8 @@ func (r *Rewriter) rewriteUTF8(sql string, sess Session) ([]Plan, error) {
 		err := fmt.Errorf("rewrite: MariaDB executable comment (/*M! … */) is not understood")
 		if toks, ok := lex(sql, sess); ok {
 			if t := r.cat.ruledNamed(sql, toks, sess); t != nil {
-				return nil, &UnparsedError{Table: t, Multi: multiStatement(sql, toks), Err: err}
+				multi := multiStatement(sql, toks)
+				return nil, &UnparsedError{Table: t, Multi: multi, Err: err, Fallback: r.foldFirst(sql, toks, sess, multi)}
 			}
 		}
 		return nil, err
@@ -359,7 +366,7 @@ func (r *Rewriter) rewrite(sql string, sess Session, slot func(int) int) ([]Plan
 			}
 		}
 		plan.ChangesSession = changesSession(st)
-		if plan.Kind == KindOriginal {
+		if plan.Kind == KindOriginal && plan.Locks == nil {
 			plan.SQL = text
 		}
 		plans = append(plans, plan)
@@ -467,7 +474,7 @@ func sessionMode(sess Session) mysql.SQLMode {
 // Changed reports whether any plan differs from sending the text as is.
 func Changed(plans []Plan) bool {
 	for i, p := range plans {
-		if p.Kind != KindOriginal || p.After != "" || p.Invalidate || p.Reload || p.Temp != nil {
+		if p.Kind != KindOriginal || p.After != "" || p.Invalidate || p.Reload || p.Temp != nil || p.Locks != nil {
 			return true
 		}
 		if p.ChangesSession && i < len(plans)-1 {
@@ -611,6 +618,14 @@ func (r *Rewriter) plan(st ast.StmtNode, sql string, start, end int, sess Sessio
 		return Plan{Kind: KindOriginal}
 	case *ast.PrepareStmt:
 		return r.prepareStmt(s, sess, slot)
+	case *ast.LockTablesStmt:
+		text := sql[start:end]
+		if toks, ok := lex(text, sess); ok {
+			if lp, ok := r.lockTables(text, toks, sess); ok {
+				return lp
+			}
+		}
+		return Plan{Kind: KindOriginal}
 	case *ast.ExplainStmt, *ast.ShowStmt:
 		return Plan{Kind: KindOriginal, Reason: "EXPLAIN/SHOW pass through"}
 	default:
@@ -657,6 +672,11 @@ func (r *Rewriter) prepareStmt(s *ast.PrepareStmt, sess Session, slot func(int) 
 	ip := plans[0]
 	if ip.Shadow {
 		return Plan{Kind: KindOriginal}
+	}
+	if ip.Kind == KindIncrement {
+		// Its EXECUTEs run the increment as written, on the base row:
+		// exact, as directly, only not slotted.
+		return Plan{Kind: KindOriginal, Reason: "PREPARE … FROM an increment: its executions run on the base row (use the driver's prepared statements to have them slotted)"}
 	}
 	if ip.Kind == KindRead && !ip.Locking {
 		return Plan{Kind: KindRead, Reads: ip.Reads, Table: ip.Table,
@@ -775,6 +795,9 @@ func Explain(plans []Plan, err error) string {
 	case err != nil:
 		var ue *UnparsedError
 		if errors.As(err, &ue) {
+			if ue.Fallback != nil {
+				return "the server's own error if it rejects the statement, else:\n" + Explain([]Plan{*ue.Fallback}, nil)
+			}
 			return fmt.Sprintf("the server's own error if it rejects the statement, else refused: rule %s.%s: %s (parser: %v)", ue.Table.Schema, ue.Table.Name, ue.Reason(), ue.Err)
 		}
 		return "pass-through: does not parse: " + err.Error()
@@ -794,6 +817,10 @@ func Explain(plans []Plan, err error) string {
 		}
 		switch p.Kind {
 		case KindOriginal:
+			if p.Locks != nil {
+				fmt.Fprintf(&b, "%s\n-- %s\n", p.SQL, p.Reason)
+				break
+			}
 			if !p.Shadow {
 				reason := p.Reason
 				if reason == "" {

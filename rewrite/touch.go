@@ -86,10 +86,10 @@ func (c *Counter) TouchLatest(b, m string) string {
 
 // touchRead returns the SQL for the value of touch column c of the record
 // whose base column is base (SQL) and key key (SQL), read from slot table
-// slots: one aggregate subquery over the record's slot rows.
-func (c *Counter) touchRead(base, key, slots string) string {
-	return "CAST((SELECT " + c.TouchLatest(base, "MAX(`_sp`.`count`)") + " FROM " + slots +
-		" AS `_sp` WHERE `_sp`.`record_type` = " + itoa(c.RecordType) + " AND `_sp`.`record_id` = " + key + ") AS " + c.touchType() + ")"
+// slots (as alias sp): one aggregate subquery over the record's slot rows.
+func (c *Counter) touchRead(base, key, slots, sp string) string {
+	return "CAST((SELECT " + c.TouchLatest(base, "MAX("+sp+".`count`)") + " FROM " + slots +
+		" AS " + sp + " WHERE " + sp + ".`record_type` = " + itoa(c.RecordType) + " AND " + sp + ".`record_id` = " + key + ") AS " + c.touchType() + ")"
 }
 
 // strictTime matches the time literals a touch column takes in the

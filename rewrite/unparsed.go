@@ -2,6 +2,7 @@ package rewrite
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -25,6 +26,13 @@ type UnparsedError struct {
 	Multi bool
 	// Err is the parser's complaint.
 	Err error
+	// Fallback, when set, runs the statement exactly once the server has
+	// accepted it: a data statement (SELECT, UPDATE, HANDLER, SET
+	// STATEMENT … FOR …) that names ruled tables but no slot table, as a
+	// guarded write that folds every slotted record of those tables first
+	// (so base values are totals while it runs), then runs the text as
+	// written. Nil: the statement is refused.
+	Fallback *Plan
 }
 
 func (e *UnparsedError) Error() string {
@@ -66,6 +74,13 @@ func (r *Rewriter) unparsed(sql string, sess Session, slot func(int) int, parseE
 	if plans, ok := r.executeImmediate(sql, toks, sess, slot); ok {
 		return plans, nil
 	}
+	if !multiStatement(sql, toks) {
+		// LOCK TABLES with aliases.
+		if lp, ok := r.lockTables(sql, toks, sess); ok {
+			lp.Original = sql
+			return []Plan{lp}, nil
+		}
+	}
 	t := r.cat.ruledNamed(sql, toks, sess)
 	if t == nil && len(toks) > 2 && toks[0].is(sql, "EXECUTE") && toks[1].is(sql, "IMMEDIATE") && toks[2].kind == tokString {
 		// The statement's text is a literal: what it names counts.
@@ -79,6 +94,7 @@ func (r *Rewriter) unparsed(sql string, sess Session, slot func(int) int, parseE
 		return nil, parseErr
 	}
 	fail := &UnparsedError{Table: t, Multi: multiStatement(sql, toks), Err: parseErr}
+	fail.Fallback = r.foldFirst(sql, toks, sess, fail.Multi)
 	text, cuts := cutClauses(sql, toks)
 	if len(cuts) == 0 {
 		return nil, fail
@@ -91,6 +107,63 @@ func (r *Rewriter) unparsed(sql string, sess Session, slot func(int) int, parseE
 		restoreCuts(&plans[i], cuts)
 	}
 	return plans, nil
+}
+
+// foldFirst is the fallback plan of a statement that does not parse (see
+// UnparsedError.Fallback), or nil.
+func (r *Rewriter) foldFirst(sql string, toks []token, sess Session, multi bool) *Plan {
+	if multi || len(toks) == 0 {
+		return nil
+	}
+	switch strings.ToUpper(toks[0].text(sql)) {
+	case "SELECT", "WITH", "(", "UPDATE", "DELETE", "INSERT", "REPLACE", "SET", "HANDLER", "EXECUTE", "VALUES", "TABLE":
+	default:
+		return nil
+	}
+	if len(toks) > 2 && toks[0].is(sql, "EXECUTE") && toks[1].is(sql, "IMMEDIATE") && toks[2].kind == tokString {
+		// The tables are those its text names.
+		inner, ok := unquote(toks[2].text(sql), !sess.NoBackslashEscapes)
+		if !ok {
+			return nil
+		}
+		itoks, ok := lex(inner, sess)
+		if !ok || multiStatement(inner, itoks) {
+			return nil
+		}
+		p := r.foldFirst(inner, itoks, sess, false)
+		if p != nil {
+			p.SQL, p.Original = sql, sql
+		}
+		return p
+	}
+	var tables []*Table
+	for i, t := range toks {
+		name := t.ident(sql)
+		if name == "" {
+			continue
+		}
+		schema := sess.DB
+		if i >= 2 && toks[i-1].kind == tokPunct && sql[toks[i-1].start] == '.' {
+			if s := toks[i-2].ident(sql); s != "" {
+				schema = s
+			}
+		}
+		if r.cat.slotTable(schema, name) != nil {
+			return nil
+		}
+		if rt := r.cat.lookup(schema, name); rt != nil && !rt.Shadow && !sess.shadowed(schema, name) && !slices.Contains(tables, rt) {
+			tables = append(tables, rt)
+		}
+	}
+	if len(tables) == 0 {
+		return nil
+	}
+	p := &Plan{Kind: KindGuarded, Table: tables[0], SQL: sql, Original: sql, Guard: wideGuard(tables[0], "FOR UPDATE"), Invalidate: true,
+		Reason: "not parsed: every slotted record of the ruled tables it names is folded first, then it runs as written"}
+	for _, t := range tables[1:] {
+		p.Guards = append(p.Guards, wideGuard(t, "FOR UPDATE"))
+	}
+	return p
 }
 
 // restoreCuts puts the clauses cut out of a statement back into its plan,

@@ -635,7 +635,9 @@ func TestNewRewriterDialect(t *testing.T) {
 			t.Errorf("%s: upsert\n%s\nwant INSERT … SELECT without VALUES()", tc.version, got)
 		}
 		got = rewrite.Explain(rw.Rewrite("DELETE FROM app.repos WHERE id = 1 RETURNING n", rewrite.Session{}))
-		if planned := !strings.HasPrefix(got, "pass-through"); planned != tc.returning {
+		// Without RETURNING the server rejects the statement, and the
+		// client gets its error (the rewriter leaves it to the server).
+		if planned := !strings.HasPrefix(got, "pass-through") && !strings.HasPrefix(got, "the server's own error"); planned != tc.returning {
 			t.Errorf("%s: DELETE … RETURNING planned = %v, want %v:\n%s", tc.version, planned, tc.returning, got)
 		}
 	}

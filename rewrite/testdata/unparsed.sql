@@ -14,7 +14,7 @@ CREATE TABLE copy AS SELECT id, downloads FROM repos
 PREPARE s FROM 'UPDATE repos SET downloads = 100 WHERE id = 1'
 -- case: PREPARE of a read
 PREPARE s FROM 'SELECT downloads FROM repos WHERE id = ?'
--- case: LOCK TABLES
+-- case: LOCK TABLES WRITE
 LOCK TABLES repos WRITE
 -- case: SELECT INTO OUTFILE
 SELECT downloads FROM repos WHERE id = 1 INTO OUTFILE '/tmp/out'
@@ -48,3 +48,9 @@ SELECT * FROM repos UNION TABLE repos
 PREPARE s FROM 'SELECT downloads FROM repos WHERE id = 1 FOR UPDATE'
 -- case: PREPARE from a variable
 PREPARE s FROM @q
+-- case: LOCK TABLES of a ruled table locks its slot table with it
+LOCK TABLES repos READ, users WRITE
+-- case: LOCK TABLES with an alias (which the parser does not take) and a wait
+LOCK TABLES repos AS r WRITE, repos WRITE, pages READ LOCAL
+-- case: LOCK TABLES of the slot table is refused
+LOCK TABLES slotted_counters WRITE
