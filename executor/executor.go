@@ -34,6 +34,7 @@ const (
 	PathParseFailure   = "parse_failure"
 	PathShadow         = "shadow"
 	PathRefused        = "refused"
+	PathRolledUpRead   = "rolled_up_read"
 )
 
 // Recorder receives the executor's measurements. Implementations must be

@@ -315,6 +315,20 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 			simple = false
 		}
 	}
+	if simple && len(plans) == 1 && plans[0].Kind == rewrite.KindRead && !plans[0].Shadow && plans[0].SQL == plans[0].Original {
+		// Counters read rolled up only: the statement as written, once
+		// the transaction's own increments of them are folded.
+		p := plans[0]
+		s.env.metrics().Statement(PathRolledUpRead, "")
+		if errPkt, err := s.foldOwn(p.RolledUp); err != nil || errPkt != nil {
+			if err != nil {
+				return err
+			}
+			return s.writeErr(errPkt, &seq)
+		}
+		_, err := s.forward(payload, wire.Results, nil)
+		return err
+	}
 	if simple && len(plans) == 1 && plans[0].Kind == rewrite.KindRead && !plans[0].Shadow {
 		p := plans[0]
 		s.env.Stats.RewrittenReads.Add(1)

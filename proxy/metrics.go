@@ -17,6 +17,7 @@ const (
 	PathParseFailure   = executor.PathParseFailure
 	PathShadow         = executor.PathShadow
 	PathRefused        = executor.PathRefused
+	PathRolledUpRead   = executor.PathRolledUpRead
 )
 
 // Metrics are the proxy's Prometheus collectors. A nil *Metrics records

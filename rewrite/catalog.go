@@ -6,6 +6,7 @@ package rewrite
 import (
 	"sort"
 	"strings"
+	"time"
 )
 
 // Table is what the rewriter knows about one ruled table.
@@ -24,6 +25,12 @@ type Table struct {
 	// Shadow: statements pass through unchanged; the plan says what would
 	// have been done.
 	Shadow bool
+	// RolledUp: plain reads (a SELECT that locks nothing) see the base
+	// column only, which the roll-up keeps at most MaxStaleness behind the
+	// total (rules.ReadsRolledUp). Writes, guards, locking reads and the
+	// transaction's reads of its own increments stay exact.
+	RolledUp     bool
+	MaxStaleness time.Duration
 	// UniqueKeys are the table's UNIQUE keys other than the primary key,
 	// each a list of columns in key order: an upsert or REPLACE conflicts
 	// with the rows that match any of them. An empty list stands for a

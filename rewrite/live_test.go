@@ -18,16 +18,18 @@ import (
 var liveSchema = []string{
 	"CREATE TABLE repos (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR(50) NOT NULL DEFAULT '', owner_id INT NOT NULL DEFAULT 0, downloads INT NOT NULL DEFAULT 0, stars INT UNSIGNED NOT NULL DEFAULT 0, updated_at DATETIME(6) NULL, seen_at TIMESTAMP NULL)",
 	"CREATE TABLE pages (page_id BIGINT NOT NULL PRIMARY KEY, views INT NOT NULL DEFAULT 0)",
+	"CREATE TABLE likes (id BIGINT NOT NULL PRIMARY KEY, n INT NOT NULL DEFAULT 0)",
 	"CREATE TABLE users (id INT NOT NULL PRIMARY KEY, name VARCHAR(50) NOT NULL DEFAULT '', downloads INT NOT NULL DEFAULT 0)",
 	"CREATE TABLE slotted_counters (record_type SMALLINT UNSIGNED NOT NULL, record_id BIGINT NOT NULL, slot SMALLINT UNSIGNED NOT NULL, count BIGINT NOT NULL, PRIMARY KEY (record_type, record_id, slot))",
 }
 
 // liveSeed resets the data before each case.
 var liveSeed = []string{
-	"DELETE FROM repos", "DELETE FROM pages", "DELETE FROM users", "DELETE FROM slotted_counters",
+	"DELETE FROM repos", "DELETE FROM pages", "DELETE FROM likes", "DELETE FROM users", "DELETE FROM slotted_counters",
 	"INSERT INTO repos VALUES (1, 'a', 1, 10, 1, '2024-01-01 00:00:00', '2024-01-01 00:00:00'), (2, 'b', 1, 20, 2, NULL, NULL), " +
 		"(3, 'c', 2, 0, 0, NULL, NULL), (7, 'x', 3, 5, 5, '2025-01-01 00:00:00.5', NULL), (99, 'y', 3, 1, 1, NULL, NULL)",
 	"INSERT INTO pages VALUES (1, 1), (3, 3)",
+	"INSERT INTO likes VALUES (1, 10), (2, 20)",
 	"INSERT INTO users VALUES (1, 'ann', 1), (2, 'bob', 2), (3, 'x', 3)",
 	"INSERT INTO slotted_counters VALUES (1, 1, 0, 5), (2, 1, 1, 1), (1, 2, 3, 4), (3, 1, 0, 2)",
 	// Touch slots: record 1 was touched at 2024-06-01 12:00 (updated_at,

@@ -44,6 +44,23 @@ type reads struct {
 	slot    func(n int) int // picks the slot of an increment
 	ctes    []string        // names of the common table expressions in scope (lower case)
 	sps     int             // slot-table aliases used (spAlias)
+	// rolledOK: the statement is a plain read (a SELECT that locks
+	// nothing), so counters of RolledUp tables read their base column;
+	// rolled lists those tables.
+	rolledOK bool
+	rolled   []*Table
+}
+
+// rolledUp reports whether counters of t read as their base column here,
+// and notes t.
+func (w *reads) rolledUp(t *Table) bool {
+	if !w.rolledOK || !t.RolledUp || t.Shadow {
+		return false
+	}
+	if !slices.Contains(w.rolled, t) {
+		w.rolled = append(w.rolled, t)
+	}
+	return true
 }
 
 func (w *reads) push(s *scope) { w.scopes = append(w.scopes, s) }
@@ -378,7 +395,7 @@ func (w *reads) column(c *ast.ColumnNameExpr) {
 		return
 	}
 	ctr := ref.table.counter(name.Name.O)
-	if ctr == nil {
+	if ctr == nil || w.rolledUp(ref.table) {
 		return
 	}
 	start := c.OriginTextPosition()
@@ -475,7 +492,7 @@ func (w *reads) wildcard(f *ast.SelectField, sc *scope) {
 	}
 	ruled := false
 	for _, ref := range refs {
-		ruled = ruled || ref.table != nil
+		ruled = ruled || (ref.table != nil && !w.rolledUp(ref.table))
 	}
 	if !ruled {
 		return
@@ -491,6 +508,10 @@ func (w *reads) wildcard(f *ast.SelectField, sc *scope) {
 			b.WriteString(", ")
 		}
 		if ref.table == nil {
+			b.WriteString(ref.qual + ".*")
+			continue
+		}
+		if w.rolledUp(ref.table) {
 			b.WriteString(ref.qual + ".*")
 			continue
 		}

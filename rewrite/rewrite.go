@@ -89,6 +89,13 @@ type Plan struct {
 	// Guards are guards besides Guard (a plan that folds records of
 	// several tables).
 	Guards []*Guard
+	// RolledUp are the tables whose counters a KindRead plan reads as their
+	// base column (Table.RolledUp). When the session's transaction
+	// incremented records of one of them, those records are folded before
+	// the read (as for any read of its own increments), so the read is
+	// exact for them. A plan whose SQL is its Original (no counter of
+	// another table read) needs nothing else.
+	RolledUp []*Table
 	// Locks are the ruled tables a LOCK TABLES statement locks (its SQL
 	// locks their slot tables too): once it succeeded, the session holds
 	// them until UNLOCK TABLES, BEGIN or another LOCK TABLES (see
@@ -585,12 +592,14 @@ func (r *Rewriter) plan(st ast.StmtNode, sql string, start, end int, sess Sessio
 				return tp
 			}
 		}
+		w.rolledOK = s.LockInfo == nil || s.LockInfo.LockType == ast.SelectLockNone
 		w.visit(st)
 		p = w.readPlan(start, end)
 		if p.Kind == KindRead && s.LockInfo != nil && s.LockInfo.LockType != ast.SelectLockNone {
 			w.lockedRead(&p, s)
 		}
 	case *ast.SetOprStmt:
+		w.rolledOK = !lockingSetOpr(s)
 		w.visit(st)
 		p = w.readPlan(start, end)
 	case *ast.LoadDataStmt:
@@ -635,6 +644,29 @@ func (r *Rewriter) plan(st ast.StmtNode, sql string, start, end int, sess Sessio
 		p = w.readPlan(start, end)
 	}
 	return r.shadow(p)
+}
+
+// lockingSetOpr reports whether a UNION/INTERSECT/EXCEPT locks rows in any
+// of its SELECTs.
+func lockingSetOpr(s *ast.SetOprStmt) bool {
+	locking := false
+	var visit func(n ast.Node)
+	visit = func(n ast.Node) {
+		switch x := n.(type) {
+		case *ast.SelectStmt:
+			if x.LockInfo != nil && x.LockInfo.LockType != ast.SelectLockNone {
+				locking = true
+			}
+		case *ast.SetOprStmt:
+			if x.SelectList != nil {
+				for _, sel := range x.SelectList.Selects {
+					visit(sel)
+				}
+			}
+		}
+	}
+	visit(s)
+	return locking
 }
 
 // tableStmt plans TABLE t [ORDER BY …] [LIMIT …] (text) as the SELECT *
@@ -746,10 +778,15 @@ func (w *reads) readPlan(start, end int) Plan {
 	if w.failed != "" {
 		return w.refused(nil, w.failed)
 	}
-	if len(w.edits) == 0 {
+	if len(w.edits) == 0 && len(w.rolled) == 0 {
 		return Plan{Kind: KindOriginal}
 	}
-	p := Plan{Kind: KindRead, SQL: apply(w.sql, start, end, w.edits)}
+	p := Plan{Kind: KindRead, SQL: apply(w.sql, start, end, w.edits), RolledUp: w.rolled}
+	if len(w.edits) == 0 {
+		// Only rolled-up counters: the statement as written, unless the
+		// transaction read its own increments (see Plan.RolledUp).
+		p.Reason = "counters read rolled up (reads: rolled_up)"
+	}
 	for t := range w.tables {
 		p.Reads = append(p.Reads, t)
 	}
@@ -840,6 +877,9 @@ func Explain(plans []Plan, err error) string {
 				fmt.Fprintf(&b, "then: ")
 			}
 			fmt.Fprintf(&b, "%s\n", p.SQL)
+			for _, t := range p.RolledUp {
+				fmt.Fprintf(&b, "-- reads: rolled_up: the counters of %s read as their base values, at most %v behind (exact for the transaction's own increments)\n", t.Qualified(), t.MaxStaleness)
+			}
 		case KindIncrement:
 			fmt.Fprintf(&b, "%s\n", p.SQL)
 			fmt.Fprintf(&b, "privilege check: %s\n", p.Increment.ProbeSQL)

@@ -1,6 +1,7 @@
 package rewrite
 
 import (
+	"time"
 	"flag"
 	"os"
 	"path/filepath"
@@ -28,6 +29,11 @@ func testCatalog() *Catalog {
 		Columns:    []string{"page_id", "views"},
 		Counters:   []Counter{{Name: "views", RecordType: 3}},
 		SlotsTable: "slotted_counters", Slots: 16, Shadow: true,
+	}, {
+		Schema: "app", Name: "likes", Key: "id",
+		Columns:    []string{"id", "n"},
+		Counters:   []Counter{{Name: "n", RecordType: 6}},
+		SlotsTable: "slotted_counters", Slots: 16, RolledUp: true, MaxStaleness: 10 * time.Second,
 	}}, map[string][]string{"app.users": {"id", "name", "downloads"}})
 }
 

@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/slotproxy/slotproxy/internal/yamlkeys"
 	"io"
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
+	"time"
 	"unicode/utf8"
+
+	"github.com/slotproxy/slotproxy/internal/yamlkeys"
 
 	"gopkg.in/yaml.v3"
 )
@@ -29,7 +32,7 @@ func Parse(file string, data []byte) (*Rule, error) {
 }
 
 // keys are the keys a rule file may have.
-var keys = []string{"counters", "key", "mode", "slots", "table", "touch"}
+var keys = []string{"counters", "key", "max_staleness", "mode", "reads", "slots", "table", "touch"}
 
 // required are the keys a rule file must have.
 var required = []string{"table", "key", "counters"}
@@ -108,9 +111,12 @@ func (p *parser) rule() *Rule {
 		SlotsLine:    keyLine["slots"],
 		ModeLine:     keyLine["mode"],
 		TouchLine:    keyLine["touch"],
+		ReadsLine:    keyLine["reads"],
 		Slots:        DefaultSlots,
 		Mode:         ModeActive,
+		Reads:        ReadsExact,
 	}
+	r.MaxStalenessLine = keyLine["max_staleness"]
 	before := len(p.errs)
 	if v := values["table"]; v != nil {
 		if s, ok := p.scalar(v, "table", "schema.table, such as app.repos"); ok {
@@ -158,6 +164,30 @@ func (p *parser) rule() *Rule {
 			r.Mode = s
 			p.errs = append(p.errs, r.checkMode()...)
 		}
+	}
+	if v := values["reads"]; v != nil && !isNull(v) {
+		if s, ok := p.scalar(v, "reads", ReadsExact+" or "+ReadsRolledUp); ok {
+			r.Reads = s
+		}
+	}
+	readsBefore := len(p.errs)
+	if v := values["max_staleness"]; v != nil && !isNull(v) {
+		if s, ok := p.scalar(v, "max_staleness", "a duration, such as 10s or 1m"); ok {
+			d, err := time.ParseDuration(s)
+			switch {
+			case err != nil && strings.Trim(s, "0123456789") == "":
+				p.errorf(v.Line, "max_staleness: %q has no unit; want a duration, such as %ss", s, s)
+			case err != nil:
+				p.errorf(v.Line, "max_staleness: %q is not a duration; want one such as 10s or 1m", s)
+			default:
+				r.MaxStaleness = d
+			}
+		}
+	} else if r.Reads == ReadsRolledUp {
+		r.MaxStaleness = DefaultMaxStaleness
+	}
+	if len(p.errs) == readsBefore {
+		p.errs = append(p.errs, r.checkReads()...)
 	}
 	if len(p.errs) > before {
 		return nil

@@ -10,6 +10,8 @@
 //	slots: 100                # optional, 1 to 65535, default 100
 //	mode: active              # optional: active (default) or shadow
 //	touch: [updated_at]       # optional: columns assigned with increments
+//	reads: exact              # optional: exact (default) or rolled_up
+//	max_staleness: 10s        # optional, with reads: rolled_up (default 10s)
 //
 // Names are written bare, or backquoted to hold a '.', whitespace or a
 // backquote (inside backquotes, a doubled backquote stands for one). YAML
@@ -47,6 +49,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Slot count bounds and default.
@@ -65,6 +68,25 @@ const (
 	// ModeShadow is reserved for a later feature; the package only
 	// validates it.
 	ModeShadow = "shadow"
+)
+
+// Read modes, the values of Rule.Reads.
+const (
+	// ReadsExact: a counter reads as its base value plus its slots, always.
+	// It is the default.
+	ReadsExact = "exact"
+	// ReadsRolledUp: a plain SELECT reads the base value only, which the
+	// roll-up keeps at most MaxStaleness behind the total; writes, guards,
+	// locking reads and reads of the transaction's own increments stay
+	// exact.
+	ReadsRolledUp = "rolled_up"
+)
+
+// Staleness bounds and default of Rule.MaxStaleness.
+const (
+	DefaultMaxStaleness = 10 * time.Second
+	MinMaxStaleness     = 100 * time.Millisecond
+	MaxMaxStaleness     = 24 * time.Hour
 )
 
 // Rule is the validated content of one rule file. Rules held by a Set must
@@ -98,11 +120,23 @@ type Rule struct {
 	// greatest of its base value and its slots. None is the key, a counter
 	// or listed twice.
 	Touch []Column
-	// KeyLine, CountersLine, SlotsLine, ModeLine and TouchLine are the
-	// lines of the key, counters, slots, mode and touch keys, for later
-	// error messages; 0 for a key the file leaves out.
-	KeyLine, CountersLine, SlotsLine, ModeLine, TouchLine int
+	// Reads is ReadsExact or ReadsRolledUp; ReadsExact when the file does
+	// not say.
+	Reads string
+	// MaxStaleness bounds how far behind its total a counter read in
+	// ReadsRolledUp mode may be: the roll-up folds every record with slot
+	// rows at least this often. DefaultMaxStaleness when the file does not
+	// say; only set with ReadsRolledUp.
+	MaxStaleness time.Duration
+	// KeyLine, CountersLine, SlotsLine, ModeLine, TouchLine, ReadsLine and
+	// MaxStalenessLine are the lines of those keys, for later error
+	// messages; 0 for a key the file leaves out.
+	KeyLine, CountersLine, SlotsLine, ModeLine, TouchLine, ReadsLine, MaxStalenessLine int
 }
+
+// RolledUp reports whether the rule's plain reads see the rolled-up base
+// value (Reads is ReadsRolledUp).
+func (r *Rule) RolledUp() bool { return r.Reads == ReadsRolledUp }
 
 // Column is a column a Rule lists: a counter, or a touch column.
 type Column struct {
@@ -260,6 +294,27 @@ func (r *Rule) checkMode() []*Error {
 	return nil
 }
 
+// checkReads checks the read mode and its staleness bound.
+func (r *Rule) checkReads() []*Error {
+	switch r.Reads {
+	case "", ReadsExact:
+		if r.MaxStalenessLine != 0 {
+			return []*Error{r.errAt(r.MaxStalenessLine, "max_staleness: only with reads: %s (reads are %s)", ReadsRolledUp, ReadsExact)}
+		}
+	case ReadsRolledUp:
+		if r.MaxStaleness < MinMaxStaleness || r.MaxStaleness > MaxMaxStaleness {
+			return []*Error{r.errAt(cmp.Or(r.MaxStalenessLine, r.ReadsLine), "max_staleness: %v is out of range (want %v to %v)", r.MaxStaleness, MinMaxStaleness, MaxMaxStaleness)}
+		}
+	default:
+		e := r.errAt(r.ReadsLine, "reads: unknown read mode %q (want %s or %s)", r.Reads, ReadsExact, ReadsRolledUp)
+		if strings.EqualFold(strings.NewReplacer("-", "_", " ", "_").Replace(r.Reads), ReadsRolledUp) || strings.EqualFold(r.Reads, "rolledup") {
+			e = r.errAt(r.ReadsLine, "reads: unknown read mode %q; did you mean %s?", r.Reads, ReadsRolledUp)
+		}
+		return []*Error{e}
+	}
+	return nil
+}
+
 // check runs every check on r.
 func (r *Rule) check() []*Error {
 	var errs []*Error
@@ -268,6 +323,7 @@ func (r *Rule) check() []*Error {
 	errs = append(errs, r.checkCounters(true)...)
 	errs = append(errs, r.checkSlots()...)
 	errs = append(errs, r.checkMode()...)
+	errs = append(errs, r.checkReads()...)
 	return errs
 }
 

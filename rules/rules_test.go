@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // file is the name the Parse tests give their data.
@@ -131,11 +132,34 @@ func TestParseValid(t *testing.T) {
 			want: Rule{File: file, Line: 1, Schema: "app", Table: "repos", Key: "id",
 				Counters: []Counter{{"a", 4}}, Slots: 100, Mode: "active", KeyLine: 2, CountersLine: 3},
 		},
+		{
+			name: "rolled-up reads with a staleness bound",
+			data: "table: app.repos\nkey: id\ncounters: [n]\nreads: rolled_up\nmax_staleness: 1m30s\n",
+			want: Rule{File: file, Line: 1, Schema: "app", Table: "repos", Key: "id",
+				Counters: []Counter{{"n", 3}}, Slots: 100, Mode: "active", Reads: ReadsRolledUp, MaxStaleness: 90 * time.Second,
+				KeyLine: 2, CountersLine: 3, ReadsLine: 4, MaxStalenessLine: 5},
+		},
+		{
+			name: "rolled-up reads, default staleness",
+			data: "table: app.repos\nkey: id\ncounters: [n]\nreads: rolled_up\n",
+			want: Rule{File: file, Line: 1, Schema: "app", Table: "repos", Key: "id",
+				Counters: []Counter{{"n", 3}}, Slots: 100, Mode: "active", Reads: ReadsRolledUp, MaxStaleness: DefaultMaxStaleness,
+				KeyLine: 2, CountersLine: 3, ReadsLine: 4},
+		},
+		{
+			name: "exact reads said out loud",
+			data: "table: app.repos\nkey: id\ncounters: [n]\nreads: exact\n",
+			want: Rule{File: file, Line: 1, Schema: "app", Table: "repos", Key: "id",
+				Counters: []Counter{{"n", 3}}, Slots: 100, Mode: "active", KeyLine: 2, CountersLine: 3, ReadsLine: 4},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := Parse(file, []byte(tc.data))
 			if err != nil {
 				t.Fatalf("Parse: %v", err)
+			}
+			if tc.want.Reads == "" {
+				tc.want.Reads = ReadsExact
 			}
 			if !reflect.DeepEqual(*got, tc.want) {
 				t.Errorf("Parse =\n%+v\nwant\n%+v", *got, tc.want)
@@ -186,7 +210,20 @@ func TestParseErrors(t *testing.T) {
 		{"unknown key, capitalised", "Table: app.repos\nkey: id\ncounters: [n]\n",
 			[]string{`1: unknown key "Table" (did you mean "table"?)`, `1: missing required key "table"`}},
 		{"unknown key, far from any", valid + "colour: blue\n",
-			[]string{`4: unknown key "colour" (want one of: counters, key, mode, slots, table, touch)`}},
+			[]string{`4: unknown key "colour" (want one of: counters, key, max_staleness, mode, reads, slots, table, touch)`}},
+		// Read modes.
+		{"unknown read mode", valid + "reads: fast\n",
+			[]string{`4: reads: unknown read mode "fast" (want exact or rolled_up)`}},
+		{"read mode misspelt", valid + "reads: rolled-up\n",
+			[]string{`4: reads: unknown read mode "rolled-up"; did you mean rolled_up?`}},
+		{"staleness without rolled-up reads", valid + "max_staleness: 5s\n",
+			[]string{`4: max_staleness: only with reads: rolled_up (reads are exact)`}},
+		{"staleness without a unit", valid + "reads: rolled_up\nmax_staleness: 5\n",
+			[]string{`5: max_staleness: "5" has no unit; want a duration, such as 5s`}},
+		{"staleness that is no duration", valid + "reads: rolled_up\nmax_staleness: soon\n",
+			[]string{`5: max_staleness: "soon" is not a duration; want one such as 10s or 1m`}},
+		{"staleness too small", valid + "reads: rolled_up\nmax_staleness: 1ms\n",
+			[]string{`5: max_staleness: 1ms is out of range (want 100ms to 24h0m0s)`}},
 		{"duplicate key", valid + "key: other\n",
 			[]string{`4: duplicate key "key" (first on line 2)`}},
 		{"key that is a list", valid + "[a]: b\n",
@@ -328,7 +365,7 @@ func TestParseErrors(t *testing.T) {
 			`3: counters: "id" is the key column, it cannot also be a counter`,
 			`3: counters: "id" is the key column, it cannot also be a counter`,
 			`5: table: "repos" is not schema-qualified; want schema.table, such as app.repos`,
-			`6: unknown key "extra" (want one of: counters, key, mode, slots, table, touch)`,
+			`6: unknown key "extra" (want one of: counters, key, max_staleness, mode, reads, slots, table, touch)`,
 		}},
 		{"bad key spares the counters check against it", "table: app.repos\nkey: a.b\ncounters: [n, n]\n", []string{
 			`2: key: "a.b" contains a '.'; write the bare column name (backquoted if the name itself contains a dot)`,
@@ -668,7 +705,7 @@ func TestLoadDirErrors(t *testing.T) {
 		p("dangling.yaml") + `: cannot read: no such file or directory`,
 		p("e.yaml") + `:1: empty rule file; want a mapping with keys table, key and counters`,
 		p("g.yaml") + `:1: table: app.repos is already ruled by ` + p("a.yaml") + `:1`,
-		p("h.yaml") + `:4: unknown key "extra" (want one of: counters, key, mode, slots, table, touch)`,
+		p("h.yaml") + `:4: unknown key "extra" (want one of: counters, key, max_staleness, mode, reads, slots, table, touch)`,
 		p("notrule.yaml") + `:1: table: app.ok is already ruled by ` + p("f.yaml") + `:1`,
 	}
 	got := messages(t, err)

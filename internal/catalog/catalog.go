@@ -198,6 +198,9 @@ func newTable(t *table, r *rules.Rule, slotsTable string) *rewrite.Table {
 		Slots:      r.Slots,
 		Shadow:     r.Mode == rules.ModeShadow,
 	}
+	if r.RolledUp() {
+		rt.RolledUp, rt.MaxStaleness = true, r.MaxStaleness
+	}
 	for _, c := range t.columns {
 		rt.Columns = append(rt.Columns, c.name)
 	}

@@ -86,3 +86,17 @@ WITH repos AS (SELECT 1 AS downloads) SELECT downloads FROM repos UNION ALL SELE
 SELECT * FROM slotted_counters
 -- case: nor writable
 INSERT INTO app.slotted_counters VALUES (1, 1, 0, 5)
+-- case: rolled-up reads: a plain read of a rolled-up counter is the statement as written
+SELECT n FROM likes WHERE id = 1
+-- case: rolled-up reads: a wildcard is not expanded
+SELECT * FROM likes ORDER BY id
+-- case: rolled-up reads: an exact counter beside a rolled-up one is still read exactly
+SELECT l.n, r.downloads FROM likes l JOIN repos r ON r.id = l.id
+-- case: rolled-up reads: a locking read is exact
+SELECT n FROM likes WHERE id = 1 FOR UPDATE
+-- case: rolled-up reads: a union that locks is exact
+SELECT n FROM likes WHERE id = 1 UNION SELECT n FROM likes WHERE id = 2 FOR UPDATE
+-- case: rolled-up reads: a read inside a write is exact
+INSERT INTO users (id, name, downloads) SELECT id, 'x', n FROM likes WHERE id = 1
+-- case: rolled-up reads: increments are slotted as in exact mode
+UPDATE likes SET n = n + 1 WHERE id = 1
