@@ -316,3 +316,67 @@ func (ep execParams) timeParam(i int) bool {
 	}
 	return false
 }
+
+// executePacketWith builds a COM_STMT_EXECUTE payload for stmtID carrying
+// every parameter in order, with v (an unsigned BIGINT) inserted as
+// parameter at (0 to n).
+func (ep execParams) executePacketWith(stmtID uint32, at int, v uint64) ([]byte, error) {
+	if at < 0 || at > ep.n {
+		return nil, fmt.Errorf("parameter %d out of range", at)
+	}
+	n := ep.n + 1
+	b := []byte{mysql.COM_STMT_EXECUTE}
+	b = binary.LittleEndian.AppendUint32(b, stmtID)
+	b = append(b, 0)                           // no cursor
+	b = binary.LittleEndian.AppendUint32(b, 1) // iteration count
+	bitmap := make([]byte, (n+7)/8)
+	src := func(j int) int { // the client's parameter at position j, or -1
+		switch {
+		case j < at:
+			return j
+		case j == at:
+			return -1
+		}
+		return j - 1
+	}
+	for j := range n {
+		i := src(j)
+		if i < 0 {
+			continue
+		}
+		if ep.long[i] && (i >= len(ep.longVals) || ep.longVals[i] == nil) {
+			return nil, fmt.Errorf("parameter %d was sent as long data", i)
+		}
+		if ep.null[i] {
+			bitmap[j/8] |= 1 << (j % 8)
+		}
+	}
+	b = append(b, bitmap...)
+	b = append(b, 1)
+	for j := range n {
+		i := src(j)
+		if i < 0 {
+			b = append(b, mysql.MYSQL_TYPE_LONGLONG, 0x80)
+			continue
+		}
+		t, flags := ep.types[2*i], ep.types[2*i+1]
+		if ep.long[i] && !ep.null[i] && !lenEncType(t) {
+			t, flags = mysql.MYSQL_TYPE_STRING, 0
+		}
+		b = append(b, t, flags)
+	}
+	for j := range n {
+		i := src(j)
+		switch {
+		case i < 0:
+			b = binary.LittleEndian.AppendUint64(b, v)
+		case ep.null[i]:
+		case ep.long[i]:
+			b = mysql.AppendLengthEncodedInteger(b, uint64(len(ep.longVals[i])))
+			b = append(b, ep.longVals[i]...)
+		default:
+			b = append(b, ep.values[i]...)
+		}
+	}
+	return b, nil
+}

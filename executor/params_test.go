@@ -54,3 +54,45 @@ func TestIntParamKeptLongData(t *testing.T) {
 		t.Fatal("executePacket with long data not kept")
 	}
 }
+
+// TestExecutePacketWith: the slot goes in as one more parameter at its
+// place (an unsigned BIGINT), the client's parameters keep their order,
+// NULLs and types, and the packet reads back as the server would.
+func TestExecutePacketWith(t *testing.T) {
+	ep := execParams{
+		n:      8,
+		null:   []bool{false, true, false, false, false, false, false, true},
+		types:  []byte{mysql.MYSQL_TYPE_LONGLONG, 0, mysql.MYSQL_TYPE_NULL, 0, mysql.MYSQL_TYPE_VAR_STRING, 0, mysql.MYSQL_TYPE_TINY, 0x80, mysql.MYSQL_TYPE_LONGLONG, 0, mysql.MYSQL_TYPE_LONGLONG, 0, mysql.MYSQL_TYPE_LONGLONG, 0, mysql.MYSQL_TYPE_NULL, 0},
+		values: [][]byte{{1, 0, 0, 0, 0, 0, 0, 0}, nil, {2, 'h', 'i'}, {9}, {3, 0, 0, 0, 0, 0, 0, 0}, {4, 0, 0, 0, 0, 0, 0, 0}, {5, 0, 0, 0, 0, 0, 0, 0}, nil},
+		long:   make([]bool, 8),
+	}
+	for _, at := range []int{0, 1, 7, 8} {
+		pkt, err := ep.executePacketWith(11, at, 13)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := parseExecute(pkt, 9, nil, nil)
+		if err != nil {
+			t.Fatalf("at %d: %v", at, err)
+		}
+		for j := range 9 {
+			i := j
+			if j > at {
+				i = j - 1
+			}
+			if j == at {
+				if got.null[j] || got.types[2*j] != mysql.MYSQL_TYPE_LONGLONG || got.types[2*j+1] != 0x80 || string(got.values[j]) != string([]byte{13, 0, 0, 0, 0, 0, 0, 0}) {
+					t.Fatalf("at %d: slot parameter %v % x % x", at, got.null[j], got.types[2*j:2*j+2], got.values[j])
+				}
+				continue
+			}
+			if got.null[j] != ep.null[i] || got.types[2*j] != ep.types[2*i] || got.types[2*j+1] != ep.types[2*i+1] || (!ep.null[i] && string(got.values[j]) != string(ep.values[i])) {
+				t.Fatalf("at %d: parameter %d (client's %d) = %v % x % x, want %v % x % x", at, j, i,
+					got.null[j], got.types[2*j:2*j+2], got.values[j], ep.null[i], ep.types[2*i:2*i+2], ep.values[i])
+			}
+		}
+	}
+	if _, err := ep.executePacketWith(11, 9, 0); err == nil {
+		t.Fatal("slot parameter past the end accepted")
+	}
+}

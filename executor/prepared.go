@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 
+	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/slotproxy/slotproxy/internal/wire"
 	"github.com/slotproxy/slotproxy/rewrite"
 )
@@ -22,6 +23,13 @@ type stmtInfo struct {
 	longVals [][]byte
 	// origCols are a rewritten read's own column definitions (nil: unknown).
 	origCols [][]byte
+	// slotStmt, when slotted, is the proxy's own preparation of an
+	// increment's upsert with the slot as parameter slotParam (see
+	// rewrite.Rewriter.SlotParam): each execution picks a slot of its own
+	// instead of the one the client's preparation was planned with.
+	slotStmt  uint32
+	slotParam int
+	slotted   bool
 }
 
 // maxKeptLongData bounds the long data the proxy copies per parameter. Keys
@@ -90,8 +98,28 @@ func (s *Session) handlePrepare(rw *rewrite.Rewriter, payload []byte) error {
 	if s.rw.stmts == nil {
 		s.rw.stmts = map[uint32]*stmtInfo{}
 	}
-	s.rw.stmts[id] = &stmtInfo{plan: p, params: params, origCols: orig}
+	st := &stmtInfo{plan: p, params: params, origCols: orig}
+	s.rw.stmts[id] = st
+	if p.Kind == rewrite.KindIncrement && !p.Shadow {
+		if sql, param, ok := rw.SlotParam(p, s.rewriteSession()); ok {
+			sid, n, errPkt, err := s.prepare([]byte(sql), false)
+			if err != nil {
+				return err
+			}
+			if errPkt == nil && n == params+1 {
+				st.slotStmt, st.slotParam, st.slotted = sid, param, true
+			} else if errPkt == nil {
+				s.closeStmt(sid)
+			}
+		}
+	}
 	return nil
+}
+
+// closeStmt closes a statement the proxy prepared for itself (COM_STMT_CLOSE
+// has no response; a failure to send shows on the next command).
+func (s *Session) closeStmt(id uint32) {
+	_, _ = s.link.Backend.WritePacket(binary.LittleEndian.AppendUint32([]byte{mysql.COM_STMT_CLOSE}, id), 0)
 }
 
 func (s *Session) handleExecute(payload []byte) error {
@@ -147,6 +175,9 @@ func (s *Session) handleExecute(payload []byte) error {
 		st.types = bytes.Clone(ep.types)
 	}
 	ex := &execution{payload: payload, params: ep, stmtID: binary.LittleEndian.Uint32(payload[1:])}
+	if st.slotted {
+		ex.slotStmt, ex.slotParam, ex.slotted = st.slotStmt, st.slotParam, true
+	}
 	seq := s.respSeq
 	_, err = s.execPlan(p, ex, &seq, false)
 	return err

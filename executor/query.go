@@ -62,7 +62,11 @@ func (s *Session) handleOther(payload []byte) error {
 	switch payload[0] {
 	case mysql.COM_STMT_CLOSE:
 		if len(payload) >= 5 {
-			delete(s.rw.stmts, binary.LittleEndian.Uint32(payload[1:]))
+			id := binary.LittleEndian.Uint32(payload[1:])
+			if st := s.rw.stmts[id]; st != nil && st.slotted {
+				s.closeStmt(st.slotStmt)
+			}
+			delete(s.rw.stmts, id)
 		}
 		_, err := s.link.Backend.WritePacket(payload, 0)
 		return err

@@ -24,6 +24,26 @@ type execution struct {
 	payload []byte
 	params  execParams
 	stmtID  uint32
+	// slotStmt, when slotted, runs the increment with a slot of the
+	// execution's own (stmtInfo.slotStmt).
+	slotStmt  uint32
+	slotParam int
+	slotted   bool
+}
+
+// slottedPacket is the execution of the increment's upsert with a slot
+// picked for this execution, or the client's own execution (the slot its
+// preparation was planned with) when there is no such statement or the
+// parameters cannot be copied.
+func (ex *execution) slottedPacket(slots int) []byte {
+	if !ex.slotted || slots < 1 {
+		return ex.payload
+	}
+	pkt, err := ex.params.executePacketWith(ex.slotStmt, ex.slotParam, uint64(rand.IntN(slots)))
+	if err != nil {
+		return ex.payload
+	}
+	return pkt
 }
 
 // incPatch returns the patch that turns an upsert's OK into the OK the
@@ -282,7 +302,7 @@ func (s *Session) execIncrement(p rewrite.Plan, ex *execution, seq *byte, more b
 	for attempt := 1; ; attempt++ {
 		payload := queryPacket(p.SQL)
 		if ex != nil {
-			payload = ex.payload
+			payload = ex.slottedPacket(p.Table.Slots)
 		}
 		if err := s.send(payload); err != nil {
 			return false, err

@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 
 	"github.com/slotproxy/slotproxy/internal/rollup"
@@ -79,5 +80,67 @@ func TestRolledUpReads(t *testing.T) {
 	st := p.srv.Stats()
 	if st.RewrittenWrites != 7 {
 		t.Fatalf("%d increments slotted, want 7", st.RewrittenWrites)
+	}
+}
+
+// TestPreparedIncrementSlotPerExecution: a prepared increment executed
+// many times on one connection spreads over the record's slots (each
+// execution picks its own), instead of keeping the slot its preparation
+// was planned with; the total stays exact, and closing the statement
+// closes the proxy's own preparation too.
+func TestPreparedIncrementSlotPerExecution(t *testing.T) {
+	const schema = "prepslot_ruled"
+	ddl := []string{
+		"CREATE TABLE posts (id BIGINT NOT NULL PRIMARY KEY, views INT NOT NULL DEFAULT 0)",
+		"INSERT INTO posts (id) VALUES (1), (2)",
+	}
+	cat := loadedSetup(t, "prepslot_plain", schema, ddl, "table: "+schema+".posts\nkey: id\ncounters: [views]\nslots: 16\n")
+	p := startProxy(t, func(c *proxy.Config) { c.Rewriter = newRewriter(cat) })
+	db := openDSN(t, p.dsn(testdb.User, testdb.Password, schema, ""))
+	db.SetMaxOpenConns(1)
+	root := openDSN(t, testdb.Shared().RootDSN("", ""))
+	ctx := context.Background()
+	prepared := func() int {
+		t.Helper()
+		var name string
+		var n int
+		if err := root.QueryRowContext(ctx, "SHOW GLOBAL STATUS LIKE 'Prepared_stmt_count'").Scan(&name, &n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := prepared()
+	stmt, err := db.PrepareContext(ctx, "UPDATE posts SET views = views + ? WHERE id = ?")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const runs = 200
+	for i := range runs {
+		if _, err := stmt.ExecContext(ctx, 1+i%3, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := 0
+	for i := range runs {
+		want += 1 + i%3
+	}
+	var slots int
+	if err := root.QueryRowContext(ctx, "SELECT COUNT(DISTINCT slot) FROM "+schema+".slotted_counters WHERE record_id = 1").Scan(&slots); err != nil {
+		t.Fatal(err)
+	}
+	if slots < 8 {
+		t.Fatalf("%d executions used %d of 16 slots, want them spread", runs, slots)
+	}
+	if got := queryString(t, db, "SELECT views FROM posts WHERE id = 1"); got != strconv.Itoa(want) {
+		t.Fatalf("total %s, want %d", got, want)
+	}
+	if err := stmt.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// COM_STMT_CLOSE has no response: a round trip makes sure the server
+	// has seen it.
+	queryString(t, db, "SELECT 1")
+	if after := prepared(); after > before {
+		t.Fatalf("prepared statements on the server: %d before, %d after closing (the proxy's own preparation left open)", before, after)
 	}
 }

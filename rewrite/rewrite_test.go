@@ -1,13 +1,13 @@
 package rewrite
 
 import (
-	"time"
 	"flag"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/slotproxy/slotproxy/internal/dialect"
 )

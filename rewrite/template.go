@@ -271,3 +271,35 @@ func substitute(s string, lits []string, slot string) string {
 		s = s[k+17:]
 	}
 }
+
+// SlotParam returns the slotted upsert of increment plan p (planned for
+// sess) with its slot as a parameter, so that each execution of a prepared
+// increment can pick its own slot: sql takes the client's parameters and
+// one more, the slot, at index param. ok is false when that is not one
+// upsert with one slot (the plan's own SQL, with the slot it was planned
+// with, serves instead).
+func (r *Rewriter) SlotParam(p Plan, sess Session) (sql string, param int, ok bool) {
+	if p.Kind != KindIncrement || sess.Charset != "" && !strings.EqualFold(sess.Charset, "utf8mb4") && !strings.EqualFold(sess.Charset, "utf8mb3") && !strings.EqualFold(sess.Charset, "utf8") {
+		return "", 0, false
+	}
+	slot, _ := strconv.Atoi(slotSentinel)
+	plans, err := r.rewrite(p.Original, sess, func(int) int { return slot })
+	if err != nil || len(plans) != 1 || plans[0].Kind != KindIncrement {
+		return "", 0, false
+	}
+	s := plans[0].SQL
+	i := strings.Index(s, slotSentinel)
+	if i < 0 || strings.Count(s, slotSentinel) != 1 {
+		return "", 0, false
+	}
+	toks, ok := lex(s[:i], sess)
+	if !ok {
+		return "", 0, false
+	}
+	for _, t := range toks {
+		if t.kind == tokPunct && s[t.start] == '?' {
+			param++
+		}
+	}
+	return s[:i] + "?" + s[i+len(slotSentinel):], param, true
+}

@@ -54,6 +54,10 @@ type bench struct {
 	srv       *proxy.Server
 	proxyAddr string
 	relay     *relay
+	// rolledSrv serves the same rule with reads: rolled_up (counter-read's
+	// slotproxy-rolled-up target); nil with --proxy.
+	rolledSrv  *proxy.Server
+	rolledAddr string
 
 	profiled bool // the CPU profile has been taken
 }
@@ -64,8 +68,8 @@ func (b *bench) setup(ctx context.Context) error {
 	o := b.opts
 	t0 := time.Now()
 	if o.backend == "" {
-		b.cons.progress("starting MariaDB (internal/testdb)...")
-		s, err := testdb.Start(testdb.Options{ExtraArgs: o.mariadbdArgs})
+		b.cons.progress("starting the server (internal/testdb)...")
+		s, err := testdb.Start(testdb.Options{ExtraArgs: o.mariadbdArgs, Flavor: testdb.Flavor(o.server)})
 		if err != nil {
 			return err
 		}
@@ -76,7 +80,7 @@ func (b *bench) setup(ctx context.Context) error {
 		b.backendAddr = s.Addr
 		b.user, b.password = testdb.User, testdb.Password
 		b.adminUser, b.adminPass = s.RootUser, s.RootPassword
-		b.rep.Env.Backend = "throwaway mariadbd (internal/testdb)"
+		b.rep.Env.Backend = "throwaway " + string(s.Flavor) + " (internal/testdb)"
 		if data, err := os.ReadFile(filepath.Join(s.Dir, "mysqld.pid")); err == nil {
 			b.backendPID, _ = strconv.Atoi(strings.TrimSpace(string(data)))
 		}
@@ -127,6 +131,21 @@ func (b *bench) setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The same rule with reads: rolled_up, for counter-read.
+	rolled := *t[0]
+	rolled.RolledUp, rolled.MaxStaleness = true, rules.DefaultMaxStaleness
+	if b.rolledSrv, err = proxy.NewServer(proxy.Config{Backend: b.backendAddr, Logger: logger,
+		Rewriter: catalog.NewRewriter(rewrite.NewCatalog([]*rewrite.Table{&rolled}, nil), b.version)}); err != nil {
+		return err
+	}
+	rln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	b.rolledAddr = rln.Addr().String()
+	pprof.Do(ctx, pprof.Labels("component", "slotproxy"), func(context.Context) {
+		go b.rolledSrv.Serve(rln)
+	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -216,6 +235,9 @@ func (b *bench) setupExternal(ctx context.Context, t0 time.Time) error {
 func (b *bench) close() {
 	if b.srv != nil {
 		b.srv.Close()
+	}
+	if b.rolledSrv != nil {
+		b.rolledSrv.Close()
 	}
 	if b.relay != nil {
 		b.relay.close()

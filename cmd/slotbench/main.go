@@ -37,6 +37,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/slotproxy/slotproxy/internal/testdb"
 )
 
 func main() {
@@ -87,6 +89,7 @@ type options struct {
 	proxy                   string // --proxy: a slotproxy already running in front of --backend
 	relayListen             string // --relay-listen: only run the plain relay there
 	mariadbdArgs            []string
+	server                  string // --server: the throwaway server's flavour
 
 	workloads    []string
 	clients      int
@@ -186,6 +189,8 @@ func parseOptions(args []string, stdout io.Writer) (*options, error) {
 	fs.StringVar(&o.proxy, "proxy", "", "with --demo and --backend: the slotproxy already serving --backend at `HOST:PORT`, "+
 		"with the --rule rule migrated; schema app and app.repos must exist (nothing is dropped or created)")
 	fs.Var(&mariadbdArgs, "mariadbd-arg", "extra mariadbd `FLAG` for the throwaway server (repeatable)")
+	fs.StringVar(&o.server, "server", "", "the throwaway server: mariadb (MariaDB 10.11) or mysql (MySQL 9.7 in its chroot); "+
+		"default: "+testdb.EnvServer+", else mariadb")
 	fs.StringVar(&workloads, "workloads", "all", "comma-separated workloads to run, or all")
 	fs.IntVar(&o.clients, "clients", 32, "clients of hot-tx and hot-autocommit")
 	fs.IntVar(&o.readClients, "read-clients", 8, "clients of point-select (which also runs with 1), range-select and counter-read")
@@ -291,6 +296,11 @@ func parseOptions(args []string, stdout io.Writer) (*options, error) {
 		sweep = ""
 	}
 	o.mariadbdArgs = mariadbdArgs
+	switch o.server {
+	case "", string(testdb.MariaDB), string(testdb.MySQL):
+	default:
+		return nil, usageError{fmt.Errorf("--server %q: want mariadb or mysql", o.server)}
+	}
 
 	var err error
 	if o.sweep, err = parseInts(sweep); err != nil {

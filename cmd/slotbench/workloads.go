@@ -19,12 +19,14 @@ import (
 // prepared statements (COM_STMT_PREPARE once per connection, then
 // COM_STMT_EXECUTE).
 const (
-	sqlIncrement   = "UPDATE repos SET downloads = downloads + 1 WHERE id = 1"
-	sqlRepoName    = "SELECT name FROM repos WHERE id = ?"
-	sqlPointSelect = "SELECT c FROM items WHERE id = ?"
-	sqlRangeSelect = "SELECT id, k, c FROM items WHERE id BETWEEN ? AND ?"
-	sqlCounterRead = "SELECT downloads FROM repos WHERE id = ?"
-	hotID          = 1
+	sqlIncrement = "UPDATE repos SET downloads = downloads + 1 WHERE id = 1"
+	// sqlPreparedIncrement is hot-tx's increment as a prepared statement.
+	sqlPreparedIncrement = "UPDATE repos SET downloads = downloads + ? WHERE id = ?"
+	sqlRepoName          = "SELECT name FROM repos WHERE id = ?"
+	sqlPointSelect       = "SELECT c FROM items WHERE id = ?"
+	sqlRangeSelect       = "SELECT id, k, c FROM items WHERE id BETWEEN ? AND ?"
+	sqlCounterRead       = "SELECT downloads FROM repos WHERE id = ?"
+	hotID                = 1
 )
 
 // runWorkload runs one workload and adds its results to the report.
@@ -100,8 +102,10 @@ func (b *bench) hotTx(ctx context.Context) error {
 			targets := []string{"direct", "slotproxy", "handwritten"}
 			if n == b.opts.clients {
 				// The same hand-written app through the plain relay: what
-				// an extra hop costs without any of the proxy's work.
-				targets = append(targets, "handwritten-relay")
+				// an extra hop costs without any of the proxy's work; and
+				// the increment as a prepared statement kept per
+				// connection (each execution gets a slot of its own).
+				targets = append(targets, "handwritten-relay", "slotproxy-prepared")
 			}
 			res, err := b.runScenario(ctx, b.hotTxScenario(n, &committed, targets...))
 			if err != nil {
@@ -131,6 +135,8 @@ func (b *bench) hotTxScenario(n int, committed *atomic.Int64, targets ...string)
 			sc.targets = append(sc.targets, &target{name: name, addr: b.backendAddr, build: b.hotTxOp(committed, b.handwrittenIncrement)})
 		case "handwritten-relay":
 			sc.targets = append(sc.targets, &target{name: name, addr: b.relay.addr(), build: b.hotTxOp(committed, b.handwrittenIncrement)})
+		case "slotproxy-prepared":
+			sc.targets = append(sc.targets, &target{name: name, addr: b.proxyAddr, build: b.hotTxOp(committed, preparedIncrement)})
 		}
 	}
 	return sc
@@ -147,6 +153,11 @@ func (b *bench) handwrittenIncrement(rng *rand.Rand) string {
 		config.DefaultSlotsTable, b.recordType, rng.IntN(b.opts.slots), hotID, upd)
 }
 
+// preparedIncrement stands for the hot row's increment as a prepared
+// statement (sqlPreparedIncrement with 1 and hotID), prepared once per
+// connection.
+func preparedIncrement(*rand.Rand) string { return sqlPreparedIncrement }
+
 // hotTxOp returns the hot-tx transaction. increment makes the write
 // statement; nil means the plain UPDATE of the hot row. Transactions are
 // BEGIN ... COMMIT on the client's own connection; a deadlock or lock wait
@@ -159,17 +170,28 @@ func (b *bench) hotTxOp(committed *atomic.Int64, increment func(*rand.Rand) stri
 		if err != nil {
 			return nil, err
 		}
+		var inc *sql.Stmt
+		if increment != nil && increment(nil) == sqlPreparedIncrement {
+			if inc, err = conn.PrepareContext(ctx, sqlPreparedIncrement); err != nil {
+				return nil, err
+			}
+		}
 		bg := context.Background() // a cancelled context would kill the connection mid-statement
 		var name []byte
 		once := func(rng *rand.Rand) error {
 			write := sqlIncrement
-			if increment != nil {
+			if increment != nil && inc == nil {
 				write = increment(rng)
 			}
 			if _, err := conn.ExecContext(bg, "BEGIN"); err != nil {
 				return err
 			}
-			if _, err := conn.ExecContext(bg, write); err != nil {
+			if inc != nil {
+				_, err = inc.ExecContext(bg, 1, hotID)
+			} else {
+				_, err = conn.ExecContext(bg, write)
+			}
+			if err != nil {
 				return err
 			}
 			if err := sel.QueryRowContext(bg, rng.IntN(rows)+1).Scan(&name); err != nil {
@@ -352,6 +374,11 @@ func (b *bench) counterReadAt(ctx context.Context, slotRows int, withRewritten b
 		{name: "relay", addr: b.relay.addr(), build: b.counterReadOp(sqlCounterRead, 0)},
 		{name: "slotproxy", addr: b.proxyAddr, build: b.counterReadOp(sqlCounterRead, int64(slotRows))},
 	}}
+	if b.rolledSrv != nil {
+		// reads: rolled_up: the base value (0: the slots are never
+		// rolled up here), the statement as written.
+		sc.targets = append(sc.targets, &target{name: "slotproxy-rolled-up", addr: b.rolledAddr, build: b.counterReadOp(sqlCounterRead, 0)})
+	}
 	if withRewritten {
 		plans, err := b.srv.Rewriter().Rewrite(sqlCounterRead, rewrite.Session{DB: schema})
 		if err != nil || len(plans) != 1 || plans[0].Kind != rewrite.KindRead {
