@@ -136,7 +136,7 @@ func (b *bench) hotTxScenario(n int, committed *atomic.Int64, targets ...string)
 		case "handwritten-relay":
 			sc.targets = append(sc.targets, &target{name: name, addr: b.relay.addr(), build: b.hotTxOp(committed, b.handwrittenIncrement)})
 		case "slotproxy-prepared":
-			sc.targets = append(sc.targets, &target{name: name, addr: b.proxyAddr, build: b.hotTxOp(committed, preparedIncrement)})
+			sc.targets = append(sc.targets, &target{name: name, addr: b.proxyAddr, build: b.hotTxOpWith(committed, nil, true)})
 		}
 	}
 	return sc
@@ -153,16 +153,17 @@ func (b *bench) handwrittenIncrement(rng *rand.Rand) string {
 		config.DefaultSlotsTable, b.recordType, rng.IntN(b.opts.slots), hotID, upd)
 }
 
-// preparedIncrement stands for the hot row's increment as a prepared
-// statement (sqlPreparedIncrement with 1 and hotID), prepared once per
-// connection.
-func preparedIncrement(*rand.Rand) string { return sqlPreparedIncrement }
-
 // hotTxOp returns the hot-tx transaction. increment makes the write
 // statement; nil means the plain UPDATE of the hot row. Transactions are
 // BEGIN ... COMMIT on the client's own connection; a deadlock or lock wait
 // timeout is rolled back and retried, as an application would.
 func (b *bench) hotTxOp(committed *atomic.Int64, increment func(*rand.Rand) string) func(context.Context, *sql.Conn) (opFunc, error) {
+	return b.hotTxOpWith(committed, increment, false)
+}
+
+// hotTxOpWith is hotTxOp; prepared: the increment is sqlPreparedIncrement
+// (with 1 and hotID), prepared once per connection.
+func (b *bench) hotTxOpWith(committed *atomic.Int64, increment func(*rand.Rand) string, prepared bool) func(context.Context, *sql.Conn) (opFunc, error) {
 	hold := b.opts.hold
 	rows := b.opts.rows
 	return func(ctx context.Context, conn *sql.Conn) (opFunc, error) {
@@ -171,7 +172,7 @@ func (b *bench) hotTxOp(committed *atomic.Int64, increment func(*rand.Rand) stri
 			return nil, err
 		}
 		var inc *sql.Stmt
-		if increment != nil && increment(nil) == sqlPreparedIncrement {
+		if prepared {
 			if inc, err = conn.PrepareContext(ctx, sqlPreparedIncrement); err != nil {
 				return nil, err
 			}
@@ -180,7 +181,7 @@ func (b *bench) hotTxOp(committed *atomic.Int64, increment func(*rand.Rand) stri
 		var name []byte
 		once := func(rng *rand.Rand) error {
 			write := sqlIncrement
-			if increment != nil && inc == nil {
+			if increment != nil {
 				write = increment(rng)
 			}
 			if _, err := conn.ExecContext(bg, "BEGIN"); err != nil {
