@@ -7,6 +7,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -118,7 +119,38 @@ func check(ctx context.Context, path string, backend *string) checkResult {
 		res.notes = append(res.notes, fmt.Sprintf("%d counters have no record type yet (%s); serve registers them when it starts, or run slotproxy migrate",
 			len(unregistered), strings.Join(unregistered, ", ")))
 	}
+	res.notes = append(res.notes, readModeNotes(cfg, set)...)
 	return res
+}
+
+// readModeNotes says, for each rule with reads: rolled_up, what its plain
+// reads see and who keeps the bound.
+func readModeNotes(cfg *config.Config, set *rules.Set) []string {
+	var notes []string
+	for _, r := range set.Rules() {
+		if !r.RolledUp() {
+			continue
+		}
+		who := fmt.Sprintf("serve's roll-up runs every %v", rollupEvery(cfg.Rollup.Interval, set))
+		if !cfg.Rollup.Enabled {
+			who = "rollup.enabled is false here: run slotproxy rollup (in loop mode) beside serve, or the bound is not kept"
+		}
+		notes = append(notes, fmt.Sprintf("%s reads: rolled_up: plain reads of its counters see the base values, at most %v behind (max_staleness); %s",
+			r.Name(), r.MaxStaleness, who))
+	}
+	return notes
+}
+
+// rollupEvery is the roll-up interval serve uses: the configured one, or
+// half the smallest max_staleness of the rules with reads: rolled_up when
+// that is shorter (a pass must start and finish within the bound).
+func rollupEvery(interval time.Duration, set *rules.Set) time.Duration {
+	for _, r := range set.Rules() {
+		if r.RolledUp() && r.MaxStaleness/2 < interval {
+			interval = r.MaxStaleness / 2
+		}
+	}
+	return interval
 }
 
 // loadReadOnly runs catalog.Load's checks of set against the schema without

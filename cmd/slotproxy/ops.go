@@ -236,6 +236,19 @@ type rollupMetrics struct {
 	pending               prometheus.Gauge
 	lockHold              prometheus.Histogram
 	lastOK                atomic.Int64 // UnixNano of the end of the last pass without error
+	// batch is rollup.batch: a pass that saw fewer records with slot rows
+	// saw them all.
+	batch int
+	// prevEnd is when the last pass ended; complete is when the last pass
+	// that folded every record with slot rows began, at the latest (the
+	// end of the pass before it): every increment older than that is
+	// folded, so now - complete bounds how stale a rolled-up read is.
+	prevEnd, complete atomic.Int64
+}
+
+// staleness bounds the age of the oldest increment not yet folded.
+func (m *rollupMetrics) staleness() time.Duration {
+	return time.Since(time.Unix(0, m.complete.Load()))
 }
 
 // newRollupMetrics registers the roll-up's metrics with reg. The lag is
@@ -256,7 +269,13 @@ func newRollupMetrics(reg prometheus.Registerer, now time.Time) *rollupMetrics {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 12)}), // 0.5ms to ~1s
 	}
 	m.lastOK.Store(now.UnixNano())
+	m.prevEnd.Store(now.UnixNano())
+	m.complete.Store(now.UnixNano())
 	reg.MustRegister(m.folds, m.passes, m.errors, m.pending, m.lockHold,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "slotproxy_rollup_staleness_seconds",
+			Help: "Upper bound of the age of the oldest increment not yet folded into its base row: the time since the last roll-up pass that folded every record with slot rows began (since serve started, before the first). Reads of rules with reads: rolled_up are at most this far behind."},
+			func() float64 { return m.staleness().Seconds() }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "slotproxy_rollup_lag_seconds", Help: "Time since the last roll-up pass that completed without error (since serve started, before the first)."},
 			func() float64 { return time.Since(time.Unix(0, m.lastOK.Load())).Seconds() }))
@@ -274,10 +293,15 @@ func (m *rollupMetrics) observe(st rollup.Stats, err error) {
 	if st.MaxLockHold > 0 {
 		m.lockHold.Observe(st.MaxLockHold.Seconds())
 	}
+	now := time.Now().UnixNano()
+	prev := m.prevEnd.Swap(now)
 	if err != nil {
 		m.errors.Inc()
 		return
 	}
+	if st.Skipped == 0 && (m.batch <= 0 || st.Pending < m.batch) {
+		m.complete.Store(prev)
+	}
 	m.pending.Set(float64(st.Pending))
-	m.lastOK.Store(time.Now().UnixNano())
+	m.lastOK.Store(now)
 }

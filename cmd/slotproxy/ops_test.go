@@ -340,3 +340,53 @@ func TestServeLogs(t *testing.T) {
 		}
 	}
 }
+
+// TestRolledUpServe: serve keeps the bound of reads: rolled_up: with a
+// max_staleness of 1s and rollup.interval of a minute, its roll-up runs
+// every 500ms, plain reads catch up with the increments within the bound,
+// the staleness metric stays under it, and check says what the mode
+// means.
+func TestRolledUpServe(t *testing.T) {
+	listen := freeAddr(t)
+	schema, path := schemaConfig(t, listen)
+	dir := filepath.Dir(path)
+	rule := fmt.Sprintf("table: %s.repos\nkey: id\ncounters: [downloads, stars]\nreads: rolled_up\nmax_staleness: 1s\n", schema)
+	if err := os.WriteFile(filepath.Join(dir, "rules", "repos.yaml"), []byte(rule), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	appendConfig(t, path, "rollup:\n  interval: 1m\n")
+	migrateSchema(t, path)
+	out, errOut, code := runCLI(t, "check", "--config", path)
+	if code != 0 || !strings.Contains(out, "note: "+schema+".repos reads: rolled_up: plain reads of its counters see the base values, at most 1s behind (max_staleness); serve's roll-up runs every 500ms") {
+		t.Fatalf("check: exit %d\n%s%s", code, out, errOut)
+	}
+	p := startServe(t, "serve", "--config", path)
+	addr := p.metricsAddr(t)
+	db := openProxy(t, testdb.Shared(), listen, schema)
+	for range 5 {
+		if _, err := db.Exec("UPDATE repos SET downloads = downloads + 1 WHERE id = 1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := time.Now()
+	for {
+		var n int
+		if err := db.QueryRow("SELECT downloads FROM repos WHERE id = 1").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 5 {
+			break
+		}
+		if time.Since(done) > 3*time.Second {
+			t.Fatalf("a plain read still sees %d 3s after the increments, with max_staleness 1s", n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	m := scrape(t, addr)
+	if v, ok := m["slotproxy_rollup_staleness_seconds"]; !ok || v > 1.5 {
+		t.Errorf("slotproxy_rollup_staleness_seconds = %v (present %v), want under the bound", v, ok)
+	}
+	if v := m[`slotproxy_statements_total{path="rolled_up_read",rule=""}`]; v < 1 {
+		t.Errorf("rolled-up reads counted: %v", v)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/go-mysql-org/go-mysql/client"
 
@@ -84,7 +85,12 @@ func runRollupLoop(ctx context.Context, cfg func() *config.Config, cat func() *r
 	if all {
 		opts.Batch = 1 << 30
 	}
-	rollup.Loop(ctx, dial, cat, start.Rollup.Interval, opts, func(st rollup.Stats, err error) {
+	interval := start.Rollup.Interval
+	if b := minStaleness(cat()); b > 0 && b/2 < interval {
+		// A pass must begin and end within reads: rolled_up's bound.
+		interval = b / 2
+	}
+	rollup.Loop(ctx, dial, cat, interval, opts, func(st rollup.Stats, err error) {
 		if observe != nil {
 			observe(st, err)
 		}
@@ -96,4 +102,19 @@ func runRollupLoop(ctx context.Context, cfg func() *config.Config, cat func() *r
 				"orphans", st.Orphans, "skipped", st.Skipped, "max_lock_hold", st.MaxLockHold)
 		}
 	})
+}
+
+// minStaleness is the smallest max_staleness of the tables of cat with
+// reads: rolled_up, or 0 when there are none.
+func minStaleness(cat *rewrite.Catalog) time.Duration {
+	var b time.Duration
+	if cat == nil {
+		return 0
+	}
+	for _, t := range cat.Tables() {
+		if t.RolledUp && !t.Shadow && (b == 0 || t.MaxStaleness < b) {
+			b = t.MaxStaleness
+		}
+	}
+	return b
 }

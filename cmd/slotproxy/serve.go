@@ -16,6 +16,7 @@ import (
 	"github.com/slotproxy/slotproxy/internal/catalog"
 	"github.com/slotproxy/slotproxy/internal/config"
 	"github.com/slotproxy/slotproxy/internal/dialect"
+	"github.com/slotproxy/slotproxy/internal/rollup"
 	"github.com/slotproxy/slotproxy/proxy"
 	"github.com/slotproxy/slotproxy/rewrite"
 	"github.com/slotproxy/slotproxy/rules"
@@ -115,10 +116,27 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		reloader = catalog.NewReloader(ctx, l.afterDDL, func(*rewrite.Rewriter) {}, logger)
 		if cfg.Rollup.Enabled {
 			metrics := newRollupMetrics(reg, time.Now())
+			metrics.batch = cfg.Rollup.Batch
+			cat := func() *rewrite.Catalog { return srv.Rewriter().Catalog() }
+			late := false
+			observe := func(st rollup.Stats, err error) {
+				metrics.observe(st, err)
+				// reads: rolled_up promises a bound: say when it is missed
+				// (and when it is kept again).
+				bound := minStaleness(cat())
+				over := bound > 0 && metrics.staleness() > bound
+				switch {
+				case over && !late:
+					logger.Warn("roll-up is behind the max_staleness of reads: rolled_up", "staleness", metrics.staleness().Round(time.Millisecond), "max_staleness", bound)
+				case !over && late:
+					logger.Info("roll-up is within max_staleness again", "staleness", metrics.staleness().Round(time.Millisecond), "max_staleness", bound)
+				}
+				late = over
+			}
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				runRollupLoop(ctx, l.config, func() *rewrite.Catalog { return srv.Rewriter().Catalog() }, false, logger, metrics.observe)
+				runRollupLoop(ctx, l.config, cat, false, logger, observe)
 			}()
 			defer func() { cancel(); <-done }()
 		}

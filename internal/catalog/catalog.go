@@ -35,6 +35,8 @@ type column struct {
 	name       string
 	dataType   string // DATA_TYPE, such as "bigint"
 	columnType string // COLUMN_TYPE, such as "bigint(20) unsigned"
+	extra      string // EXTRA, such as "on update current_timestamp()" or "STORED GENERATED"
+	generation string // GENERATION_EXPRESSION of a generated column, else ""
 }
 
 func (c *column) integer() bool  { return integerTypes[strings.ToLower(c.dataType)] }
@@ -69,6 +71,12 @@ type table struct {
 	kind         string   // TABLE_TYPE: "BASE TABLE", "VIEW", ...
 	columns      []column // in ORDINAL_POSITION order
 	primary      []string // PRIMARY KEY columns in key order; nil if none
+	// updateTriggers are the names of its BEFORE and AFTER UPDATE triggers.
+	updateTriggers []string
+	// cascades describes its foreign keys that change its rows when the
+	// referenced row changes (ON DELETE CASCADE, ON UPDATE CASCADE or SET
+	// NULL/DEFAULT): "name (ON DELETE CASCADE)".
+	cascades []string
 }
 
 // column returns the column called name (ignoring case, as MySQL does), or
@@ -357,10 +365,71 @@ func checkRule(s *schema, r *rules.Rule, slotsTable string, problems *[]*rules.E
 			report(rc.Line, "touch: %s.%s is %s; a touch column must be DATETIME or TIMESTAMP", name, c.name, c.columnType)
 		}
 	}
+	if r.Mode != rules.ModeShadow {
+		checkSideEffects(t, r, report)
+	}
 	if !ok {
 		return nil
 	}
 	return t
+}
+
+// checkSideEffects reports what the server does to a ruled table's rows on
+// an UPDATE that a slotted increment (which writes the slot table, not the
+// row) would silently skip, or that would leave slot rows behind: UPDATE
+// triggers, ON UPDATE CURRENT_TIMESTAMP columns, generated columns computed
+// from a counter, and foreign keys that cascade into the table.
+func checkSideEffects(t *table, r *rules.Rule, report func(line int, format string, args ...any)) {
+	name := r.Name()
+	for _, tr := range t.updateTriggers {
+		report(r.Line, "table: %s has the UPDATE trigger %s, which fires on every increment directly but would fire only on roll-up through slotproxy; "+
+			"drop the trigger (or move its work into the application), or use mode: shadow", name, tr)
+	}
+	for _, c := range t.columns {
+		if strings.Contains(strings.ToLower(c.extra), "on update") {
+			report(r.Line, "table: %s.%s is set ON UPDATE CURRENT_TIMESTAMP, which every increment moves directly but a slotted increment (which does not update the row) would not; "+
+				"drop ON UPDATE from the column (ORMs that set it themselves keep working, see touch:), or use mode: shadow", name, c.name)
+		}
+		if c.generation == "" {
+			continue
+		}
+		for _, rc := range r.Counters {
+			if mentionsColumn(c.generation, rc.Name) {
+				report(rc.Line, "counters: %s.%s is generated from the counter %s and would read the base value only (the slots are not in the row); "+
+					"drop the generated column or compute it in the query, or use mode: shadow", name, c.name, rc.Name)
+			}
+		}
+	}
+	for _, fk := range t.cascades {
+		report(r.Line, "table: %s has the foreign key %s, which changes or deletes its rows behind slotproxy's back (their slot rows would stay); "+
+			"make it RESTRICT, or use mode: shadow", name, fk)
+	}
+}
+
+// mentionsColumn reports whether the SQL expression expr names column
+// (backquoted or bare, any case).
+func mentionsColumn(expr, column string) bool {
+	e, c := strings.ToLower(expr), strings.ToLower(column)
+	if strings.Contains(e, "`"+c+"`") {
+		return true
+	}
+	for i := 0; ; {
+		j := strings.Index(e[i:], c)
+		if j < 0 {
+			return false
+		}
+		start, end := i+j, i+j+len(c)
+		before := start == 0 || !isNameByte(e[start-1])
+		after := end == len(e) || !isNameByte(e[end])
+		if before && after {
+			return true
+		}
+		i = start + 1
+	}
+}
+
+func isNameByte(b byte) bool {
+	return b == '_' || b == '$' || b == '`' || '0' <= b && b <= '9' || 'a' <= b && b <= 'z' || b >= 0x80
 }
 
 // quoteName writes a schema or table name as a rule file would: bare
@@ -443,14 +512,47 @@ func describe(ctx context.Context, conn *client.Conn, groups []schemaRules) ([]*
 		tables[[2]string{row[0], row[1]}] = t
 	}
 
-	rows, err = exec(ctx, conn, "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA IN "+in+
-		" ORDER BY TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION", names...)
+	rows, err = exec(ctx, conn, "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, EXTRA, COALESCE(GENERATION_EXPRESSION, '') "+
+		"FROM information_schema.COLUMNS WHERE TABLE_SCHEMA IN "+in+" ORDER BY TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION", names...)
 	if err != nil {
 		return nil, fmt.Errorf("reading the schema: %w", err)
 	}
 	for _, row := range rows {
 		if t := tables[[2]string{row[0], row[1]}]; t != nil {
-			t.columns = append(t.columns, column{name: row[2], dataType: row[3], columnType: row[4]})
+			t.columns = append(t.columns, column{name: row[2], dataType: row[3], columnType: row[4], extra: row[5], generation: row[6]})
+		}
+	}
+
+	rows, err = exec(ctx, conn, "SELECT EVENT_OBJECT_SCHEMA, EVENT_OBJECT_TABLE, TRIGGER_NAME FROM information_schema.TRIGGERS WHERE EVENT_OBJECT_SCHEMA IN "+in+
+		" AND EVENT_MANIPULATION = 'UPDATE' ORDER BY TRIGGER_NAME", names...)
+	if err != nil {
+		return nil, fmt.Errorf("reading the schema's triggers: %w", err)
+	}
+	for _, row := range rows {
+		if t := tables[[2]string{row[0], row[1]}]; t != nil {
+			t.updateTriggers = append(t.updateTriggers, row[2])
+		}
+	}
+
+	rows, err = exec(ctx, conn, "SELECT CONSTRAINT_SCHEMA, TABLE_NAME, CONSTRAINT_NAME, DELETE_RULE, UPDATE_RULE FROM information_schema.REFERENTIAL_CONSTRAINTS "+
+		"WHERE CONSTRAINT_SCHEMA IN "+in+" ORDER BY CONSTRAINT_NAME", names...)
+	if err != nil {
+		return nil, fmt.Errorf("reading the schema's foreign keys: %w", err)
+	}
+	for _, row := range rows {
+		t := tables[[2]string{row[0], row[1]}]
+		if t == nil {
+			continue
+		}
+		var on []string
+		if row[3] != "RESTRICT" && row[3] != "NO ACTION" {
+			on = append(on, "ON DELETE "+row[3])
+		}
+		if row[4] != "RESTRICT" && row[4] != "NO ACTION" {
+			on = append(on, "ON UPDATE "+row[4])
+		}
+		if on != nil {
+			t.cascades = append(t.cascades, row[2]+" ("+strings.Join(on, ", ")+")")
 		}
 	}
 

@@ -798,3 +798,49 @@ func TestRegistryNameAgrees(t *testing.T) {
 		t.Fatalf("catalog creates %q, the rewriter guards %q", catalog.RecordTypesTable, rewrite.RecordTypesTable)
 	}
 }
+
+// TestLoadSideEffects: a ruled table whose rows the server changes on an
+// UPDATE (triggers, ON UPDATE CURRENT_TIMESTAMP, generated columns of a
+// counter) or behind the proxy's back (cascading foreign keys) is refused
+// with the reason and a fix, since a slotted increment does not update the
+// row; in shadow mode, where statements run as written, it is accepted.
+func TestLoadSideEffects(t *testing.T) {
+	s := newSchema(t,
+		"CREATE TABLE trig (id BIGINT PRIMARY KEY, n INT NOT NULL DEFAULT 0, log INT NOT NULL DEFAULT 0)",
+		"CREATE TRIGGER trig_bump AFTER UPDATE ON trig FOR EACH ROW SET @bumped = 1",
+		"CREATE TRIGGER trig_ins BEFORE INSERT ON trig FOR EACH ROW SET @inserted = 1",
+		"CREATE TABLE stamped (id BIGINT PRIMARY KEY, n INT NOT NULL DEFAULT 0, changed TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP)",
+		"CREATE TABLE gen (id BIGINT PRIMARY KEY, n INT NOT NULL DEFAULT 0, m INT NOT NULL DEFAULT 0, twice INT AS (n * 2) STORED, other INT AS (m + 1) VIRTUAL)",
+		"CREATE TABLE parent (id BIGINT PRIMARY KEY)",
+		"CREATE TABLE child (id BIGINT PRIMARY KEY, n INT NOT NULL DEFAULT 0, parent_id BIGINT, CONSTRAINT child_parent FOREIGN KEY (parent_id) REFERENCES parent (id) ON DELETE CASCADE)",
+		"CREATE TABLE safe_child (id BIGINT PRIMARY KEY, n INT NOT NULL DEFAULT 0, parent_id BIGINT, FOREIGN KEY (parent_id) REFERENCES parent (id))",
+		"CREATE TABLE shadowed (id BIGINT PRIMARY KEY, n INT NOT NULL DEFAULT 0, changed TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP)",
+	)
+	conn := connect(t)
+	set := ruleSet(t, s,
+		"rules/a_trig.yaml", "table: SCHEMA.trig\nkey: id\ncounters: [n]\n",
+		"rules/b_stamped.yaml", "table: SCHEMA.stamped\nkey: id\ncounters: [n]\n",
+		"rules/c_gen.yaml", "table: SCHEMA.gen\nkey: id\ncounters:\n  - n\n  - m\n",
+		"rules/d_child.yaml", "table: SCHEMA.child\nkey: id\ncounters: [n]\n",
+		"rules/e_safe.yaml", "table: SCHEMA.safe_child\nkey: id\ncounters: [n]\n",
+		"rules/f_shadowed.yaml", "table: SCHEMA.shadowed\nkey: id\ncounters: [n]\nmode: shadow\n",
+	)
+	migrate(t, conn, set)
+	_, err := catalog.Load(t.Context(), conn, set, "slotted_counters")
+	if err == nil {
+		t.Fatal("Load succeeded")
+	}
+	want := []string{
+		"rules/a_trig.yaml:1: table: SCHEMA.trig has the UPDATE trigger trig_bump, which fires on every increment directly but would fire only on roll-up through slotproxy; drop the trigger (or move its work into the application), or use mode: shadow",
+		"rules/b_stamped.yaml:1: table: SCHEMA.stamped.changed is set ON UPDATE CURRENT_TIMESTAMP, which every increment moves directly but a slotted increment (which does not update the row) would not; drop ON UPDATE from the column (ORMs that set it themselves keep working, see touch:), or use mode: shadow",
+		"rules/c_gen.yaml:4: counters: SCHEMA.gen.twice is generated from the counter n and would read the base value only (the slots are not in the row); drop the generated column or compute it in the query, or use mode: shadow",
+		"rules/c_gen.yaml:5: counters: SCHEMA.gen.other is generated from the counter m and would read the base value only (the slots are not in the row); drop the generated column or compute it in the query, or use mode: shadow",
+		"rules/d_child.yaml:1: table: SCHEMA.child has the foreign key child_parent (ON DELETE CASCADE), which changes or deletes its rows behind slotproxy's back (their slot rows would stay); make it RESTRICT, or use mode: shadow",
+	}
+	for i := range want {
+		want[i] = strings.ReplaceAll(want[i], "SCHEMA", s)
+	}
+	if got := strings.Split(err.Error(), "\n"); !reflect.DeepEqual(got, want) {
+		t.Errorf("Load errors:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

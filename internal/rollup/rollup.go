@@ -118,8 +118,19 @@ func (r *Roller) Once(ctx context.Context, conn Conn, cat *rewrite.Catalog, opts
 	sort.Strings(order)
 	// READ COMMITTED: the fold locks exactly the slot rows it reads and no
 	// gaps, so increments inserting new slot rows never wait for it (and
-	// cannot deadlock with it).
-	if _, err := conn.Execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"); err != nil {
+	// cannot deadlock with it). With statement-based binary logging the
+	// server refuses writes at READ COMMITTED (ERROR 1665): the fold then
+	// runs at REPEATABLE READ, where it also locks the gaps it scans
+	// (increments may wait for it, briefly, never lose a count).
+	level := "READ COMMITTED"
+	if r, err := conn.Execute("SELECT @@SESSION.binlog_format, @@GLOBAL.log_bin"); err == nil && len(r.Values) == 1 {
+		format, _ := r.GetString(0, 0)
+		logBin, _ := r.GetInt(0, 1)
+		if logBin != 0 && strings.EqualFold(format, "STATEMENT") {
+			level = "REPEATABLE READ"
+		}
+	}
+	if _, err := conn.Execute("SET SESSION TRANSACTION ISOLATION LEVEL " + level); err != nil {
 		return Stats{}, err
 	}
 	var total Stats
