@@ -16,7 +16,7 @@ ifeq ($(shell command -v go 2>/dev/null),)
 export PATH := /usr/local/go/bin:$(PATH)
 endif
 
-.PHONY: build run test fuzz demo bench-orm
+.PHONY: build run test fuzz demo bench-orm history
 
 # Fuzz targets: package and name. "make test" runs each for FUZZTIME;
 # "make fuzz FUZZTIME=10m" for a long run.
@@ -28,8 +28,14 @@ FUZZTIME ?= 3s
 build:
 	go build -o slotproxy ./cmd/slotproxy
 
+# make run [SERVER=mysql] [CONFIG=FILE] [RULES=DIR]: a server of its own and
+# slotproxy in front of it, on free ports (see docs/tutorial.md).
+SERVER ?= mariadb
 run:
-	scripts/run-local.sh
+	@if [ "$(SERVER)" = mysql ]; then scripts/deps.sh >/dev/null; else scripts/deps.sh --no-mysql >/dev/null; fi
+	@go build -o .local/bin/slotproxy ./cmd/slotproxy
+	@go build -o .local/bin/runlocal ./cmd/runlocal
+	@.local/bin/runlocal --server "$(SERVER)" --config "$(CONFIG)" --rules "$(RULES)"
 
 demo:
 	@scripts/deps.sh --no-mysql >/dev/null
@@ -61,3 +67,13 @@ ORM_BENCH_TX ?= 2000
 bench-orm:
 	@scripts/deps.sh $(if $(filter mysql,$(SLOTPROXY_TEST_SERVER)),,--no-mysql) >/dev/null
 	SLOTPROXY_ORM_BENCH_TX=$(ORM_BENCH_TX) go test -run '^$$' -bench BenchmarkORMHotCounter -benchtime 1x ./internal/clients/
+
+# make history: the long history check (internal/history) through two
+# proxies with roll-up running, against SERVER (mariadb or mysql).
+# HISTORY_DURATION (default 30m), HISTORY_SEED (default: the time),
+# HISTORY_WORKERS (default 8).
+HISTORY_DURATION ?= 30m
+history:
+	@if [ "$(SERVER)" = mysql ]; then scripts/deps.sh >/dev/null; else scripts/deps.sh --no-mysql >/dev/null; fi
+	SLOTPROXY_TEST_SERVER=$(SERVER) HISTORY_DURATION=$(HISTORY_DURATION) HISTORY_SEED=$(HISTORY_SEED) HISTORY_WORKERS=$(HISTORY_WORKERS) \
+		go test -race -count=1 -timeout 0 -run TestHistoryLong -v ./internal/history

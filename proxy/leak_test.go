@@ -280,7 +280,9 @@ func TestLeakBackendKilled(t *testing.T) {
 	// One goroutine per session, and an idle watcher for a session
 	// whose client is idle.
 	sessions := idle + busy + stalled
-	if n, ok := waitFor(5*time.Second, func() (int, bool) {
+	// (The watchers start after a second of idleness; a loaded machine
+	// may take longer to schedule them.)
+	if n, ok := waitFor(20*time.Second, func() (int, bool) {
 		n := runtime.NumGoroutine()
 		return n, n >= baseG+sessions+idle
 	}); !ok {

@@ -206,7 +206,7 @@ func TestSysbench(t *testing.T) {
 				executes, r.queries, text)
 		}
 		// A proxy that leaves Nagle's algorithm on costs ~40 ms per round
-		// trip (DESIGN.md); a healthy one well under 1 ms per query.
+		// trip (Nagle meets delayed ACKs); a healthy one well under 1 ms per query.
 		if perQuery := r.avgLatencyMS * float64(r.transactions) / float64(max(r.queries, 1)); perQuery > 20 {
 			t.Errorf("%.1f ms per query on average: is TCP_NODELAY off?", perQuery)
 		}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# deps.sh — install what slotproxy's tests and scripts/run-local.sh need on
+# deps.sh — install what slotproxy's tests and make run need on
 # a Debian-like machine: MariaDB server and client, sysbench, openssl, the
 # build tooling (make, gcc for go test -race, git, CA certificates), the
 # MySQL chroot, and check that Go is at least the version in go.mod.
@@ -16,7 +16,7 @@
 #
 # Idempotent: installs only what is missing and prints one line per package
 # installed. Never starts (or relies on) the system MariaDB service: tests
-# and run-local.sh run their own throwaway servers.
+# and make run run their own throwaway servers.
 #
 # Runs as root; as another user it uses sudo for apt-get and debootstrap if
 # available.

@@ -1,4 +1,4 @@
-# lib.sh — helpers shared by scripts/run-local.sh and scripts/sysbench.sh.
+# lib.sh — helpers shared by the scripts (scripts/sysbench.sh, scripts/test.sh).
 # Source it after defining die().
 
 # Go is expected at /usr/local/go; use it when go is not in PATH.

@@ -45,7 +45,8 @@ func (b *bench) demo(ctx context.Context, w io.Writer) error {
 	fmt.Fprintf(tw, "committed\t%d\t%d\t\t\n", direct.Ops, proxied.Ops)
 	fmt.Fprintf(tw, "errors\t%d\t%d\t\t\n", direct.Errors, proxied.Errors)
 	tw.Flush()
-	fmt.Fprintln(w)
+	fmt.Fprintf(w, "\n%d increments committed in all: %d + %d in the measured rounds, %d in the unmeasured warm-ups.\n\n",
+		committed.Load(), direct.Ops, proxied.Ops, committed.Load()-direct.Ops-proxied.Ops)
 	var failed []string
 	for _, c := range b.rep.Checks {
 		mark := "ok  "
@@ -56,7 +57,7 @@ func (b *bench) demo(ctx context.Context, w io.Writer) error {
 		fmt.Fprintf(w, "%s %s: %s\n", mark, c.Name, c.Detail)
 	}
 	if o.proxy == "" {
-		fmt.Fprintf(w, "\nTry it with your own client: make run, then connect to 127.0.0.1:3307 (see README.md, Quick start).\n")
+		fmt.Fprintf(w, "\nTry it with your own client and your own table: make run, then docs/tutorial.md.\n")
 	}
 	if len(failed) > 0 {
 		return errors.New("demo: " + strings.Join(failed, "; "))

@@ -233,6 +233,7 @@ func readGreeting(ctx context.Context, addr string) error {
 // rollupMetrics are the metrics of serve's background roll-up.
 type rollupMetrics struct {
 	folds, passes, errors prometheus.Counter
+	unfoldable            prometheus.Counter
 	pending               prometheus.Gauge
 	lockHold              prometheus.Histogram
 	lastOK                atomic.Int64 // UnixNano of the end of the last pass without error
@@ -257,6 +258,8 @@ func newRollupMetrics(reg prometheus.Registerer, now time.Time) *rollupMetrics {
 	m := &rollupMetrics{
 		folds: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "slotproxy_rollup_folds_total", Help: "Records (key and counter) folded from slot rows into their base rows."}),
+		unfoldable: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "slotproxy_rollup_unfoldable_total", Help: "Records whose fold the server refused (a total beyond the column's range, a constraint), skipped and logged; the pass went on."}),
 		passes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "slotproxy_rollup_passes_total", Help: "Roll-up passes run, failed or not."}),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{
@@ -271,7 +274,7 @@ func newRollupMetrics(reg prometheus.Registerer, now time.Time) *rollupMetrics {
 	m.lastOK.Store(now.UnixNano())
 	m.prevEnd.Store(now.UnixNano())
 	m.complete.Store(now.UnixNano())
-	reg.MustRegister(m.folds, m.passes, m.errors, m.pending, m.lockHold,
+	reg.MustRegister(m.folds, m.unfoldable, m.passes, m.errors, m.pending, m.lockHold,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "slotproxy_rollup_staleness_seconds",
 			Help: "Upper bound of the age of the oldest increment not yet folded into its base row: the time since the last roll-up pass that folded every record with slot rows began (since serve started, before the first). Reads of rules with reads: rolled_up are at most this far behind."},
@@ -290,6 +293,7 @@ func (m *rollupMetrics) observe(st rollup.Stats, err error) {
 	}
 	m.passes.Inc()
 	m.folds.Add(float64(st.Folds))
+	m.unfoldable.Add(float64(st.Unfoldable))
 	if st.MaxLockHold > 0 {
 		m.lockHold.Observe(st.MaxLockHold.Seconds())
 	}
@@ -299,7 +303,7 @@ func (m *rollupMetrics) observe(st rollup.Stats, err error) {
 		m.errors.Inc()
 		return
 	}
-	if st.Skipped == 0 && (m.batch <= 0 || st.Pending < m.batch) {
+	if st.Skipped == 0 && st.Unfoldable == 0 && (m.batch <= 0 || st.Pending < m.batch) {
 		m.complete.Store(prev)
 	}
 	m.pending.Set(float64(st.Pending))

@@ -18,8 +18,10 @@ const RecordTypesTable = config.RecordTypesTable
 // DDL returns the statements that create the slot table slotsTable and the
 // record-type registry in schema, if they do not exist yet.
 //
-// The slot table has a single unique key and no AUTO_INCREMENT (see
-// DESIGN.md §3). The registry's names use a binary collation: Load and
+// The slot table has a single unique key and no AUTO_INCREMENT: an upsert
+// into it can conflict on one key only (an upsert with two unique keys is
+// unsafe for statement-based replication and may take extra gap locks),
+// and takes no auto-increment lock. The registry's names use a binary collation: Load and
 // Migrate store them in lower case, and a case- or accent-insensitive
 // collation would make distinct names collide on the unique key.
 func DDL(schema, slotsTable string) []string {

@@ -46,6 +46,10 @@ type Stats struct {
 	Skipped     int           // records whose slots were locked by someone else
 	MaxLockHold time.Duration // longest time a base row stayed locked by a fold
 	Pending     int           // records with slots seen at the start of the pass
+	// Unfoldable are records whose fold the server refused (a total
+	// beyond the column's range, a constraint): skipped, logged, left in
+	// their slots; the pass goes on with the others.
+	Unfoldable int
 }
 
 func (s *Stats) add(o Stats) {
@@ -54,6 +58,7 @@ func (s *Stats) add(o Stats) {
 	s.Orphans += o.Orphans
 	s.Skipped += o.Skipped
 	s.Pending += o.Pending
+	s.Unfoldable += o.Unfoldable
 	s.MaxLockHold = max(s.MaxLockHold, o.MaxLockHold)
 }
 
@@ -225,6 +230,14 @@ func (r *Roller) passOne(ctx context.Context, conn Conn, slots string, targets m
 			// Base row busy, or lost to increments in flight: nothing
 			// changed, fold it later.
 			one, err = Stats{Skipped: 1}, nil
+		} else if errors.As(err, &me) {
+			// The server refused this record's fold: the others must not
+			// wait for it (the next pass tries it again).
+			if opts.Logger != nil {
+				opts.Logger.Warn("roll-up: a record cannot be folded; skipped", "table", tg.table.Qualified(), "counter", tg.counter.Name,
+					"record", rc.id, "err", me.Error())
+			}
+			one, err = Stats{Unfoldable: 1}, nil
 		}
 		st.add(one)
 		if err != nil {

@@ -303,3 +303,31 @@ func TestStatementBinlog(t *testing.T) {
 		t.Fatalf("%d slot rows not folded", n)
 	}
 }
+
+// TestUnfoldableRecordSkipped: a record whose fold the server refuses
+// (its total is beyond the column's range) is skipped and counted, and
+// the pass folds every other record; it stays in its slots, total intact.
+func TestUnfoldableRecordSkipped(t *testing.T) {
+	setup(t)
+	c := connect(t)
+	// Record 2's downloads (INT) total 2147483647 + 5: it cannot be folded.
+	if _, err := c.Execute("UPDATE repos SET downloads = 2147483647 WHERE id = 2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Execute("INSERT INTO slotted_counters VALUES (1, 2, 7, 3)"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := rollup.Once(context.Background(), c, catalog(), rollup.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Unfoldable != 1 {
+		t.Fatalf("stats %+v: want record 2 unfoldable", st)
+	}
+	if n := count(t, c, "SELECT downloads FROM repos WHERE id = 1"); n != 20 {
+		t.Fatalf("record 1 after the pass: downloads %d, want 20 (folded)", n)
+	}
+	if n := count(t, c, "SELECT COALESCE(SUM(count), 0) FROM slotted_counters WHERE record_type = 1 AND record_id = 2"); n != 5 {
+		t.Fatalf("record 2's slots hold %d, want 5 (left as they were)", n)
+	}
+}
