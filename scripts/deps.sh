@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # deps.sh — install what slotproxy's tests and make run need on
-# a Debian-like machine: MariaDB server and client, sysbench, openssl, the
+# a Debian-like machine: MariaDB server and client, sysbench, openssl, curl, the
 # build tooling (make, gcc for go test -race, git, CA certificates), the
 # MySQL chroot, and check that Go is at least the version in go.mod.
 #
@@ -117,6 +117,7 @@ need gcc gcc libc6-dev
 [ -e /usr/include/stdio.h ] || apt_install libc6-dev
 need git git
 [ -e /etc/ssl/certs/ca-certificates.crt ] || apt_install ca-certificates
+need curl curl
 
 # debian_mirror — the Debian archive URL of /etc/apt's sources (deb822
 # "URIs:" or one-line "deb URL SUITE"), not the security archive; the
