@@ -265,4 +265,7 @@ func TestRollupCommand(t *testing.T) {
 	if slots != 0 || base != 100 {
 		t.Fatalf("after rollup --all --once: %d slot rows, base total %d; want 0 and 100", slots, base)
 	}
+	// In loop mode it says it started, at the default log level.
+	loop := startServe(t, "rollup", "--config", path)
+	loop.waitFor(t, `msg="roll-up started"`)
 }

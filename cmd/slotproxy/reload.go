@@ -75,14 +75,15 @@ func (l *live) reload(ctx context.Context) {
 	}
 	set, err := rules.LoadDir(next.Rules)
 	if err != nil {
-		l.log.Error("reload failed; keeping the previous rules", "err", oneLine(err))
+		l.log.Error("reload failed; keeping the previous rules", "err", strings.Join(ruleProblems(err), "; "))
 		return
 	}
 	eff := *cur
 	eff.Rules, eff.SlotsTable, eff.Admin = next.Rules, next.SlotsTable, next.Admin
 	rw, _, err := loadRewriter(ctx, &eff, set)
 	if err != nil {
-		l.log.Error("reload failed; keeping the previous rules", "err", oneLine(err))
+		// The same problems, with the same hints, as slotproxy check.
+		l.log.Error("reload failed; keeping the previous rules", "err", strings.Join(ruleProblems(err), "; "))
 		return
 	}
 	l.srv.SetRewriter(rw)

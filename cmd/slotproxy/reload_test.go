@@ -152,6 +152,8 @@ func TestReloadSIGHUP(t *testing.T) {
 			filepath.Join(dir, "rules", "broken.yaml") + ":3: "},
 		{"rule that does not match the schema", "repos.yaml", fmt.Sprintf("table: %s.repos\nkey: id\ncounters: [downloads, stars,\n  name]\n", schema),
 			ruleFile + ":4: counters: " + schema + ".repos.name is varchar(100), not an integer column"},
+		{"counter with a typo: check's hint too", "repos.yaml", fmt.Sprintf("table: %s.repos\nkey: id\ncounters: [downloads, starz]\n", schema),
+			ruleFile + ":3: counters: " + schema + ".repos has no column starz; correct the column's name in counters or add the column"},
 		{"second rule for the same table", "again.yaml", fmt.Sprintf("table: %s.repos\nkey: id\ncounters: [downloads]\n", schema),
 			ruleFile + ":1: "},
 	} {

@@ -90,19 +90,45 @@ func runRollupLoop(ctx context.Context, cfg func() *config.Config, cat func() *r
 		// A pass must begin and end within reads: rolled_up's bound.
 		interval = b / 2
 	}
+	tables := 0
+	if c := cat(); c != nil {
+		tables = len(c.Tables())
+	}
+	logger.Info("roll-up started", "interval", interval, "batch", opts.Batch, "tables", tables)
+	// A summary at the default level now and then, so a running roll-up
+	// says what it does without a line per pass.
+	var sum rollup.Stats
+	passes, failed := 0, 0
+	last := time.Now()
 	rollup.Loop(ctx, dial, cat, interval, opts, func(st rollup.Stats, err error) {
 		if observe != nil {
 			observe(st, err)
 		}
+		passes++
 		switch {
 		case err != nil:
+			failed++
 			logger.Warn("roll-up pass failed", "err", err)
 		case st.Folds+st.Orphans+st.SlotRows > 0:
 			logger.Debug("roll-up pass", "folds", st.Folds, "idle_slot_rows_deleted", st.SlotRows,
 				"orphans", st.Orphans, "skipped", st.Skipped, "max_lock_hold", st.MaxLockHold)
 		}
+		sum.Folds += st.Folds
+		sum.Orphans += st.Orphans
+		sum.Skipped += st.Skipped
+		sum.Unfoldable += st.Unfoldable
+		sum.MaxLockHold = max(sum.MaxLockHold, st.MaxLockHold)
+		if time.Since(last) >= rollupSummaryEvery {
+			logger.Info("roll-up summary", "since", time.Since(last).Round(time.Second), "passes", passes, "failed_passes", failed,
+				"folds", sum.Folds, "orphans", sum.Orphans, "skipped_busy", sum.Skipped, "unfoldable", sum.Unfoldable,
+				"max_lock_hold", sum.MaxLockHold, "pending_records", st.Pending)
+			sum, passes, failed, last = rollup.Stats{}, 0, 0, time.Now()
+		}
 	})
 }
+
+// rollupSummaryEvery is how often a running roll-up logs its summary.
+var rollupSummaryEvery = time.Minute
 
 // minStaleness is the smallest max_staleness of the tables of cat with
 // reads: rolled_up, or 0 when there are none.

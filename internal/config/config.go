@@ -389,8 +389,17 @@ func CheckAddress(addr string) error {
 
 // Logger returns a logger that writes records at Log.Level and above to w,
 // encoded as Log.Format.
+//
+// An error attribute is written as its message: some libraries' errors
+// (go-mysql's, through pingcap/errors) print their stack trace under the
+// handlers' %+v, which does not belong in a log line.
 func (c *Config) Logger(w io.Writer) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: c.Log.Level}
+	opts := &slog.HandlerOptions{Level: c.Log.Level, ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		if err, ok := a.Value.Any().(error); ok && a.Value.Kind() == slog.KindAny {
+			a.Value = slog.StringValue(err.Error())
+		}
+		return a
+	}}
 	if c.Log.Format == LogJSON {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}

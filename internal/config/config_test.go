@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -655,5 +656,31 @@ func TestDockerComposeMySQLVersion(t *testing.T) {
 	}
 	if string(m[1]) != upstream {
 		t.Errorf("docker-compose.yml runs mysql:%s; the tests run MySQL %s (%s)", m[1], upstream, v)
+	}
+}
+
+// stackErr prints a stack trace under %+v, as pingcap/errors' errors do.
+type stackErr struct{}
+
+func (stackErr) Error() string { return "the message" }
+func (e stackErr) Format(f fmt.State, verb rune) {
+	if f.Flag('+') {
+		fmt.Fprint(f, "the message\ngoroutine 1 [running]:\nmain.main()\n\t/x.go:1")
+		return
+	}
+	fmt.Fprint(f, e.Error())
+}
+
+// TestLoggerErrorsWithoutStacks: an error in a log line is its message,
+// in both formats, never a stack trace.
+func TestLoggerErrorsWithoutStacks(t *testing.T) {
+	for _, format := range []LogFormat{LogText, LogJSON} {
+		c := Default()
+		c.Log.Format = format
+		var b strings.Builder
+		c.Logger(&b).Warn("roll-up pass failed", "err", stackErr{})
+		if strings.Contains(b.String(), "goroutine") || !strings.Contains(b.String(), "the message") {
+			t.Errorf("%s log line: %q", format, b.String())
+		}
 	}
 }
