@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -337,5 +339,45 @@ func TestServeRules(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatalf("serve still running 10s after SIGINT")
+	}
+}
+
+// TestExplainDocs: the explain examples of docs/configuration.md are what
+// explain prints (for the example rule, testdata/rules/repos.yaml, on the
+// test run's server): the documentation cannot drift from the output. The
+// slot number, chosen at random, is compared as N.
+func TestExplainDocs(t *testing.T) {
+	if _, stderr, code := runCLIEnv(t, exampleEnv, "migrate", "--config", exampleConfig, "--backend", testdb.Shared().Addr); code != 0 {
+		t.Fatalf("migrate: %s", stderr)
+	}
+	doc := readFile(t, filepath.Join("..", "..", "docs", "configuration.md"))
+	start := strings.Index(doc, "The following output is real")
+	if start < 0 {
+		t.Fatal("docs/configuration.md: no explain examples")
+	}
+	block := doc[start:]
+	block = block[strings.Index(block, "```\n")+4:]
+	block = block[:strings.Index(block, "```")]
+	slot := regexp.MustCompile("`_slotproxy_rt`, [0-9]+,")
+	norm := func(s string) string { return slot.ReplaceAllString(strings.TrimSpace(s), "`_slotproxy_rt`, N,") }
+	examples := 0
+	for _, ex := range strings.Split(block, "$ slotproxy explain --config config.yaml ")[1:] {
+		sql, want, _ := strings.Cut(ex, "\n")
+		sql, err := strconv.Unquote(sql)
+		if err != nil {
+			t.Fatalf("docs/configuration.md: example %q: %v", ex, err)
+		}
+		examples++
+		got, stderr, code := runCLIEnv(t, exampleEnv, "explain", "--config", exampleConfig, "--backend", testdb.Shared().Addr, sql)
+		if code != 0 {
+			t.Errorf("explain %q: exit %d: %s", sql, code, stderr)
+			continue
+		}
+		if norm(got) != norm(want) {
+			t.Errorf("docs/configuration.md shows for %q:\n%s\nexplain prints:\n%s", sql, strings.TrimSpace(want), strings.TrimSpace(got))
+		}
+	}
+	if examples < 4 {
+		t.Fatalf("docs/configuration.md: %d explain examples", examples)
 	}
 }
