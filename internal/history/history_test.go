@@ -452,11 +452,13 @@ func check(ops []op, final map[int]int64) []string {
 		byKey[o.Key] = append(byKey[o.Key], o)
 	}
 	for k := 1; k <= addKeys; k++ {
+		var adds []op
 		var sum, lo, hi int64
 		for _, o := range byKey[k] {
 			if o.Kind != opAdd {
 				continue
 			}
+			adds = append(adds, o)
 			if o.Info {
 				lo += min(0, o.Delta)
 				hi += max(0, o.Delta)
@@ -467,37 +469,38 @@ func check(ops []op, final map[int]int64) []string {
 		if final[k] < sum+lo || final[k] > sum+hi {
 			anomalies = append(anomalies, fmt.Sprintf("key %d: final total %d, but the committed increments sum to %d (%+d..%+d unknown): counts lost or invented", k, final[k], sum, lo, hi))
 		}
+		// For each read: the increments certainly before it (committed,
+		// ended before it began) and those that may be (begun before it
+		// ended). Prefix sums over the increments sorted by end and by
+		// start make that O(log n) per read.
+		byEnd := windows(adds, func(o op) time.Time { return o.End }, func(o op) bool { return !o.Info })
+		byStart := windows(adds, func(o op) time.Time { return o.Start }, func(op) bool { return true })
 		for _, r := range byKey[k] {
 			if r.Kind != opRead {
 				continue
 			}
-			// Increments before the read for certain, and possibly.
-			var certain, minus, plus int64
-			for _, o := range byKey[k] {
-				if o.Kind != opAdd {
-					continue
-				}
-				switch {
-				case !o.Info && o.End.Before(r.Start):
-					certain += o.Delta
-				case o.Start.Before(r.End):
-					minus += min(0, o.Delta)
-					plus += max(0, o.Delta)
-				}
-			}
-			if r.Value < certain+minus || r.Value > certain+plus {
+			c := byEnd.before(r.Start) // certain
+			m := byStart.before(r.End) // possible, the certain ones included
+			minus, plus := m.neg-c.neg, m.pos-c.pos
+			if r.Value < c.sum+minus || r.Value > c.sum+plus {
 				anomalies = append(anomalies, fmt.Sprintf("key %d: %s [%s, %s] returned %d; every serial order allows %d..%d",
-					k, r.Desc, r.Start.Format("15:04:05.000000"), r.End.Format("15:04:05.000000"), r.Value, certain+minus, certain+plus))
+					k, r.Desc, r.Start.Format("15:04:05.000000"), r.End.Format("15:04:05.000000"), r.Value, c.sum+minus, c.sum+plus))
 			}
 		}
 	}
 	for k := addKeys + 1; k <= addKeys+resetKeys; k++ {
 		// The increments that may count: those not certainly before the
 		// last reset that certainly happened.
-		var lastReset time.Time // the latest start of a certain reset
+		var lastReset, lastResetEnd time.Time // the latest start of a certain reset; the latest end of any reset
 		for _, o := range byKey[k] {
-			if o.Kind == opReset && !o.Info && o.Start.After(lastReset) {
+			if o.Kind != opReset {
+				continue
+			}
+			if !o.Info && o.Start.After(lastReset) {
 				lastReset = o.Start
+			}
+			if o.End.After(lastResetEnd) {
+				lastResetEnd = o.End
 			}
 		}
 		var certain, plus int64
@@ -508,8 +511,8 @@ func check(ops []op, final map[int]int64) []string {
 			switch {
 			case o.End.Before(lastReset):
 				// before the last reset: gone
-			case !o.Info && !resetAfter(byKey[k], o):
-				certain += o.Delta
+			case !o.Info && !lastResetEnd.After(o.Start):
+				certain += o.Delta // no reset may have come after it
 			default:
 				plus += o.Delta
 			}
@@ -522,15 +525,40 @@ func check(ops []op, final map[int]int64) []string {
 	return anomalies
 }
 
-// resetAfter reports whether a reset of the key may have committed after
-// the increment o (so that o may have been wiped).
-func resetAfter(ops []op, o op) bool {
-	for _, r := range ops {
-		if r.Kind == opReset && r.End.After(o.Start) {
-			return true
+// sums are the sums of a set of increments: of their deltas, of the
+// negative ones and of the positive ones.
+type sums struct{ sum, neg, pos int64 }
+
+// timeline holds increments sorted by one of their times, with prefix sums.
+type timeline struct {
+	at  []time.Time
+	pre []sums // pre[i]: the first i increments
+}
+
+// windows sorts the increments that keep passes by the time at gives them.
+func windows(adds []op, at func(op) time.Time, keep func(op) bool) timeline {
+	var kept []op
+	for _, o := range adds {
+		if keep(o) {
+			kept = append(kept, o)
 		}
 	}
-	return false
+	sort.Slice(kept, func(i, j int) bool { return at(kept[i]).Before(at(kept[j])) })
+	tl := timeline{at: make([]time.Time, len(kept)), pre: make([]sums, len(kept)+1)}
+	for i, o := range kept {
+		tl.at[i] = at(o)
+		p := tl.pre[i]
+		p.sum += o.Delta
+		p.neg += min(0, o.Delta)
+		p.pos += max(0, o.Delta)
+		tl.pre[i+1] = p
+	}
+	return tl
+}
+
+// before returns the sums of the increments whose time is before t.
+func (tl timeline) before(t time.Time) sums {
+	return tl.pre[sort.Search(len(tl.at), func(i int) bool { return !tl.at[i].Before(t) })]
 }
 
 // startProxy serves backend through a slotproxy with rw on a free port.
