@@ -189,7 +189,12 @@ type idleResult struct {
 	PerConnKiB    float64 `json:"per_conn_kib"`
 	ThreadsBefore int64   `json:"threads_before"`
 	ThreadsAfter  int64   `json:"threads_after"`
-	Method        string  `json:"method"`
+	// LoginsPerSec: connections opened (handshake, authentication, one
+	// query) per second, 16 at a time.
+	LoginsPerSec float64 `json:"logins_per_sec"`
+	// BackendConns: the server's Threads_connected grew by this much.
+	BackendConns int64  `json:"backend_conns"`
+	Method       string `json:"method"`
 }
 
 // idleConns opens --idle-conns connections through slotproxy running as a
@@ -280,10 +285,22 @@ func (b *bench) idleOne(ctx context.Context, mode string) (*idleResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	threads := func() int64 {
+		var name string
+		var v int64
+		if err := b.admin.QueryRowContext(ctx, "SHOW GLOBAL STATUS LIKE 'Threads_connected'").Scan(&name, &v); err != nil {
+			return -1
+		}
+		return v
+	}
+	backend0 := threads()
 	b.cons.progress(fmt.Sprintf("%-14s %-11s opening %d connections", wIdleConns, name, n))
+	opened := time.Now()
 	if err := open(n); err != nil {
 		return nil, fmt.Errorf("opening %d connections: %w", n, err)
 	}
+	logins := float64(n) / time.Since(opened).Seconds()
+	backend1 := threads()
 	b.cons.progress(fmt.Sprintf("%-14s %-11s %d connections open, settling", wIdleConns, name, n))
 	time.Sleep(settle)
 	st1, err := procStatus(pid)
@@ -298,6 +315,8 @@ func (b *bench) idleOne(ctx context.Context, mode string) (*idleResult, error) {
 		PerConnKiB:    float64(st1["VmRSS"]-st0["VmRSS"]) / float64(n),
 		ThreadsBefore: st0["Threads"],
 		ThreadsAfter:  st1["Threads"],
+		LoginsPerSec:  logins,
+		BackendConns:  backend1 - backend0,
 		Method: fmt.Sprintf("child process VmRSS growth / connections; each connection authenticated and ran one query; "+
 			"measured %s after opening, no forced GC", settle),
 	}, nil

@@ -406,10 +406,10 @@ func (r *report) print(w io.Writer) {
 
 	if len(r.Idle) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "idle-conns\tconns\tRSS before\tRSS after\tper conn\tthreads\t")
+		fmt.Fprintln(tw, "idle-conns\tconns\tRSS before\tRSS after\tper conn\tthreads\tlogins/s\tbackend conns\t")
 		for _, i := range r.Idle {
-			fmt.Fprintf(tw, "%s\t%d\t%d KiB\t%d KiB\t%.1f KiB\t%d → %d\t\n", i.Target, i.Conns, i.RSSBeforeKiB, i.RSSAfterKiB,
-				i.PerConnKiB, i.ThreadsBefore, i.ThreadsAfter)
+			fmt.Fprintf(tw, "%s\t%d\t%d KiB\t%d KiB\t%.1f KiB\t%d → %d\t%.0f\t+%d\t\n", i.Target, i.Conns, i.RSSBeforeKiB, i.RSSAfterKiB,
+				i.PerConnKiB, i.ThreadsBefore, i.ThreadsAfter, i.LoginsPerSec, i.BackendConns)
 		}
 		tw.Flush()
 		fmt.Fprintf(w, "(%s)\n\n", r.Idle[0].Method)
