@@ -67,6 +67,12 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	// Another make run is using the directory: this one takes the next
+	// free one (.local/run-2, …), so both run side by side and each stops
+	// only its own server and proxy.
+	for n, base := 2, state; running(state); n++ {
+		state = base + "-" + strconv.Itoa(n)
+	}
 	slotproxy, err := filepath.Abs(*bin)
 	if err != nil {
 		return err
@@ -366,6 +372,17 @@ func waitReady(metrics string, exited chan error) error {
 			return fmt.Errorf("slotproxy was not ready within a minute (http://%s/readyz)", metrics)
 		}
 	}
+}
+
+// running reports whether the state directory dir belongs to a make run
+// that is still running (its slotproxy's pid is alive).
+func running(dir string) bool {
+	data, err := os.ReadFile(filepath.Join(dir, "slotproxy.pid"))
+	if err != nil {
+		return false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	return err == nil && pid > 0 && syscall.Kill(pid, 0) == nil
 }
 
 func envOr(name, def string) string {
