@@ -17,8 +17,16 @@ import (
 
 // rewriteState is the executor's rewriting state for one session.
 type rewriteState struct {
-	infoKnown   bool // db, sql_mode and charset below are current
+	infoKnown   bool // db, sql_mode, charset and isolation below are current
 	db          string
+	// isolation is the session's transaction isolation level as the
+	// server spells it (REPEATABLE-READ, READ-COMMITTED, …).
+	isolation string
+	// weakAt is the number of the command that mentioned a weaker
+	// isolation level (see mentionsWeakIsolation), 0 if none: a one-shot
+	// SET TRANSACTION may be in force until the transaction after it ends.
+	weakAt uint64
+	weakTx bool // a transaction began after weakAt
 	ansiQuotes  bool
 	noBackslash bool
 	charset     string               // character_set_client
@@ -50,6 +58,16 @@ func (s *Session) tablesLocked() bool { return len(s.rw.locked) > 0 }
 func (s *Session) settleTransaction() {
 	if len(s.rw.own) > 0 && !s.inTransaction() {
 		s.rw.own = nil
+	}
+	if s.rw.weakAt != 0 && s.rw.weakAt < s.commands {
+		switch {
+		case s.inTransaction():
+			s.rw.weakTx = true
+		case s.rw.weakTx:
+			// A transaction begun after the command that mentioned the
+			// level has ended: a one-shot level is used up.
+			s.rw.weakAt, s.rw.weakTx = 0, false
+		}
 	}
 	s.rolledBack = false
 }
@@ -128,11 +146,56 @@ func sessionMayChange(sql []byte) bool {
 				return true
 			}
 		}
-		if len(w) >= 7 && (containsFold(w, "sql_mode") || containsFold(w, "charset") || containsFold(w, "character")) {
+		if len(w) >= 7 && (containsFold(w, "sql_mode") || containsFold(w, "charset") || containsFold(w, "character") || containsFold(w, "isolation")) {
 			return true
 		}
 	}
 	return false
+}
+
+// mentionsWeakIsolation reports whether a query may set a transaction
+// isolation level weaker than REPEATABLE READ (SET [SESSION] TRANSACTION
+// ISOLATION LEVEL READ COMMITTED, SET tx_isolation = 'READ-UNCOMMITTED',
+// …): it names isolation and committed or uncommitted. Conservative, like
+// sessionMayChange.
+func mentionsWeakIsolation(sql []byte) bool {
+	isolation, committed := false, false
+	for i := 0; i < len(sql); {
+		if !isWordByte(sql[i]) {
+			i++
+			continue
+		}
+		j := i + 1
+		for j < len(sql) && isWordByte(sql[j]) {
+			j++
+		}
+		w := sql[i:j]
+		i = j
+		if len(w) >= 9 && containsFold(w, "isolation") {
+			isolation = true
+		}
+		if len(w) >= 9 && containsFold(w, "committed") {
+			committed = true
+		}
+	}
+	return isolation && committed
+}
+
+// weakIsolation reports whether the session's transaction may run at READ
+// COMMITTED or READ UNCOMMITTED, where InnoDB takes no gap locks: a guard
+// then cannot keep rows it did not lock from appearing before its
+// statement runs. The level is the session's (read with the session
+// information); a statement that mentioned a weaker level counts until
+// the transaction after it ended, since a one-shot SET TRANSACTION does
+// not show in the session's variable.
+func (s *Session) weakIsolation() (bool, error) {
+	if err := s.ensureSessionInfo(); err != nil {
+		return false, err
+	}
+	if s.rw.weakAt != 0 {
+		return true, nil
+	}
+	return strings.HasPrefix(s.rw.isolation, "READ"), nil
 }
 
 // equalFold reports whether w is the ASCII lower-case word lower, ignoring
@@ -204,7 +267,7 @@ func (s *Session) ensureSessionInfo() error {
 	if s.rw.infoKnown {
 		return nil
 	}
-	r, err := s.query("SELECT DATABASE(), @@SESSION.sql_mode, @@SESSION.character_set_client")
+	r, err := s.query("SELECT DATABASE(), @@SESSION.sql_mode, @@SESSION.character_set_client, @@SESSION." + s.dial.IsolationVariable())
 	if err != nil {
 		return err
 	}
@@ -212,9 +275,10 @@ func (s *Session) ensureSessionInfo() error {
 		return errSessionInfo
 	}
 	vals, err := wire.TextRow(r.Rows[0])
-	if err != nil || len(vals) != 3 {
+	if err != nil || len(vals) != 4 {
 		return errSessionInfo
 	}
+	s.rw.isolation = strings.ToUpper(string(vals[3]))
 	mode := strings.ToUpper(string(vals[1]))
 	s.rw.db = string(vals[0])
 	s.rw.charset = strings.ToLower(string(vals[2]))
@@ -266,6 +330,9 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 		// just have learned it).
 		if s.rw.infoKnown && sessionMayChange(sql) {
 			s.rw.infoKnown = false
+		}
+		if mentionsWeakIsolation(sql) {
+			s.rw.weakAt, s.rw.weakTx = s.commands, false
 		}
 	}()
 	if s.tablesLocked() && rewrite.EndsTableLocks(sql) {

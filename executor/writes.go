@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -399,7 +400,7 @@ func infoRecords(info []byte) (uint64, bool) {
 // transaction (the client's, or one of the proxy's own around an
 // autocommit statement). The response is the statement's own.
 func (s *Session) execOnBase(p rewrite.Plan, ex *execution, seq *byte, more bool) (bool, error) {
-	g := rewrite.Plan{Kind: rewrite.KindGuarded, Table: p.Table, SQL: p.Original, Original: p.Original, Guard: p.Increment.Guard}
+	g := rewrite.Plan{Kind: rewrite.KindGuarded, Table: p.Table, SQL: p.Original, Original: p.Original, Guard: p.Increment.Guard, Increment: p.Increment}
 	main := func() ([]byte, []byte, error) {
 		if ex == nil {
 			return queryPacket(p.Original), nil, nil
@@ -548,16 +549,30 @@ func (s *Session) execGuarded(p rewrite.Plan, ex *execution, seq *byte, more boo
 // execGuardedWith is execGuarded whose statement is main's: the command
 // to send, or an ERR to report instead.
 func (s *Session) execGuardedWith(p rewrite.Plan, ex *execution, seq *byte, more bool, main func() ([]byte, []byte, error)) (bool, error) {
-	s.env.Stats.GuardedWrites.Add(1)
-	s.env.metrics().Statement(PathGuarded, ruleName(p.Table))
 	// An autocommit statement gets a transaction of its own around the
 	// fold and the statement; inside the client's transaction (or with
 	// autocommit off) everything runs in the client's transaction.
 	wrapped := s.autocommitted() && !s.tablesLocked()
+	gm, refusal, err := s.guardModeFor(p, ex, wrapped)
+	if err != nil {
+		return false, err
+	}
+	if refusal != "" {
+		return true, s.refuse(p.Table, refusal, seq)
+	}
+	s.env.Stats.GuardedWrites.Add(1)
+	s.env.metrics().Statement(PathGuarded, ruleName(p.Table))
 	for attempt := 1; ; attempt++ {
-		res, errPkt, err := s.guardedOnce(p, ex, wrapped, main)
+		res, errPkt, again, err := s.guardedOnce(p, ex, wrapped, gm, main)
 		if err != nil {
 			return false, err
+		}
+		if again {
+			if attempt >= guardAttempts {
+				return true, s.writeErr(wire.Errorf(mysql.ER_LOCK_DEADLOCK, "40001",
+					"slotproxy: rows of %s keep appearing under a write at %s; try restarting transaction", ruleName(p.Table), s.rw.isolation).Packet(), seq)
+			}
+			continue
 		}
 		if errPkt == nil {
 			// The statement's result, as it ended: in the proxy's own
@@ -585,77 +600,267 @@ func (s *Session) execGuardedWith(p rewrite.Plan, ex *execution, seq *byte, more
 	}
 }
 
-// guardedOnce runs one attempt of a guarded write: the statement's whole
-// response (an OK, or the rows of a RETURNING clause), or the ERR to report
-// (the proxy's own transaction already rolled back).
-func (s *Session) guardedOnce(p rewrite.Plan, ex *execution, wrapped bool, main func() ([]byte, []byte, error)) (*wire.Buffer, []byte, error) {
-	fail := func(pkt []byte) (*wire.Buffer, []byte, error) {
-		if wrapped {
-			if _, err := s.query("ROLLBACK"); err != nil {
-				return nil, nil, err
-			}
-		}
-		return nil, pkt, nil
+// guardAttempts bounds the attempts of a guarded write at READ COMMITTED
+// whose keys' rows keep appearing while it runs (guardByKey).
+const guardAttempts = 10
+
+// guardMode is how a guarded write keeps its fold exact.
+type guardMode struct {
+	// repeatable: the proxy's own transaction runs at REPEATABLE READ
+	// (the session's level is weaker).
+	repeatable bool
+	// keys: the client's transaction runs at READ COMMITTED or READ
+	// UNCOMMITTED, and the statement touches only rows of these keys
+	// (canonical integers) of table: those rows are locked by key, the
+	// statement runs, and when keys without a row got one meanwhile, it
+	// is undone (to a savepoint) and runs again.
+	keys  []string
+	table *rewrite.Table
+}
+
+// guardModeFor decides how plan p's guards keep their fold exact at the
+// session's isolation level, or why they cannot (refusal; nothing has
+// run). A guard's locking read (FOR UPDATE) takes gap locks only at
+// REPEATABLE READ and SERIALIZABLE: at a weaker level a row the guard did
+// not lock can appear, with increments in its slots, before the
+// statement writes it.
+func (s *Session) guardModeFor(p rewrite.Plan, ex *execution, wrapped bool) (guardMode, string, error) {
+	if s.tablesLocked() || p.Increment != nil {
+		// LOCK TABLES: nobody else writes the table. An increment run on
+		// the base row adds to whatever it finds: a slot it did not fold
+		// still counts.
+		return guardMode{}, "", nil
+	}
+	weak, err := s.weakIsolation()
+	if err != nil || !weak {
+		return guardMode{}, "", err
 	}
 	if wrapped {
-		r, err := s.query("BEGIN")
-		if err != nil {
-			return nil, nil, err
+		return guardMode{repeatable: true}, "", nil
+	}
+	if p.Delete {
+		// A row deleted with slots the guard did not fold leaves slot rows
+		// without a base row: no total reads them, and inserting the key
+		// again clears them.
+		return guardMode{}, "", nil
+	}
+	level := strings.ReplaceAll(s.rw.isolation, "-", " ")
+	if s.rw.weakAt != 0 && !strings.HasPrefix(level, "READ") {
+		level = "the level a SET TRANSACTION statement chose"
+	}
+	refusal := "the transaction runs at " + level + ", where InnoDB takes no gap locks, so rows this write finds only as it runs " +
+		"could hold increments the proxy did not fold. Run it at REPEATABLE READ or SERIALIZABLE, in autocommit, or name its rows by key (" +
+		keyName(p) + " = value or IN (values))"
+	if p.Guard == nil || len(p.Guards) > 0 || len(p.Guard.Keys) == 0 {
+		return guardMode{}, refusal, nil
+	}
+	keys := make([]string, 0, len(p.Guard.Keys))
+	for _, k := range p.Guard.Keys {
+		v := ""
+		switch {
+		case k.Param < 0:
+			v = literalKey(k.Literal)
+		case ex != nil:
+			v, _ = ex.params.intParam(k.Param)
 		}
-		if r.Failed() {
-			return nil, r.Err, nil
+		if v == "" {
+			return guardMode{}, refusal, nil
+		}
+		if !slices.Contains(keys, v) {
+			keys = append(keys, v)
 		}
 	}
-	if errPkt, err := s.lockAndFold(p, ex); err != nil || errPkt != nil {
+	t := p.Guard.Table
+	if t == nil {
+		t = p.Table
+	}
+	return guardMode{keys: keys, table: t}, "", nil
+}
+
+// keyName is the key column of the table a plan writes, for messages.
+func keyName(p rewrite.Plan) string {
+	if p.Table == nil {
+		return "key"
+	}
+	return p.Table.Key
+}
+
+// guardedOnce runs one attempt of a guarded write: the statement's whole
+// response (an OK, or the rows of a RETURNING clause), or the ERR to report
+// (the proxy's own transaction already rolled back), or again: the attempt
+// was undone and must be made again (guardMode.keys).
+func (s *Session) guardedOnce(p rewrite.Plan, ex *execution, wrapped bool, gm guardMode, main func() ([]byte, []byte, error)) (_ *wire.Buffer, _ []byte, again bool, _ error) {
+	fail := func(pkt []byte) (*wire.Buffer, []byte, bool, error) {
+		if wrapped {
+			if _, err := s.query("ROLLBACK"); err != nil {
+				return nil, nil, false, err
+			}
+		}
+		return nil, pkt, false, nil
+	}
+	run := func(q string) ([]byte, error) {
+		r, err := s.query(q)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
+		}
+		if r.Failed() {
+			return r.Err, nil
+		}
+		return nil, nil
+	}
+	if wrapped {
+		if gm.repeatable {
+			// One transaction's level: the session's own is untouched.
+			if errPkt, err := run("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"); err != nil || errPkt != nil {
+				return nil, errPkt, false, err
+			}
+		}
+		if errPkt, err := run("BEGIN"); err != nil || errPkt != nil {
+			return nil, errPkt, false, err
+		}
+	}
+	var missing []string
+	if gm.keys != nil {
+		var errPkt []byte
+		var err error
+		missing, errPkt, err = s.lockKeysAndFold(gm.table, gm.keys)
+		if err != nil {
+			return nil, nil, false, err
+		}
+		if errPkt != nil {
+			return fail(errPkt)
+		}
+		if len(missing) > 0 {
+			if errPkt, err := run("SAVEPOINT " + guardSavepoint); err != nil || errPkt != nil {
+				return nil, errPkt, false, err
+			}
+		}
+		if s.env.GuardWindow != nil {
+			s.env.GuardWindow()
+		}
+	} else if errPkt, err := s.lockAndFold(p, ex); err != nil || errPkt != nil {
+		if err != nil {
+			return nil, nil, false, err
 		}
 		return fail(errPkt)
 	}
 	payload, errPkt, err := main()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
 	if errPkt != nil {
 		return fail(errPkt)
 	}
 	if err := s.send(payload); err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
 	buf := &wire.Buffer{}
 	res, err := s.rd.Read(wire.Results, buf)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
 	if res.Failed() {
 		s.noteErr(res.ErrCode)
 		if wrapped {
 			// ROLLBACK clears the server's diagnostics: keep them.
 			if err := s.saveWarnings(); err != nil {
-				return nil, nil, err
+				return nil, nil, false, err
 			}
 		}
 		return fail(buf.Packets[len(buf.Packets)-1])
 	}
 	s.noteStatus(res)
-	if wrapped {
+	more := wrapped || len(missing) > 0 // statements still to run after it
+	if more {
 		if last := buf.Packets[len(buf.Packets)-1]; len(last) > 0 && last[0] == 0x00 {
 			if ok, err := wire.ParseOK(last); err == nil && ok.Warnings > 0 {
-				// COMMIT clears the server's diagnostics: keep them.
+				// COMMIT and the checks below clear the server's
+				// diagnostics: keep them.
 				if err := s.saveWarnings(); err != nil {
-					return nil, nil, err
+					return nil, nil, false, err
 				}
 			}
 		}
-		r, err := s.query("COMMIT")
-		if err != nil {
-			return nil, nil, err
+	}
+	if len(missing) > 0 {
+		// Keys that had no row when they were locked: if one has a row
+		// now, it appeared before the statement ran (the statement may
+		// have written it, with slots never folded): undo and again.
+		appeared, errPkt, err := s.lockKeys(gm.table, missing)
+		if err != nil || errPkt != nil {
+			return nil, errPkt, false, err
 		}
-		if r.Failed() {
-			return nil, r.Err, nil
+		if len(appeared) > 0 {
+			s.warnings = nil
+			if errPkt, err := run("ROLLBACK TO SAVEPOINT " + guardSavepoint); err != nil || errPkt != nil {
+				return nil, errPkt, false, err
+			}
+			return nil, nil, true, nil
+		}
+		if errPkt, err := run("RELEASE SAVEPOINT " + guardSavepoint); err != nil || errPkt != nil {
+			return nil, errPkt, false, err
 		}
 	}
-	return buf, nil, nil
+	if wrapped {
+		if errPkt, err := run("COMMIT"); err != nil || errPkt != nil {
+			return nil, errPkt, false, err
+		}
+		if gm.repeatable {
+			// The proxy's transaction used up any one-shot level.
+			s.rw.weakAt, s.rw.weakTx = 0, false
+		}
+	}
+	return buf, nil, false, nil
+}
+
+// guardSavepoint is the savepoint a guarded write at READ COMMITTED may
+// return to (guardMode.keys).
+const guardSavepoint = "`_slotproxy_guard`"
+
+// lockKeys locks the base rows of keys of t (FOR UPDATE) and returns the
+// keys that have one.
+func (s *Session) lockKeys(t *rewrite.Table, keys []string) (found []string, errPkt []byte, err error) {
+	r, err := s.query(t.LockSQL(keys))
+	if err != nil {
+		return nil, nil, err
+	}
+	if r.Failed() {
+		return nil, r.Err, nil
+	}
+	for _, row := range r.Rows {
+		vals, err := wire.TextRow(row)
+		if err != nil || len(vals) != 1 || vals[0] == nil || !isInteger(vals[0]) {
+			return nil, nil, errors.New("guard: key is not an integer")
+		}
+		found = append(found, string(vals[0]))
+	}
+	return found, nil, nil
+}
+
+// lockKeysAndFold locks the base rows of keys of t and folds their slots;
+// missing are the keys without a row.
+func (s *Session) lockKeysAndFold(t *rewrite.Table, keys []string) (missing []string, errPkt []byte, err error) {
+	found, errPkt, err := s.lockKeys(t, keys)
+	if err != nil || errPkt != nil {
+		return nil, errPkt, err
+	}
+	for _, k := range keys {
+		if !slices.Contains(found, k) {
+			missing = append(missing, k)
+		}
+	}
+	if len(found) > 0 {
+		for _, q := range t.FoldSQL(found) {
+			r, err := s.query(q)
+			if err != nil {
+				return nil, nil, err
+			}
+			if r.Failed() {
+				return nil, r.Err, nil
+			}
+		}
+	}
+	return missing, nil, nil
 }
 
 // lockAndFold runs a plan's guards: each locks the records its statement

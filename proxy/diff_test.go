@@ -255,6 +255,28 @@ var diffCorpus = []step{
 	multi("SELECT downloads FROM repos WHERE id = 2; SELECT name FROM users WHERE id = 1"),
 	multi("UPDATE repos SET downloads = 1 WHERE id = 3; SELECT nope; SELECT 1"),
 	text("SELECT id, downloads, stars FROM repos ORDER BY id"),
+	// READ COMMITTED: autocommit guarded writes run in a REPEATABLE READ
+	// transaction of the proxy's own; in a transaction, writes that name
+	// their rows by key lock those rows (a missing key: undone and run
+	// again if its row appears), deletes run as usual.
+	text("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"),
+	text("UPDATE repos SET downloads = downloads + 1 WHERE id = 1"),
+	text("UPDATE repos SET downloads = 40 WHERE name = 'beta'"),
+	text("BEGIN"),
+	text("UPDATE repos SET downloads = downloads + 1 WHERE id = 2"),
+	text("UPDATE repos SET downloads = 7, name = 'beta2' WHERE id = 2 AND name = 'beta'"),
+	prep("UPDATE repos SET stars = ? WHERE id IN (?, ?)", 9, 1, 77),
+	text("UPDATE repos SET downloads = 0 WHERE id = 99"),
+	text("DELETE FROM repos WHERE name = 'nobody'"),
+	text("SELECT id, downloads, stars, name FROM repos ORDER BY id"),
+	text("COMMIT"),
+	text("SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED"),
+	text("UPDATE repos SET downloads = 8 WHERE id = 2"),
+	text("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ"),
+	text("BEGIN"),
+	text("UPDATE repos SET downloads = 6 WHERE name = 'beta2'"),
+	text("COMMIT"),
+	text("SELECT id, downloads, stars, name FROM repos ORDER BY id"),
 	text("TRUNCATE TABLE repos"),
 	text("INSERT INTO repos (id, name) VALUES (1, 'fresh')"),
 	text("UPDATE repos SET downloads = downloads + 1 WHERE id = 1"),

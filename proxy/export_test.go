@@ -4,3 +4,6 @@ package proxy
 // command is forwarded. Tests use it to inject faults (a panic) into one
 // connection. Call it before Serve.
 func SetCommandHook(s *Server, f func(cmd byte)) { s.commandHook = f }
+
+// SetGuardWindow sets the executor's GuardWindow hook (see executor.Env).
+func SetGuardWindow(s *Server, f func()) { s.env.GuardWindow = f }

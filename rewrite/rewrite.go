@@ -64,6 +64,10 @@ type Plan struct {
 	// Invalidate: the statement may remove rows of Table; forget which keys
 	// are known to exist.
 	Invalidate bool
+	// Delete: a KindGuarded plan of a DELETE (no RETURNING): rows it finds
+	// only as it runs can leave slot rows behind but never change a total
+	// (no base row reads them, and inserting the key clears them).
+	Delete bool
 	// Reload: DDL on Table; reload its column list.
 	Reload bool
 	// Temp names the temporary tables ("schema.table", lower case) the
@@ -165,6 +169,11 @@ type Guard struct {
 	KeysSQL string
 	// KeysParams are the original placeholder indexes KeysSQL uses, in order.
 	KeysParams []int
+	// Keys are the values of a `key = v` or `key IN (v, …)` condition the
+	// statement's WHERE clause requires (nil when it requires none): the
+	// statement touches no row with another key. Under READ COMMITTED the
+	// executor locks the rows of these keys instead of running KeysSQL.
+	Keys []KeyValue
 }
 
 // FoldSQL returns the statements that fold the slots of the given keys

@@ -197,6 +197,12 @@ func (t *template) instantiate(sql string, spans [][2]int, slot func(int) int) [
 		if p.Guard != nil {
 			g := *p.Guard
 			g.KeysSQL = sub(g.KeysSQL)
+			if g.Keys != nil {
+				g.Keys = append([]KeyValue(nil), g.Keys...)
+				for i := range g.Keys {
+					g.Keys[i].Literal = sub(g.Keys[i].Literal)
+				}
+			}
 			p.Guard = &g
 		}
 		if p.Guards != nil {

@@ -310,7 +310,9 @@ func (r *Rewriter) delete(s *ast.DeleteStmt, w *reads, start, end int) Plan {
 		if targets == nil {
 			return w.readPlan(start, end)
 		}
-		return w.wideGuarded(targets, start, end, true)
+		p := w.wideGuarded(targets, start, end, true)
+		p.Delete = p.Kind == KindGuarded
+		return p
 	}
 	t, sc := w.singleTable(s.TableRefs)
 	if t == nil {
@@ -338,6 +340,7 @@ func (r *Rewriter) delete(s *ast.DeleteStmt, w *reads, start, end int) Plan {
 		SQL:        apply(w.sql, start, end, w.edits),
 		Guard:      g,
 		Invalidate: true,
+		Delete:     true,
 	}
 }
 
@@ -371,7 +374,17 @@ func (w *reads) wideGuarded(ts []*Table, start, end int, invalidate bool) Plan {
 // TRUE: a superset of the rows, read as they are now, not as a snapshot;
 // folding more records than needed keeps totals), no ORDER BY or LIMIT.
 func (r *Rewriter) guardWhere(t *Table, ref *tableRef, refs *ast.TableRefsClause, where ast.ExprNode, w *reads) *Guard {
-	return w.guardFor(t, ref, where, "FOR UPDATE")
+	g := w.guardFor(t, ref, where, "FOR UPDATE")
+	if where != nil {
+		for _, k := range keyConjunct(where, t, ref) {
+			kv := KeyValue{Param: w.paramIndex(k)}
+			if kv.Param < 0 {
+				kv.Literal = r.restore(k, w.sess)
+			}
+			g.Keys = append(g.Keys, kv)
+		}
+	}
+	return g
 }
 
 // wideGuard locks the slot rows of every record of t, and the gaps between

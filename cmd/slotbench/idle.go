@@ -11,9 +11,12 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/slotproxy/slotproxy/proxy"
@@ -79,7 +82,11 @@ func childMain() int {
 		return fail(fmt.Errorf("%s=%q: want proxy or relay", childEnv, mode))
 	}
 	fmt.Printf("LISTEN %s\n", addr)
-	io.Copy(io.Discard, os.Stdin)
+	// Each line on stdin asks for the goroutine count; EOF stops.
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		fmt.Printf("GOROUTINES %d\n", runtime.NumGoroutine())
+	}
 	stop()
 	return 0
 }
@@ -89,7 +96,27 @@ type child struct {
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
 	addr  string
+	lines chan string // stdout after the LISTEN line
 	done  chan error
+}
+
+// goroutines asks the child for its goroutine count (-1 if it does not
+// answer within 10s).
+func (c *child) goroutines() int64 {
+	if _, err := io.WriteString(c.stdin, "goroutines\n"); err != nil {
+		return -1
+	}
+	select {
+	case line := <-c.lines:
+		if v, ok := strings.CutPrefix(line, "GOROUTINES "); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err == nil {
+				return n
+			}
+		}
+	case <-time.After(10 * time.Second):
+	}
+	return -1
 }
 
 func (b *bench) startChild(mode string) (*child, error) {
@@ -117,19 +144,20 @@ func (b *bench) startChild(mode string) (*child, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	c := &child{cmd: cmd, stdin: stdin, done: make(chan error, 1)}
-	lines := make(chan string, 1)
+	c := &child{cmd: cmd, stdin: stdin, lines: make(chan string, 16), done: make(chan error, 1)}
 	go func() {
 		sc := bufio.NewScanner(stdout)
-		if sc.Scan() {
-			lines <- sc.Text()
+		for sc.Scan() {
+			select {
+			case c.lines <- sc.Text():
+			default: // nobody asked: drop
+			}
 		}
-		close(lines)
-		io.Copy(io.Discard, stdout)
+		close(c.lines)
 		c.done <- cmd.Wait()
 	}()
 	select {
-	case line, ok := <-lines:
+	case line, ok := <-c.lines:
 		if addr, found := strings.CutPrefix(line, "LISTEN "); ok && found {
 			c.addr = addr
 			return c, nil
@@ -193,8 +221,24 @@ type idleResult struct {
 	// query) per second, 16 at a time.
 	LoginsPerSec float64 `json:"logins_per_sec"`
 	// BackendConns: the server's Threads_connected grew by this much.
-	BackendConns int64  `json:"backend_conns"`
-	Method       string `json:"method"`
+	BackendConns int64 `json:"backend_conns"`
+	// Goroutines in the child before and after opening the connections.
+	GoroutinesBefore int64 `json:"goroutines_before"`
+	GoroutinesAfter  int64 `json:"goroutines_after"`
+	// The active phase: every connection at once runs increments of one
+	// hot counter and reads of it, for ActiveSeconds.
+	ActiveSeconds    float64 `json:"active_seconds,omitempty"`
+	ActiveOpsPerSec  float64 `json:"active_ops_per_sec,omitempty"`
+	ActiveP99Ms      float64 `json:"active_p99_ms,omitempty"`
+	ActiveErrors     int64   `json:"active_errors,omitempty"`
+	ActivePeakRSSKiB int64   `json:"active_peak_rss_kib,omitempty"`
+	ActiveGoroutines int64   `json:"active_goroutines,omitempty"`
+	// ActiveCountsExact: the counter's total grew by exactly the number of
+	// increments acknowledged in the active phase.
+	ActiveCountsExact *bool `json:"active_counts_exact,omitempty"`
+	// Skipped says why this target was not measured.
+	Skipped string `json:"skipped,omitempty"`
+	Method  string `json:"method"`
 }
 
 // idleConns opens --idle-conns connections through slotproxy running as a
@@ -203,6 +247,17 @@ type idleResult struct {
 // connection; then the same for the plain relay, for reference.
 func (b *bench) idleConns(ctx context.Context) error {
 	for _, mode := range []string{"proxy", "relay"} {
+		if mode == "relay" {
+			// The relay's io.Copy splices through a pipe pair per direction
+			// while it waits: 6 descriptors per connection in its process.
+			var lim syscall.Rlimit
+			if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil && uint64(6*b.opts.idleConns+64) > lim.Cur {
+				why := fmt.Sprintf("the relay needs 6 file descriptors per connection (client and backend sockets, a splice pipe pair per direction) and the limit is %d", lim.Cur)
+				b.cons.progress(fmt.Sprintf("%-14s %-11s skipped: %s", wIdleConns, "relay", why))
+				b.rep.Idle = append(b.rep.Idle, &idleResult{Target: "relay", Conns: b.opts.idleConns, Skipped: why})
+				continue
+			}
+		}
 		r, err := b.idleOne(ctx, mode)
 		if err != nil {
 			return fmt.Errorf("%s: %w", mode, err)
@@ -236,6 +291,8 @@ func (b *bench) idleOne(ctx context.Context, mode string) (*idleResult, error) {
 	}()
 	var mu sync.Mutex
 	open := func(k int) error {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
 		sem := make(chan struct{}, 16)
 		errs := make(chan error, k)
 		var wg sync.WaitGroup
@@ -245,15 +302,19 @@ func (b *bench) idleOne(ctx context.Context, mode string) (*idleResult, error) {
 			go func() {
 				defer wg.Done()
 				defer func() { <-sem }()
-				conn, err := db.Conn(ctx)
+				// A login that takes 30s is a failure, and ends the others.
+				cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
+				defer ccancel()
+				conn, err := db.Conn(cctx)
 				if err == nil {
 					var name string
-					if err = conn.QueryRowContext(ctx, "SELECT name FROM repos WHERE id = 1").Scan(&name); err != nil {
+					if err = conn.QueryRowContext(cctx, "SELECT name FROM repos WHERE id = 1").Scan(&name); err != nil {
 						conn.Close()
 					}
 				}
 				if err != nil {
 					errs <- err
+					cancel()
 					return
 				}
 				mu.Lock()
@@ -294,6 +355,7 @@ func (b *bench) idleOne(ctx context.Context, mode string) (*idleResult, error) {
 		return v
 	}
 	backend0 := threads()
+	g0 := c.goroutines()
 	b.cons.progress(fmt.Sprintf("%-14s %-11s opening %d connections", wIdleConns, name, n))
 	opened := time.Now()
 	if err := open(n); err != nil {
@@ -307,17 +369,121 @@ func (b *bench) idleOne(ctx context.Context, mode string) (*idleResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &idleResult{
-		Target:        name,
-		Conns:         n,
-		RSSBeforeKiB:  st0["VmRSS"],
-		RSSAfterKiB:   st1["VmRSS"],
-		PerConnKiB:    float64(st1["VmRSS"]-st0["VmRSS"]) / float64(n),
-		ThreadsBefore: st0["Threads"],
-		ThreadsAfter:  st1["Threads"],
-		LoginsPerSec:  logins,
-		BackendConns:  backend1 - backend0,
+	g1 := c.goroutines()
+	res := &idleResult{
+		Target:           name,
+		Conns:            n,
+		RSSBeforeKiB:     st0["VmRSS"],
+		RSSAfterKiB:      st1["VmRSS"],
+		PerConnKiB:       float64(st1["VmRSS"]-st0["VmRSS"]) / float64(n),
+		ThreadsBefore:    st0["Threads"],
+		ThreadsAfter:     st1["Threads"],
+		LoginsPerSec:     logins,
+		BackendConns:     backend1 - backend0,
+		GoroutinesBefore: g0,
+		GoroutinesAfter:  g1,
 		Method: fmt.Sprintf("child process VmRSS growth / connections; each connection authenticated and ran one query; "+
-			"measured %s after opening, no forced GC", settle),
-	}, nil
+			"measured %s after opening, no forced GC; then every connection at once increments repos id 1 and reads it back", settle),
+	}
+	if mode == "proxy" {
+		if err := b.idleActive(ctx, c, conns, res); err != nil {
+			return nil, fmt.Errorf("active phase: %w", err)
+		}
+	}
+	return res, nil
+}
+
+// idleActive runs the active phase on the open connections conns: each
+// loops on an autocommit increment of the hot counter (repos id 1) and a
+// read of it, all at once, while the child's RSS and goroutines are
+// sampled; then it checks that the total grew by exactly the increments
+// acknowledged.
+func (b *bench) idleActive(ctx context.Context, c *child, conns []*sql.Conn, res *idleResult) error {
+	dur := 5 * time.Second
+	if b.opts.smoke {
+		dur = 500 * time.Millisecond
+	}
+	b.cons.progress(fmt.Sprintf("%-14s %-11s %d connections active for %s", wIdleConns, "slotproxy", len(conns), dur))
+	before, err := b.total(ctx, 1)
+	if err != nil {
+		return err
+	}
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		lat    []time.Duration
+		incs   int64
+		ops    int64
+		errs   int64
+		peak   int64
+		maxG   int64
+		stopAt = time.Now().Add(dur)
+	)
+	sampleDone := make(chan struct{})
+	go func() {
+		defer close(sampleDone)
+		for time.Now().Before(stopAt) {
+			if st, err := procStatus(c.cmd.Process.Pid); err == nil && st["VmRSS"] > peak {
+				peak = st["VmRSS"]
+			}
+			if g := c.goroutines(); g > maxG {
+				maxG = g
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	}()
+	start := time.Now()
+	for _, conn := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []time.Duration
+			var myIncs, myOps, myErrs int64
+			for time.Now().Before(stopAt) {
+				t0 := time.Now()
+				r, err := conn.ExecContext(ctx, sqlIncrement)
+				if err == nil {
+					if n, _ := r.RowsAffected(); n == 1 {
+						myIncs++
+					}
+					var v int64
+					err = conn.QueryRowContext(ctx, "SELECT downloads FROM repos WHERE id = 1").Scan(&v)
+				}
+				if err != nil {
+					myErrs++
+					continue
+				}
+				myOps += 2
+				mine = append(mine, time.Since(t0))
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			incs += myIncs
+			ops += myOps
+			errs += myErrs
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	<-sampleDone
+	after, err := b.total(ctx, 1)
+	if err != nil {
+		return err
+	}
+	exact := after-before == incs
+	slices.Sort(lat)
+	res.ActiveSeconds = elapsed.Seconds()
+	res.ActiveOpsPerSec = float64(ops) / elapsed.Seconds()
+	if len(lat) > 0 {
+		res.ActiveP99Ms = float64(lat[len(lat)*99/100].Microseconds()) / 1000
+	}
+	res.ActiveErrors = errs
+	res.ActivePeakRSSKiB = peak
+	res.ActiveGoroutines = maxG
+	res.ActiveCountsExact = &exact
+	if !exact {
+		return fmt.Errorf("the total grew by %d, %d increments were acknowledged", after-before, incs)
+	}
+	return nil
 }

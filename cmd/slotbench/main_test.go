@@ -84,8 +84,11 @@ func TestSmoke(t *testing.T) {
 		t.Errorf("idle-conns: %d results, want slotproxy and relay", len(rep.Idle))
 	}
 	for _, i := range rep.Idle {
-		if i.RSSBeforeKiB <= 0 || i.RSSAfterKiB <= 0 || i.Conns == 0 {
+		if i.RSSBeforeKiB <= 0 || i.RSSAfterKiB <= 0 || i.Conns == 0 || i.GoroutinesAfter <= 0 {
 			t.Errorf("idle-conns %s: %+v", i.Target, *i)
+		}
+		if i.Target == "slotproxy" && (i.ActiveCountsExact == nil || !*i.ActiveCountsExact || i.ActiveOpsPerSec <= 0) {
+			t.Errorf("idle-conns active phase: %+v", *i)
 		}
 	}
 	if len(rep.SlotStudy) != 2 {

@@ -406,13 +406,29 @@ func (r *report) print(w io.Writer) {
 
 	if len(r.Idle) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "idle-conns\tconns\tRSS before\tRSS after\tper conn\tthreads\tlogins/s\tbackend conns\t")
+		fmt.Fprintln(tw, "idle-conns\tconns\tRSS before\tRSS after\tper conn\tthreads\tgoroutines\tlogins/s\tbackend conns\t")
+		method := ""
 		for _, i := range r.Idle {
-			fmt.Fprintf(tw, "%s\t%d\t%d KiB\t%d KiB\t%.1f KiB\t%d → %d\t%.0f\t+%d\t\n", i.Target, i.Conns, i.RSSBeforeKiB, i.RSSAfterKiB,
-				i.PerConnKiB, i.ThreadsBefore, i.ThreadsAfter, i.LoginsPerSec, i.BackendConns)
+			if i.Skipped != "" {
+				fmt.Fprintf(tw, "%s\t%d\tskipped\t\t\t\t\t\t\t\n", i.Target, i.Conns)
+				continue
+			}
+			method = i.Method
+			fmt.Fprintf(tw, "%s\t%d\t%d KiB\t%d KiB\t%.1f KiB\t%d → %d\t%d → %d\t%.0f\t+%d\t\n", i.Target, i.Conns, i.RSSBeforeKiB, i.RSSAfterKiB,
+				i.PerConnKiB, i.ThreadsBefore, i.ThreadsAfter, i.GoroutinesBefore, i.GoroutinesAfter, i.LoginsPerSec, i.BackendConns)
 		}
 		tw.Flush()
-		fmt.Fprintf(w, "(%s)\n\n", r.Idle[0].Method)
+		fmt.Fprintf(w, "(%s)\n", method)
+		for _, i := range r.Idle {
+			if i.Skipped != "" {
+				fmt.Fprintf(w, "%s skipped: %s\n", i.Target, i.Skipped)
+			}
+			if i.ActiveCountsExact != nil {
+				fmt.Fprintf(w, "active: %s, %d connections at once for %.1fs: %.0f ops/s, p99 %.1f ms (increment + read), %d errors, peak RSS %d KiB, up to %d goroutines, counts exact: %v\n",
+					i.Target, i.Conns, i.ActiveSeconds, i.ActiveOpsPerSec, i.ActiveP99Ms, i.ActiveErrors, i.ActivePeakRSSKiB, i.ActiveGoroutines, *i.ActiveCountsExact)
+			}
+		}
+		fmt.Fprintln(w)
 	}
 
 	if len(r.Comparisons) > 0 {

@@ -129,6 +129,18 @@ func (d Dialect) ExecuteImmediate() bool {
 	return d.Flavor == MariaDB && d.AtLeast(10, 2, 0)
 }
 
+// IsolationVariable is the system variable holding the session's
+// transaction isolation level: transaction_isolation on MySQL (8.0 removed
+// tx_isolation) and on MariaDB 11.1 and later; tx_isolation on older
+// MariaDB, which has only that name. An Unknown server is taken for MySQL,
+// as elsewhere.
+func (d Dialect) IsolationVariable() string {
+	if d.Flavor == MariaDB && !d.AtLeast(11, 1, 0) {
+		return "tx_isolation"
+	}
+	return "transaction_isolation"
+}
+
 // TableStatement reports whether the TABLE t statement exists: MySQL
 // 8.0.19 and later. MariaDB has none (a syntax error).
 func (d Dialect) TableStatement() bool {

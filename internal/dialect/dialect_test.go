@@ -34,23 +34,25 @@ func TestDecisions(t *testing.T) {
 		rowAlias, returning, executeImmediate bool
 		lockWaits                             LockWaitSource
 		nowait                                uint16
+		isolation                             string
 	}
 	for _, tc := range []struct {
 		version string
 		want    row
 	}{
-		{"10.11.14-MariaDB-0+deb12u2", row{false, true, true, InnoDBLockWaits, 1205}},
-		{"5.5.5-10.4.34-MariaDB", row{false, false, true, InnoDBLockWaits, 1205}},
-		{"10.1.48-MariaDB", row{false, false, false, InnoDBLockWaits, 1205}},
-		{"9.7.4-2", row{true, false, false, DataLockWaits, 3572}},
-		{"8.4.3", row{true, false, false, DataLockWaits, 3572}},
-		{"8.0.20", row{true, false, false, DataLockWaits, 3572}},
-		{"8.0.19-log", row{false, false, false, DataLockWaits, 3572}},
-		{"5.7.44", row{false, false, false, InnoDBLockWaits, 3572}},
-		{"garbage", row{false, false, false, DataLockWaits, 3572}},
+		{"10.11.14-MariaDB-0+deb12u2", row{false, true, true, InnoDBLockWaits, 1205, "tx_isolation"}},
+		{"11.4.2-MariaDB", row{false, true, true, InnoDBLockWaits, 1205, "transaction_isolation"}},
+		{"5.5.5-10.4.34-MariaDB", row{false, false, true, InnoDBLockWaits, 1205, "tx_isolation"}},
+		{"10.1.48-MariaDB", row{false, false, false, InnoDBLockWaits, 1205, "tx_isolation"}},
+		{"9.7.4-2", row{true, false, false, DataLockWaits, 3572, "transaction_isolation"}},
+		{"8.4.3", row{true, false, false, DataLockWaits, 3572, "transaction_isolation"}},
+		{"8.0.20", row{true, false, false, DataLockWaits, 3572, "transaction_isolation"}},
+		{"8.0.19-log", row{false, false, false, DataLockWaits, 3572, "transaction_isolation"}},
+		{"5.7.44", row{false, false, false, InnoDBLockWaits, 3572, "transaction_isolation"}},
+		{"garbage", row{false, false, false, DataLockWaits, 3572, "transaction_isolation"}},
 	} {
 		d := Parse(tc.version)
-		got := row{d.UpsertRowAlias(), d.Returning(), d.ExecuteImmediate(), d.LockWaits(), d.LockNowaitError()}
+		got := row{d.UpsertRowAlias(), d.Returning(), d.ExecuteImmediate(), d.LockWaits(), d.LockNowaitError(), d.IsolationVariable()}
 		if got != tc.want {
 			t.Errorf("%s: %+v, want %+v", tc.version, got, tc.want)
 		}

@@ -1,0 +1,156 @@
+package proxy_test
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/go-mysql-org/go-mysql/client"
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/slotproxy/slotproxy/internal/testdb"
+	"github.com/slotproxy/slotproxy/proxy"
+)
+
+// TestReadCommittedGuardedWrites: at READ COMMITTED, InnoDB takes no gap
+// locks, so a guard cannot keep rows it did not lock from appearing (with
+// increments in their slots) before its statement writes them. Writes that
+// name their rows by key are exact (the rows are locked by key; a key
+// whose row appears in between makes the statement run again), as are
+// autocommit writes (the proxy's transaction runs at REPEATABLE READ);
+// other writes inside a transaction are refused, before anything runs.
+func TestReadCommittedGuardedWrites(t *testing.T) {
+	setupDiffSchemas(t)
+	var window atomic.Int32
+	var inWindow atomic.Pointer[func()]
+	p := startProxyFull(t, func(c *proxy.Config) { c.Rewriter = newRewriter(diffCatalog()) }, func(s *proxy.Server) {
+		proxy.SetGuardWindow(s, func() {
+			window.Add(1)
+			if f := inWindow.Swap(nil); f != nil {
+				(*f)()
+			}
+		})
+	})
+	connect := func(addr string) *client.Conn {
+		c, err := client.Connect(addr, testdb.User, testdb.Password, ruledSchema)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	a, b, direct := connect(p.addr), connect(p.addr), connect(testdb.Shared().Addr)
+	exec := func(c *client.Conn, q string) *gomysql.Result {
+		t.Helper()
+		r, err := c.Execute(q)
+		if err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		return r
+	}
+	total := func(id int) int64 {
+		t.Helper()
+		r := exec(b, "SELECT downloads FROM repos WHERE id = "+itoa(id))
+		v, _ := r.GetInt(0, 0)
+		return v
+	}
+	refused := func(q string) {
+		t.Helper()
+		_, err := a.Execute(q)
+		var me *gomysql.MyError
+		if !asMyError(err, &me) || me.Code != 1235 || !strings.Contains(me.Message, "rule diff_ruled.repos") ||
+			!strings.Contains(me.Message, "READ COMMITTED") || !strings.Contains(me.Message, "REPEATABLE READ") {
+			t.Fatalf("%s: %v, want refusal 1235 naming the rule and the isolation level", q, err)
+		}
+	}
+
+	exec(a, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+	exec(a, "UPDATE repos SET downloads = downloads + 3 WHERE id = 1") // slotted
+	// Autocommit, rows known only as it runs: the proxy's own transaction
+	// runs at REPEATABLE READ; the session's level stays.
+	if r := exec(a, "UPDATE repos SET downloads = 50 WHERE name = 'alpha'"); r.AffectedRows != 1 {
+		t.Fatalf("affected %d", r.AffectedRows)
+	}
+	if v := total(1); v != 50 {
+		t.Fatalf("total %d, want 50", v)
+	}
+	if lvl := exec(a, "SELECT REPLACE(@@SESSION."+isolationVar(a)+", '-', ' ')"); !strings.HasPrefix(string(lvl.Values[0][0].AsString()), "READ COMMITTED") {
+		t.Fatalf("session level after the write: %q", lvl.Values[0][0].AsString())
+	}
+
+	// In a transaction: refused, nothing run, no lock taken.
+	exec(a, "BEGIN")
+	exec(a, "UPDATE repos SET downloads = downloads + 1 WHERE id = 1")
+	refused("UPDATE repos SET downloads = 5 WHERE name = 'alpha'")
+	refused("UPDATE repos r JOIN users u ON u.id = r.owner_id SET r.downloads = 0 WHERE u.name = 'ann'")
+	refused("INSERT INTO repos (id, name) VALUES (1, 'x') ON DUPLICATE KEY UPDATE downloads = 0")
+	exec(direct, "SET SESSION innodb_lock_wait_timeout = 1")
+	exec(direct, "UPDATE repos SET name = name WHERE id = 2") // not locked by the refusals
+	// By key: exact.
+	exec(a, "UPDATE repos SET downloads = 7 WHERE id = 1 AND name = 'alpha'")
+	exec(a, "DELETE FROM repos WHERE name = 'nobody'")
+	exec(a, "COMMIT")
+	if v := total(1); v != 7 {
+		t.Fatalf("total %d, want 7", v)
+	}
+
+	// A key without a row gets one, with an increment, between the lock
+	// and the statement: the statement is undone and runs again over the
+	// folded row, as if it had run after the increment (as directly).
+	late := func() {
+		exec(b, "INSERT INTO repos (id, name) VALUES (99, 'late')")
+		exec(b, "UPDATE repos SET downloads = downloads + 5 WHERE id = 99")
+	}
+	inWindow.Store(&late)
+	window.Store(0)
+	exec(a, "BEGIN")
+	if r := exec(a, "UPDATE repos SET downloads = 1 WHERE id IN (99, 1)"); r.AffectedRows != 2 {
+		t.Fatalf("affected %d, want 2", r.AffectedRows)
+	}
+	exec(a, "COMMIT")
+	if n := window.Load(); n != 2 {
+		t.Fatalf("the statement ran %d times, want 2 (undone once)", n)
+	}
+	if v := total(99); v != 1 {
+		t.Fatalf("total of the late row %d, want 1", v)
+	}
+
+	// A one-shot SET TRANSACTION: its transaction is weak, the next is not.
+	exec(a, "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+	exec(a, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+	exec(a, "BEGIN")
+	_, err := a.Execute("UPDATE repos SET downloads = 2 WHERE name = 'beta'")
+	var me *gomysql.MyError
+	if !asMyError(err, &me) || me.Code != 1235 {
+		t.Fatalf("one-shot READ COMMITTED: %v, want refusal", err)
+	}
+	exec(a, "COMMIT")
+	exec(a, "BEGIN")
+	exec(a, "UPDATE repos SET downloads = 2 WHERE name = 'beta'")
+	exec(a, "COMMIT")
+	if v := total(2); v != 2 {
+		t.Fatalf("total %d, want 2", v)
+	}
+	var slots int64
+	if r := exec(direct, "SELECT COUNT(*) FROM slotted_counters WHERE record_id IN (1, 2, 99) AND count <> 0"); true {
+		slots, _ = r.GetInt(0, 0)
+	}
+	if slots != 0 {
+		t.Fatalf("%d slot rows left for folded records", slots)
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+func asMyError(err error, me **gomysql.MyError) bool { return errors.As(err, me) }
+
+// isolationVar is the session variable holding the isolation level on the
+// server behind c.
+func isolationVar(c *client.Conn) string {
+	if strings.Contains(strings.ToLower(c.GetServerVersion()), "mariadb") {
+		return "tx_isolation"
+	}
+	return "transaction_isolation"
+}
