@@ -17,16 +17,16 @@ import (
 
 // rewriteState is the executor's rewriting state for one session.
 type rewriteState struct {
-	infoKnown   bool // db, sql_mode, charset and isolation below are current
-	db          string
+	infoKnown bool // db, sql_mode, charset and isolation below are current
+	db        string
 	// isolation is the session's transaction isolation level as the
 	// server spells it (REPEATABLE-READ, READ-COMMITTED, …).
 	isolation string
 	// weakAt is the number of the command that mentioned a weaker
 	// isolation level (see mentionsWeakIsolation), 0 if none: a one-shot
 	// SET TRANSACTION may be in force until the transaction after it ends.
-	weakAt uint64
-	weakTx bool // a transaction began after weakAt
+	weakAt      uint64
+	weakTx      bool // a transaction began after weakAt
 	ansiQuotes  bool
 	noBackslash bool
 	charset     string               // character_set_client
