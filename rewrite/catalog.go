@@ -4,9 +4,13 @@
 package rewrite
 
 import (
+	"slices"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/pingcap/tidb/pkg/parser"
+	"github.com/pingcap/tidb/pkg/parser/ast"
 )
 
 // Table is what the rewriter knows about one ruled table.
@@ -127,22 +131,113 @@ type Catalog struct {
 	others map[string][]string // columns of unruled tables, lower case keys
 	names  []string            // distinct lower-case ruled table names, for the pre-filter
 	first  [256]bool           // first bytes (both cases) of names
+	// views are the views that read a ruled table, directly or through
+	// other views, by "schema.view" (lower case): the ruled table.
+	views map[string]*Table
+}
+
+// AddViews records the views of ruled schemas, defs mapping "schema.view"
+// to the view's definition as the server stores it: a statement that
+// writes through a view that reads a ruled table is refused (the proxy
+// plans writes of tables, not of views). A definition that does not parse
+// counts as reading every table it names. Call it before the catalog is
+// used; it is not safe concurrently with rewriting.
+func (c *Catalog) AddViews(defs map[string]string) {
+	type view struct {
+		reads []string // "schema.table" lower case
+	}
+	all := map[string]*view{}
+	p := parser.New()
+	for k, def := range defs {
+		k = strings.ToLower(k)
+		schema, _, _ := strings.Cut(k, ".")
+		v := &view{}
+		all[k] = v
+		if st, err := p.ParseOneStmt(def, "", ""); err == nil {
+			var names tableNames
+			st.Accept(&names)
+			for _, tn := range names.found {
+				v.reads = append(v.reads, strings.ToLower(schemaOr(tn.Schema.O, schema)+"."+tn.Name.O))
+			}
+			continue
+		}
+		// Unparsed: any ruled or view name it contains, in its schema.
+		low := strings.ToLower(def)
+		for name := range c.tables {
+			if _, n, _ := strings.Cut(name, "."); strings.Contains(low, n) {
+				v.reads = append(v.reads, name)
+			}
+		}
+		for name := range defs {
+			if _, n, _ := strings.Cut(strings.ToLower(name), "."); strings.Contains(low, n) {
+				v.reads = append(v.reads, strings.ToLower(name))
+			}
+		}
+	}
+	c.views = map[string]*Table{}
+	for changed := true; changed; {
+		changed = false
+		for k, v := range all {
+			if c.views[k] != nil {
+				continue
+			}
+			for _, r := range v.reads {
+				t := c.tables[r]
+				if t == nil {
+					t = c.views[r]
+				}
+				if t != nil && r != k {
+					c.views[k] = t
+					changed = true
+					break
+				}
+			}
+		}
+	}
+	for k := range c.views {
+		_, n, _ := strings.Cut(k, ".")
+		c.addName(n)
+	}
+	sort.Strings(c.names)
+}
+
+// view returns the ruled table the view schema.name reads, or nil when it
+// is not a view of a ruled table.
+func (c *Catalog) view(schema, name string) *Table {
+	if len(c.views) == 0 {
+		return nil
+	}
+	return c.views[strings.ToLower(schema)+"."+strings.ToLower(name)]
+}
+
+// tableNames collects the table names of a statement.
+type tableNames struct{ found []*ast.TableName }
+
+func (c *tableNames) Enter(n ast.Node) (ast.Node, bool) {
+	if tn, ok := n.(*ast.TableName); ok {
+		c.found = append(c.found, tn)
+	}
+	return n, false
+}
+
+func (c *tableNames) Leave(n ast.Node) (ast.Node, bool) { return n, true }
+
+// addName adds a lower-case name to the pre-filter's names (not sorted).
+func (c *Catalog) addName(n string) {
+	n = strings.ToLower(n)
+	if n == "" || slices.Contains(c.names, n) {
+		return
+	}
+	c.names = append(c.names, n)
+	c.first[n[0]] = true
+	c.first[strings.ToUpper(n[:1])[0]] = true
 }
 
 // NewCatalog builds a catalog. others maps "schema.table" (any case) to the
 // columns of tables that are not ruled; it may be nil.
 func NewCatalog(tables []*Table, others map[string][]string) *Catalog {
 	c := &Catalog{tables: map[string]*Table{}, slots: map[string]*Table{}, others: map[string][]string{}}
-	seen := map[string]bool{}
-	name := func(n string) {
-		n = strings.ToLower(n)
-		if n != "" && !seen[n] {
-			seen[n] = true
-			c.names = append(c.names, n)
-			c.first[n[0]] = true
-			c.first[strings.ToUpper(n[:1])[0]] = true
-		}
-	}
+	name := c.addName
 	for _, t := range tables {
 		c.tables[strings.ToLower(t.Schema+"."+t.Name)] = t
 		name(t.Name)

@@ -515,6 +515,10 @@ func SessionCut(plans []Plan) int {
 // plan decides one statement. sql[start:end] is its text.
 func (r *Rewriter) plan(st ast.StmtNode, sql string, start, end int, sess Session, slot func(int) int) Plan {
 	w := &reads{r: r, sql: sql, sess: sess, tables: map[*Table]bool{}, params: numberParams(st), slot: slot}
+	if t, view := r.writesView(st, sess); t != nil {
+		return Plan{Kind: KindRefused, Table: t, Reason: "it writes through view " + view + ", which reads ruled table " + t.Qualified() +
+			": the proxy plans writes of the table, not of views over it (write " + t.Qualified() + " itself)"}
+	}
 	var p Plan
 	switch s := st.(type) {
 	case *ast.UpdateStmt:
@@ -566,6 +570,14 @@ func (r *Rewriter) plan(st ast.StmtNode, sql string, start, end int, sess Sessio
 		}
 		if s.TemporaryKeyword != ast.TemporaryNone || temp != nil {
 			return Plan{Kind: KindOriginal, Temp: temp, Reason: "DROP of a temporary table"}
+		}
+		if s.IsView {
+			for _, tn := range s.Tables {
+				if t := r.cat.view(schemaOr(tn.Schema.O, sess.DB), tn.Name.O); t != nil {
+					return Plan{Kind: KindOriginal, Table: t, Reload: true, Reason: "DROP VIEW of a view of a ruled table: the catalog is reloaded after it"}
+				}
+			}
+			return Plan{Kind: KindOriginal}
 		}
 		// Dropping a ruled table drops its counters: its slot rows go
 		// with it, or a table re-created under the name (a dump being
@@ -632,6 +644,19 @@ func (r *Rewriter) plan(st ast.StmtNode, sql string, start, end int, sess Sessio
 			}
 			return Plan{Kind: KindRefused, Table: t, Reason: "a view over counters of a ruled table would store their base values only " +
 				"(slotproxy rewrites reads of the table, not of views; leave the counters out of the view, or read the table)"}
+		}
+		var names tableNames
+		s.Select.Accept(&names)
+		for _, tn := range names.found {
+			schema := schemaOr(tn.Schema.O, sess.DB)
+			t := r.cat.lookup(schema, tn.Name.O)
+			if t == nil {
+				t = r.cat.view(schema, tn.Name.O)
+			}
+			if t != nil {
+				// The catalog learns the view: writes through it are refused.
+				return Plan{Kind: KindOriginal, Table: t, Reload: true, Reason: "a view of a ruled table: the catalog is reloaded after it"}
+			}
 		}
 		return Plan{Kind: KindOriginal}
 	case *ast.PrepareStmt:
@@ -764,6 +789,48 @@ func (w *reads) lockedRead(p *Plan, s *ast.SelectStmt) {
 
 // ddl is the plan for DDL: sent unchanged, and the catalog reloaded after it
 // when it names a ruled table.
+// writesView returns the ruled table and the name of a view that reads
+// it, when st writes through that view (UPDATE, DELETE, INSERT, REPLACE or
+// LOAD DATA naming it as a table written). nil when it does not.
+func (r *Rewriter) writesView(st ast.StmtNode, sess Session) (*Table, string) {
+	if len(r.cat.views) == 0 {
+		return nil, ""
+	}
+	var targets []*ast.TableName
+	collect := func(n ast.Node) {
+		if n == nil {
+			return
+		}
+		var names tableNames
+		n.Accept(&names)
+		targets = append(targets, names.found...)
+	}
+	switch s := st.(type) {
+	case *ast.UpdateStmt:
+		collect(s.TableRefs) // a multi-table UPDATE may assign any of them
+	case *ast.DeleteStmt:
+		if s.IsMultiTable && s.Tables != nil {
+			targets = append(targets, s.Tables.Tables...)
+		} else {
+			collect(s.TableRefs)
+		}
+	case *ast.InsertStmt:
+		collect(s.Table)
+	case *ast.LoadDataStmt:
+		targets = append(targets, s.Table)
+	}
+	for _, tn := range targets {
+		schema := schemaOr(tn.Schema.O, sess.DB)
+		if sess.shadowed(schema, tn.Name.O) {
+			continue
+		}
+		if t := r.cat.view(schema, tn.Name.O); t != nil && !t.Shadow {
+			return t, schema + "." + tn.Name.O
+		}
+	}
+	return nil, ""
+}
+
 func (r *Rewriter) ddl(sess Session, tables ...*ast.TableName) Plan {
 	for _, tn := range tables {
 		if t := r.cat.lookup(schemaOr(tn.Schema.O, sess.DB), tn.Name.O); t != nil {

@@ -102,3 +102,52 @@ func anchors(md string) map[string]bool {
 	}
 	return out
 }
+
+// TestDocsMetrics: every metric the proxy and serve register (a Name:
+// "slotproxy_…" in the source) is in docs/operations.md's tables, and every
+// metric those tables list exists.
+func TestDocsMetrics(t *testing.T) {
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	registered := map[string]bool{}
+	def := regexp.MustCompile(`Name:\s+"(slotproxy_[a-z_]+)"`)
+	for _, dir := range []string{"proxy", "cmd/slotproxy", "executor"} {
+		files, _ := filepath.Glob(filepath.Join(repo, dir, "*.go"))
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range def.FindAllStringSubmatch(string(data), -1) {
+				registered[m[1]] = true
+			}
+		}
+	}
+	if len(registered) < 10 {
+		t.Fatalf("found %d metric definitions: the pattern is stale", len(registered))
+	}
+	data, err := os.ReadFile(filepath.Join(repo, "docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]bool{}
+	row := regexp.MustCompile("(?m)^\\| `(slotproxy_[a-z_]+)")
+	for _, m := range row.FindAllStringSubmatch(string(data), -1) {
+		documented[m[1]] = true
+	}
+	for name := range registered {
+		if !documented[name] {
+			t.Errorf("metric %s is not in docs/operations.md's tables", name)
+		}
+	}
+	for name := range documented {
+		if !registered[name] {
+			t.Errorf("docs/operations.md lists %s, which nothing registers", name)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/slotproxy/slotproxy/internal/config"
 	"github.com/slotproxy/slotproxy/internal/testdb"
 )
@@ -210,6 +212,18 @@ func TestReloadSIGHUP(t *testing.T) {
 	b, s := state()
 	exec("UPDATE repos SET stars = stars + 1 WHERE id = 1")
 	wantState("after DDL", b, s+1)
+
+	// A view of the ruled table created through the proxy reloads the
+	// catalog too, which then refuses writes through it (a key changed
+	// through a view would leave the record's slots behind).
+	exec("CREATE VIEW repo_names AS SELECT id, name FROM repos")
+	p.waitFor(t, `msg="reloaded the catalog after DDL"`)
+	var me *mysql.MySQLError
+	if _, err := db.Exec("UPDATE repo_names SET id = 7 WHERE id = 1"); !errors.As(err, &me) || me.Number != 1235 ||
+		!strings.Contains(me.Message, "writes through view "+schema+".repo_names") {
+		t.Errorf("write through a view of the ruled table: %v, want refusal 1235", err)
+	}
+	exec("DROP VIEW repo_names")
 
 	// A rule that drops downloads: the statement prepared at the start
 	// still writes slot rows, new statements write the base column.

@@ -186,6 +186,9 @@ func Load(ctx context.Context, conn *client.Conn, set *rules.Set, slotsTable str
 		return nil, err
 	}
 	cat := rewrite.NewCatalog(all, others)
+	if err := addViews(ctx, conn, cat, schemas); err != nil {
+		return nil, err
+	}
 	// With lower_case_table_names 1 or 2 the server compares table names
 	// case-insensitively, and so must the rewriter.
 	if r, err := conn.Execute("SELECT @@lower_case_table_names"); err == nil {
@@ -194,6 +197,31 @@ func Load(ctx context.Context, conn *client.Conn, set *rules.Set, slotsTable str
 		}
 	}
 	return cat, nil
+}
+
+// addViews gives cat the definitions of the views of the ruled schemas,
+// so that writes through views over ruled tables are refused.
+func addViews(ctx context.Context, conn *client.Conn, cat *rewrite.Catalog, schemas []*schema) error {
+	var names []any
+	for _, s := range schemas {
+		if s.exists && !slices.Contains(names, any(s.name)) {
+			names = append(names, s.name)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	rows, err := exec(ctx, conn, "SELECT TABLE_SCHEMA, TABLE_NAME, VIEW_DEFINITION FROM information_schema.VIEWS WHERE TABLE_SCHEMA IN (?"+
+		strings.Repeat(", ?", len(names)-1)+")", names...)
+	if err != nil {
+		return fmt.Errorf("reading the views: %w", err)
+	}
+	defs := map[string]string{}
+	for _, row := range rows {
+		defs[row[0]+"."+row[1]] = row[2]
+	}
+	cat.AddViews(defs)
+	return nil
 }
 
 // newTable is the rewriter's view of the checked table t ruled by r.

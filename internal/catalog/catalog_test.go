@@ -201,6 +201,8 @@ func TestLoad(t *testing.T) {
 		"CREATE TABLE users (id INT PRIMARY KEY, name VARCHAR(10), downloads INT)",
 		"CREATE TABLE tags (a INT, b INT, PRIMARY KEY (a, b))",
 		"CREATE VIEW popular AS SELECT id, downloads FROM users",
+		"CREATE VIEW repo_names AS SELECT id, name FROM repos",
+		"CREATE VIEW named AS SELECT n.id, n.name FROM repo_names n WHERE n.id > 0",
 	)
 	conn := connect(t)
 	set := ruleSet(t, s,
@@ -239,6 +241,13 @@ func TestLoad(t *testing.T) {
 		// So is the view.
 		{"SELECT (SELECT downloads FROM popular LIMIT 1) FROM repos", "pass-through: "},
 		{"SELECT 1", "pass-through: "},
+		// Writes through views that read a ruled table (directly, or
+		// through another view) are refused; other views' are not.
+		{"UPDATE repo_names SET id = 9 WHERE id = 1", "refused: rule " + s + ".repos: it writes through view " + s + ".repo_names, which reads ruled table"},
+		{"DELETE FROM named WHERE id = 1", "refused: rule " + s + ".repos: it writes through view " + s + ".named"},
+		{"INSERT INTO repo_names (id, name) VALUES (5, 'x')", "refused: "},
+		{"UPDATE popular SET downloads = 5 WHERE id = 1", "pass-through: "},
+		{"SELECT name FROM repo_names WHERE id = 1", "pass-through: "},
 	} {
 		if got := rewrite.Explain(rw.Rewrite(tc.sql, sess)); !strings.HasPrefix(got, tc.want) {
 			t.Errorf("explain %q:\n%s\nwant it to start with %q", tc.sql, got, tc.want)
