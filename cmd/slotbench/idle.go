@@ -236,6 +236,11 @@ type idleResult struct {
 	// ActiveCountsExact: the counter's total grew by exactly the number of
 	// increments acknowledged in the active phase.
 	ActiveCountsExact *bool `json:"active_counts_exact,omitempty"`
+	// The same active phase on as many connections straight to the
+	// server, after the proxy's, for comparison.
+	ActiveDirectOpsPerSec float64 `json:"active_direct_ops_per_sec,omitempty"`
+	ActiveDirectP99Ms     float64 `json:"active_direct_p99_ms,omitempty"`
+	ActiveDirectErrors    int64   `json:"active_direct_errors,omitempty"`
 	// Skipped says why this target was not measured.
 	Skipped string `json:"skipped,omitempty"`
 	Method  string `json:"method"`
@@ -389,8 +394,46 @@ func (b *bench) idleOne(ctx context.Context, mode string) (*idleResult, error) {
 		if err := b.idleActive(ctx, c, conns, res); err != nil {
 			return nil, fmt.Errorf("active phase: %w", err)
 		}
+		for _, conn := range conns {
+			conn.Close()
+		}
+		conns = conns[:0]
+		db.Close()
+		if err := b.idleActiveDirect(ctx, n, res); err != nil {
+			return nil, fmt.Errorf("active phase, direct: %w", err)
+		}
 	}
 	return res, nil
+}
+
+// idleActiveDirect runs the active phase on n connections straight to the
+// server.
+func (b *bench) idleActiveDirect(ctx context.Context, n int, res *idleResult) error {
+	db, err := openDB(b.backendAddr, b.user, b.password, schema, n)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	conns := make([]*sql.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	b.cons.progress(fmt.Sprintf("%-14s %-11s opening %d connections", wIdleConns, "direct", n))
+	for range n {
+		c, err := db.Conn(ctx)
+		if err != nil {
+			return err
+		}
+		conns = append(conns, c)
+	}
+	b.cons.progress(fmt.Sprintf("%-14s %-11s %d connections active", wIdleConns, "direct", n))
+	ops, p99, errs, _, elapsed := b.runActive(ctx, conns, nil)
+	res.ActiveDirectOpsPerSec = float64(ops) / elapsed.Seconds()
+	res.ActiveDirectP99Ms = p99
+	res.ActiveDirectErrors = errs
+	return nil
 }
 
 // idleActive runs the active phase on the open connections conns: each
@@ -399,36 +442,59 @@ func (b *bench) idleOne(ctx context.Context, mode string) (*idleResult, error) {
 // sampled; then it checks that the total grew by exactly the increments
 // acknowledged.
 func (b *bench) idleActive(ctx context.Context, c *child, conns []*sql.Conn, res *idleResult) error {
-	dur := 5 * time.Second
-	if b.opts.smoke {
-		dur = 500 * time.Millisecond
-	}
-	b.cons.progress(fmt.Sprintf("%-14s %-11s %d connections active for %s", wIdleConns, "slotproxy", len(conns), dur))
+	b.cons.progress(fmt.Sprintf("%-14s %-11s %d connections active", wIdleConns, "slotproxy", len(conns)))
 	before, err := b.total(ctx, 1)
 	if err != nil {
 		return err
+	}
+	var peak, maxG int64
+	ops, p99, errs, incs, elapsed := b.runActive(ctx, conns, func() {
+		if st, err := procStatus(c.cmd.Process.Pid); err == nil && st["VmRSS"] > peak {
+			peak = st["VmRSS"]
+		}
+		if g := c.goroutines(); g > maxG {
+			maxG = g
+		}
+	})
+	after, err := b.total(ctx, 1)
+	if err != nil {
+		return err
+	}
+	exact := after-before == incs
+	res.ActiveSeconds = elapsed.Seconds()
+	res.ActiveOpsPerSec = float64(ops) / elapsed.Seconds()
+	res.ActiveP99Ms = p99
+	res.ActiveErrors = errs
+	res.ActivePeakRSSKiB = peak
+	res.ActiveGoroutines = maxG
+	res.ActiveCountsExact = &exact
+	if !exact {
+		return fmt.Errorf("the total grew by %d, %d increments were acknowledged", after-before, incs)
+	}
+	return nil
+}
+
+// runActive has every connection of conns loop, all at once, on an
+// autocommit increment of the hot counter and a read of it for the active
+// phase's duration, calling sample (if set) every 250 ms meanwhile. It
+// returns the statements run, the p99 of one increment + read, the errors,
+// the increments acknowledged (1 row affected) and the time it took.
+func (b *bench) runActive(ctx context.Context, conns []*sql.Conn, sample func()) (ops int64, p99 float64, errs, incs int64, elapsed time.Duration) {
+	dur := 5 * time.Second
+	if b.opts.smoke {
+		dur = 500 * time.Millisecond
 	}
 	var (
 		wg     sync.WaitGroup
 		mu     sync.Mutex
 		lat    []time.Duration
-		incs   int64
-		ops    int64
-		errs   int64
-		peak   int64
-		maxG   int64
 		stopAt = time.Now().Add(dur)
 	)
 	sampleDone := make(chan struct{})
 	go func() {
 		defer close(sampleDone)
-		for time.Now().Before(stopAt) {
-			if st, err := procStatus(c.cmd.Process.Pid); err == nil && st["VmRSS"] > peak {
-				peak = st["VmRSS"]
-			}
-			if g := c.goroutines(); g > maxG {
-				maxG = g
-			}
+		for sample != nil && time.Now().Before(stopAt) {
+			sample()
 			time.Sleep(250 * time.Millisecond)
 		}
 	}()
@@ -465,25 +531,11 @@ func (b *bench) idleActive(ctx context.Context, c *child, conns []*sql.Conn, res
 		}()
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
+	elapsed = time.Since(start)
 	<-sampleDone
-	after, err := b.total(ctx, 1)
-	if err != nil {
-		return err
-	}
-	exact := after-before == incs
 	slices.Sort(lat)
-	res.ActiveSeconds = elapsed.Seconds()
-	res.ActiveOpsPerSec = float64(ops) / elapsed.Seconds()
 	if len(lat) > 0 {
-		res.ActiveP99Ms = float64(lat[len(lat)*99/100].Microseconds()) / 1000
+		p99 = float64(lat[len(lat)*99/100].Microseconds()) / 1000
 	}
-	res.ActiveErrors = errs
-	res.ActivePeakRSSKiB = peak
-	res.ActiveGoroutines = maxG
-	res.ActiveCountsExact = &exact
-	if !exact {
-		return fmt.Errorf("the total grew by %d, %d increments were acknowledged", after-before, incs)
-	}
-	return nil
+	return ops, p99, errs, incs, elapsed
 }

@@ -107,6 +107,10 @@ type options struct {
 	sweep        []int
 
 	slotStudy  bool
+	// summarize: print the min/median/max table of the JSON reports
+	// summaryFiles instead of measuring.
+	summarize    bool
+	summaryFiles []string
 	studySlots []int
 
 	demo     bool   // the before/after demo (demo.go)
@@ -205,6 +209,7 @@ func parseOptions(args []string, stdout io.Writer) (*options, error) {
 	fs.IntVar(&o.counterSlots, "counter-slots", 100, "live slot rows per counter-read id")
 	fs.IntVar(&o.idleConns, "idle-conns", 1000, "connections opened by idle-conns")
 	fs.StringVar(&sweep, "sweep", "1,8,32", "client counts hot-tx also runs at, for the --svg chart (\"\" for none)")
+	fs.BoolVar(&o.summarize, "summarize", false, "print the acceptance table of the JSON reports named as arguments (runs of one server): min, median and max of each ratio over the runs, and which runs meet the target, in Markdown")
 	fs.BoolVar(&o.slotStudy, "slot-study", false, "run hot-tx and counter-read through slotproxy for each of --study-slots "+
 		"(only the study, unless --workloads is given too)")
 	fs.StringVar(&studySlots, "study-slots", "1,4,16,64,100,256", "slot counts of --slot-study")
@@ -228,6 +233,13 @@ func parseOptions(args []string, stdout io.Writer) (*options, error) {
 			return nil, err
 		}
 		return nil, usageError{err}
+	}
+	if o.summarize {
+		if fs.NArg() == 0 {
+			return nil, usageError{errors.New("--summarize: name the JSON reports to summarize")}
+		}
+		o.summaryFiles = fs.Args()
+		return o, nil
 	}
 	if fs.NArg() > 0 {
 		return nil, usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
@@ -366,6 +378,9 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	o, err := parseOptions(args, stdout)
 	if err != nil {
 		return err
+	}
+	if o.summarize {
+		return summarize(o.summaryFiles, stdout)
 	}
 	if o.relayListen != "" {
 		r, err := listenRelay(o.relayListen, o.backend)

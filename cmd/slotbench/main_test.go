@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -255,5 +256,31 @@ func TestDemoExternalProxy(t *testing.T) {
 	}
 	if err := run([]string{"--demo", "--backend", s.Addr}, io.Discard, io.Discard); err == nil {
 		t.Error("--demo with --backend and without --proxy was accepted")
+	}
+}
+
+// TestSummarize: --summarize turns the committed runs into BENCHMARKS.md's
+// table (every row's min, median and max over the runs, and the verdict by
+// the straddle rule), and refuses to mix servers.
+func TestSummarize(t *testing.T) {
+	runs, _ := filepath.Glob("../../bench/mariadb-*.json")
+	if len(runs) < 2 {
+		t.Fatalf("committed runs: %v", runs)
+	}
+	var out bytes.Buffer
+	if err := run(append([]string{"--summarize"}, runs...), &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| # | workload | clients | comparison | runs | min | median | max | target | verdict |",
+		"| 1 | hot-tx | 32 | slotproxy / direct tx/s | " + fmt.Sprint(len(runs)) + " | "} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("summary lacks %q:\n%s", want, out.String())
+		}
+	}
+	other, _ := filepath.Glob("../../bench/mysql-*.json")
+	if len(other) > 0 {
+		if err := run([]string{"--summarize", runs[0], other[0]}, io.Discard, io.Discard); err == nil {
+			t.Error("summarized runs of two servers together")
+		}
 	}
 }

@@ -45,9 +45,16 @@ type targetResult struct {
 	OtherCores      float64   `json:"other_cores"`
 	RoundOtherCores []float64 `json:"round_other_cores"`
 	StealCores      float64   `json:"steal_cores"`
+	// CPU time per operation, in microseconds, of the backend's server
+	// process and of this process (the clients and the proxy or relay
+	// under test, which run in it), over the measured rounds: where an
+	// operation's cost goes. Zero when unknown.
+	BackendCPUUsPerOp float64 `json:"backend_cpu_us_per_op,omitempty"`
+	BenchCPUUsPerOp   float64 `json:"bench_cpu_us_per_op,omitempty"`
 
-	hist               *hist
-	otherSum, stealSum float64
+	hist                    *hist
+	otherSum, stealSum      float64
+	backendTicks, selfTicks int64
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -56,6 +63,11 @@ func (r *targetResult) finish() {
 	if r.Seconds > 0 {
 		r.Rate = float64(r.Ops) / r.Seconds
 		r.OtherCores, r.StealCores = r.otherSum/r.Seconds, r.stealSum/r.Seconds
+	}
+	if r.Ops > 0 {
+		const usPerTick = 1e6 / clockTicks
+		r.BackendCPUUsPerOp = float64(r.backendTicks) * usPerTick / float64(r.Ops)
+		r.BenchCPUUsPerOp = float64(r.selfTicks) * usPerTick / float64(r.Ops)
 	}
 	h := r.hist
 	r.MeanMs, r.P50Ms, r.P90Ms, r.P99Ms, r.MaxMs = ms(h.mean()), ms(h.quantile(0.50)), ms(h.quantile(0.90)), ms(h.quantile(0.99)), ms(h.max)
@@ -377,7 +389,7 @@ func (r *report) print(w io.Writer) {
 
 	if len(r.Results) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "workload\tclients\ttarget\trate\tunit\tp50\tp99\tmax\terrors\tretries\tper round\tother load per round\t")
+		fmt.Fprintln(tw, "workload\tclients\ttarget\trate\tunit\tp50\tp99\tmax\terrors\tretries\tserver µs/op\tbench µs/op\tper round\tother load per round\t")
 		for _, res := range r.Results {
 			rounds := make([]string, len(res.RoundRates))
 			for i, v := range res.RoundRates {
@@ -391,12 +403,13 @@ func (r *report) print(w io.Writer) {
 			if res.Sweep {
 				name += " (sweep)"
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t\n", name, res.Clients, res.Target,
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%.0f\t%.0f\t%s\t%s\t\n", name, res.Clients, res.Target,
 				fmtRate(res.Rate), res.Unit, fmtMs(res.P50Ms), fmtMs(res.P99Ms), fmtMs(res.MaxMs), res.Errors, res.Retries,
-				strings.Join(rounds, " "), strings.Join(other, " "))
+				res.BackendCPUUsPerOp, res.BenchCPUUsPerOp, strings.Join(rounds, " "), strings.Join(other, " "))
 		}
 		tw.Flush()
-		fmt.Fprintf(w, "(other load: cores kept busy by processes other than slotbench and the backend during each round; the machine has %d)\n\n", r.Env.NumCPU)
+		fmt.Fprintf(w, "(server µs/op: CPU time of the backend's server process per operation; bench µs/op: of slotbench itself, clients and the proxy or relay under test; "+
+			"other load: cores kept busy by processes other than slotbench and the backend during each round; the machine has %d)\n\n", r.Env.NumCPU)
 	}
 	for _, res := range r.Results {
 		for _, e := range res.FirstErrors {
@@ -426,6 +439,8 @@ func (r *report) print(w io.Writer) {
 			if i.ActiveCountsExact != nil {
 				fmt.Fprintf(w, "active: %s, %d connections at once for %.1fs: %.0f ops/s, p99 %.1f ms (increment + read), %d errors, peak RSS %d KiB, up to %d goroutines, counts exact: %v\n",
 					i.Target, i.Conns, i.ActiveSeconds, i.ActiveOpsPerSec, i.ActiveP99Ms, i.ActiveErrors, i.ActivePeakRSSKiB, i.ActiveGoroutines, *i.ActiveCountsExact)
+				fmt.Fprintf(w, "active: direct, %d connections at once: %.0f ops/s, p99 %.1f ms, %d errors\n",
+					i.Conns, i.ActiveDirectOpsPerSec, i.ActiveDirectP99Ms, i.ActiveDirectErrors)
 			}
 		}
 		fmt.Fprintln(w)

@@ -89,6 +89,8 @@ type roundStats struct {
 	ops, errors, retries int64
 	elapsed              time.Duration
 	other, steal         float64 // cores busy with other processes, stolen by the hypervisor
+	backendTicks         int64   // CPU time the backend's server process used
+	selfTicks            int64   // CPU time this process used (clients, and the proxy or relay under test)
 }
 
 // runFor runs every client's operation in a loop for d and waits for the
@@ -149,7 +151,11 @@ func (b *bench) runFor(ctx context.Context, p *pool, d time.Duration, measure bo
 		wg.Wait()
 	}
 	rs := roundStats{ops: ops.Load(), errors: errs.Load(), retries: retries.Load(), elapsed: time.Since(start)}
-	rs.other, rs.steal = otherCores(cpu0, sampleCPU(b.backendPID), rs.elapsed.Seconds())
+	cpu1 := sampleCPU(b.backendPID)
+	rs.other, rs.steal = otherCores(cpu0, cpu1, rs.elapsed.Seconds())
+	if cpu0.ok && cpu1.ok {
+		rs.backendTicks, rs.selfTicks = cpu1.backend-cpu0.backend, cpu1.self-cpu0.self
+	}
 	if !measure && rs.errors > 0 {
 		// Warm-up errors count too: they are errors all the same.
 		p.res.Errors += rs.errors
@@ -211,6 +217,8 @@ func (b *bench) runScenario(ctx context.Context, sc *scenario) ([]*targetResult,
 			r.RoundOtherCores = append(r.RoundOtherCores, rs.other)
 			r.otherSum += rs.other * rs.elapsed.Seconds()
 			r.stealSum += rs.steal * rs.elapsed.Seconds()
+			r.backendTicks += rs.backendTicks
+			r.selfTicks += rs.selfTicks
 		}
 	}
 	out := make([]*targetResult, len(pools))
