@@ -106,12 +106,12 @@ type options struct {
 	idleConns    int
 	sweep        []int
 
-	slotStudy  bool
+	slotStudy bool
 	// summarize: print the min/median/max table of the JSON reports
 	// summaryFiles instead of measuring.
 	summarize    bool
 	summaryFiles []string
-	studySlots []int
+	studySlots   []int
 
 	demo     bool   // the before/after demo (demo.go)
 	ruleFile string // rule file for repos instead of the built-in rule
