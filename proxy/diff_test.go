@@ -29,16 +29,30 @@ var diffDDL = []string{
 	"CREATE TABLE users (id INT NOT NULL PRIMARY KEY, name VARCHAR(50) NOT NULL, downloads INT NOT NULL DEFAULT 0)",
 	"INSERT INTO repos VALUES (1, 'alpha', 1, 10, 1, 18446744073709551000), (2, 'beta', 1, 20, 2, 0), (3, 'gamma', 2, 0, 0, 5), (4, 'delta', 3, 5, 7, 1)",
 	"INSERT INTO users VALUES (1, 'ann', 100), (2, 'bob', 200), (3, 'cid', 300)",
+	"CREATE VIEW repo_counts AS SELECT id, name, downloads FROM repos",
+	"CREATE VIEW top_repos AS SELECT r.id, r.downloads AS d FROM repo_counts r WHERE r.downloads > 5",
+}
+
+// diffViews are the views of diffDDL, as the catalog would read them.
+var diffViews = map[string]string{
+	ruledSchema + ".repo_counts": "SELECT id, name, downloads FROM " + ruledSchema + ".repos",
+	ruledSchema + ".top_repos":   "SELECT r.id, r.downloads AS d FROM " + ruledSchema + ".repo_counts r WHERE r.downloads > 5",
 }
 
 // diffCatalog describes diff_ruled.repos for the rewriter.
 func diffCatalog() *rewrite.Catalog {
-	return rewrite.NewCatalog([]*rewrite.Table{{
+	cat := rewrite.NewCatalog([]*rewrite.Table{{
 		Schema: ruledSchema, Name: "repos", Key: "id",
 		Columns:    []string{"id", "name", "owner_id", "downloads", "stars", "big"},
 		Counters:   []rewrite.Counter{{Name: "downloads", RecordType: 1}, {Name: "stars", RecordType: 2}, {Name: "big", RecordType: 3, Unsigned: true}},
 		SlotsTable: "slotted_counters", Slots: 8,
-	}}, map[string][]string{ruledSchema + ".users": {"id", "name", "downloads"}})
+	}}, map[string][]string{
+		ruledSchema + ".users":       {"id", "name", "downloads"},
+		ruledSchema + ".repo_counts": {"id", "name", "downloads"},
+		ruledSchema + ".top_repos":   {"id", "d"},
+	})
+	cat.AddViews(diffViews)
+	return cat
 }
 
 func setupDiffSchemas(t *testing.T) {
@@ -255,6 +269,15 @@ var diffCorpus = []step{
 	multi("SELECT downloads FROM repos WHERE id = 2; SELECT name FROM users WHERE id = 1"),
 	multi("UPDATE repos SET downloads = 1 WHERE id = 3; SELECT nope; SELECT 1"),
 	text("SELECT id, downloads, stars FROM repos ORDER BY id"),
+	// Reads through views of the ruled table: the definitions inlined.
+	text("UPDATE repos SET downloads = downloads + 1 WHERE id IN (1, 2)"),
+	text("SELECT * FROM repo_counts ORDER BY id"),
+	text("SELECT downloads FROM repo_counts WHERE id = 1"),
+	prep("SELECT d FROM top_repos WHERE id = ?", 1),
+	text("SELECT v.name, v.downloads, u.name FROM users u JOIN repo_counts AS v ON v.id = u.id ORDER BY u.id"),
+	text("SELECT SUM(v.downloads) FROM repo_counts v, users WHERE users.id = v.id"),
+	text("SELECT name FROM repo_counts WHERE id = 2"),
+	text("SELECT id FROM top_repos UNION SELECT id FROM repo_counts WHERE downloads > 100 ORDER BY id"),
 	// READ COMMITTED: autocommit guarded writes run in a REPEATABLE READ
 	// transaction of the proxy's own; in a transaction, writes that name
 	// their rows by key lock those rows (a missing key: undone and run

@@ -134,6 +134,9 @@ type Catalog struct {
 	// views are the views that read a ruled table, directly or through
 	// other views, by "schema.view" (lower case): the ruled table.
 	views map[string]*Table
+	// viewDefs are the definitions of the views of ruled tables that can be
+	// inlined into reads (see inlinable), by the same keys.
+	viewDefs map[string]string
 }
 
 // AddViews records the views of ruled schemas, defs mapping "schema.view"
@@ -148,12 +151,17 @@ func (c *Catalog) AddViews(defs map[string]string) {
 	}
 	all := map[string]*view{}
 	p := parser.New()
+	c.viewDefs = map[string]string{}
+	inline := map[string]string{}
 	for k, def := range defs {
 		k = strings.ToLower(k)
 		schema, _, _ := strings.Cut(k, ".")
 		v := &view{}
 		all[k] = v
 		if st, err := p.ParseOneStmt(def, "", ""); err == nil {
+			if inlinable(st, c.others[k]) {
+				inline[k] = def
+			}
 			var names tableNames
 			st.Accept(&names)
 			for _, tn := range names.found {
@@ -197,6 +205,9 @@ func (c *Catalog) AddViews(defs map[string]string) {
 	for k := range c.views {
 		_, n, _ := strings.Cut(k, ".")
 		c.addName(n)
+		if def, ok := inline[k]; ok {
+			c.viewDefs[k] = def
+		}
 	}
 	sort.Strings(c.names)
 }
@@ -208,6 +219,15 @@ func (c *Catalog) view(schema, name string) *Table {
 		return nil
 	}
 	return c.views[strings.ToLower(schema)+"."+strings.ToLower(name)]
+}
+
+// viewDef returns the definition of the view schema.name of a ruled table
+// when reads can inline it, or "".
+func (c *Catalog) viewDef(schema, name string) string {
+	if len(c.viewDefs) == 0 {
+		return ""
+	}
+	return c.viewDefs[strings.ToLower(schema)+"."+strings.ToLower(name)]
 }
 
 // tableNames collects the table names of a statement.

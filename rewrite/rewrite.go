@@ -605,6 +605,9 @@ func (r *Rewriter) plan(st ast.StmtNode, sql string, start, end int, sess Sessio
 		}
 		return r.ddl(sess, names...)
 	case *ast.SelectStmt:
+		if ip, ok := r.inlinedRead(st, sql, start, end, sess, slot); ok {
+			return r.shadow(ip)
+		}
 		if s.Kind == ast.SelectStmtKindTable {
 			if !r.opts.Dialect.TableStatement() {
 				return Plan{Kind: KindOriginal, Reason: "no TABLE statement on this server: it rejects it"}
@@ -620,6 +623,9 @@ func (r *Rewriter) plan(st ast.StmtNode, sql string, start, end int, sess Sessio
 			w.lockedRead(&p, s)
 		}
 	case *ast.SetOprStmt:
+		if ip, ok := r.inlinedRead(st, sql, start, end, sess, slot); ok {
+			return r.shadow(ip)
+		}
 		w.rolledOK = !lockingSetOpr(s)
 		w.visit(st)
 		p = w.readPlan(start, end)

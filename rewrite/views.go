@@ -1,0 +1,180 @@
+package rewrite
+
+import (
+	"strings"
+
+	"github.com/pingcap/tidb/pkg/parser/ast"
+)
+
+// Reads through views of ruled tables. The proxy rewrites reads of ruled
+// tables; a view's body is stored on the server, where the proxy cannot
+// rewrite it. So a SELECT that names such a view in a FROM clause is
+// planned with the view's definition put in its place, as a derived table
+// of the view's name: the counters it reads become totals like any other.
+// Writes through such views are refused (writesView).
+
+// inlinable reports whether the definition def of a view whose columns are
+// cols can stand in for the view as a derived table: a single SELECT whose
+// result columns carry the view's column names, in order (a view created
+// with its own column list, CREATE VIEW v (a, b) AS …, names them
+// differently, and a derived table cannot rename its columns on every
+// server).
+func inlinable(st ast.StmtNode, cols []string) bool {
+	sel, ok := st.(*ast.SelectStmt)
+	if !ok || sel.Fields == nil || len(sel.Fields.Fields) != len(cols) || len(cols) == 0 {
+		return false
+	}
+	for i, f := range sel.Fields.Fields {
+		name := f.AsName.O
+		if name == "" {
+			c, ok := f.Expr.(*ast.ColumnNameExpr)
+			if !ok || f.WildCard != nil {
+				return false
+			}
+			name = c.Name.Name.O
+		}
+		if !strings.EqualFold(name, cols[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// viewRefs counts the table references of st to views of ruled tables that
+// can be inlined.
+func (r *Rewriter) viewRefs(st ast.StmtNode, sess Session) int {
+	if len(r.cat.viewDefs) == 0 {
+		return 0
+	}
+	var names tableNames
+	st.Accept(&names)
+	n := 0
+	for _, tn := range names.found {
+		if sess.shadowed(schemaOr(tn.Schema.O, sess.DB), tn.Name.O) {
+			continue
+		}
+		if r.cat.viewDef(schemaOr(tn.Schema.O, sess.DB), tn.Name.O) != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// inlineViews returns text (one SELECT) with each of its want references
+// to views of ruled tables replaced by the view's definition as a derived
+// table named like the view, or false when the references cannot all be
+// located exactly in the text.
+func (r *Rewriter) inlineViews(text string, sess Session, want int) (string, bool) {
+	toks, ok := lex(text, sess)
+	if !ok {
+		return "", false
+	}
+	// The clause each parenthesis depth is in: a comma continues a FROM
+	// list only there.
+	clause := map[int]string{}
+	type span struct {
+		start, end int
+		repl       string
+	}
+	var spans []span
+	for i, t := range toks {
+		if t.kind == tokWord {
+			switch w := strings.ToUpper(t.text(text)); w {
+			case "SELECT", "FROM", "WHERE", "GROUP", "HAVING", "ORDER", "LIMIT", "ON", "USING", "WINDOW", "INTO", "UNION", "EXCEPT", "INTERSECT", "FOR", "LOCK":
+				clause[t.depth] = w
+			}
+		}
+		if t.kind == tokPunct && text[t.start] == '(' {
+			clause[t.depth+1] = ""
+		}
+		name := t.ident(text)
+		if name == "" || (i+1 < len(toks) && toks[i+1].kind == tokPunct && text[toks[i+1].start] == '.') {
+			continue
+		}
+		schema, start, prev := sess.DB, t.start, i-1
+		if i >= 2 && toks[i-1].kind == tokPunct && text[toks[i-1].start] == '.' {
+			if schema = toks[i-2].ident(text); schema == "" {
+				continue
+			}
+			start, prev = toks[i-2].start, i-3
+		}
+		def := r.cat.viewDef(schema, name)
+		if def == "" || prev < 0 || sess.shadowed(schema, name) {
+			continue
+		}
+		p := toks[prev]
+		switch {
+		case p.is(text, "FROM"), p.is(text, "JOIN"), p.is(text, "STRAIGHT_JOIN"):
+		case p.kind == tokPunct && text[p.start] == ',' && clause[p.depth] == "FROM":
+		default:
+			continue
+		}
+		repl := "(" + def + ")"
+		if !aliased(text, toks, i+1) {
+			repl += " AS " + quoteIdent(name)
+		}
+		spans = append(spans, span{start, t.end, repl})
+	}
+	if len(spans) != want {
+		return "", false
+	}
+	var b strings.Builder
+	pos := 0
+	for _, s := range spans {
+		b.WriteString(text[pos:s.start])
+		b.WriteString(s.repl)
+		pos = s.end
+	}
+	b.WriteString(text[pos:])
+	return b.String(), true
+}
+
+// aliased reports whether the table name before toks[i] is followed by an
+// alias (AS name, or a name that is not a keyword that may follow a table
+// reference).
+func aliased(text string, toks []token, i int) bool {
+	if i >= len(toks) {
+		return false
+	}
+	t := toks[i]
+	switch t.kind {
+	case tokIdent:
+		return true
+	case tokWord:
+		switch strings.ToUpper(t.text(text)) {
+		case "AS":
+			return true
+		case "WHERE", "JOIN", "INNER", "LEFT", "RIGHT", "CROSS", "NATURAL", "STRAIGHT_JOIN", "FULL", "ON", "USING",
+			"GROUP", "HAVING", "ORDER", "LIMIT", "UNION", "EXCEPT", "INTERSECT", "FOR", "LOCK", "WINDOW", "INTO",
+			"PARTITION", "USE", "FORCE", "IGNORE", "TABLESAMPLE", "RETURNING":
+			return false
+		}
+		return true
+	}
+	return false
+}
+
+// inlinedRead plans a SELECT (sql[start:end]) that reads views of ruled
+// tables with their definitions inlined; false when it cannot (the
+// statement is then planned as written: the views read base values).
+func (r *Rewriter) inlinedRead(st ast.StmtNode, sql string, start, end int, sess Session, slot func(int) int) (Plan, bool) {
+	n := r.viewRefs(st, sess)
+	if n == 0 {
+		return Plan{}, false
+	}
+	text := sql[start:end]
+	inlined, ok := r.inlineViews(text, sess, n)
+	if !ok {
+		return Plan{}, false
+	}
+	plans, err := r.rewrite(inlined, sess, slot)
+	if err != nil || len(plans) != 1 {
+		return Plan{}, false
+	}
+	p := plans[0]
+	if p.Kind == KindOriginal {
+		return Plan{}, false // no counter read through the views: as written
+	}
+	p.Original = text
+	return p, true
+}
