@@ -84,12 +84,11 @@ func TestUnplannableStatementsFailClosed(t *testing.T) {
 		}
 	}
 
-	// Accepted by the server, but their effects outlive the statement
-	// (executions, a stored view) where slots would be missed: refused,
-	// naming the rule and the reason.
+	// Accepted by the server, but its effects outlive the statement (its
+	// executions) where slots would be missed: refused, naming the rule
+	// and the reason.
 	refused := []string{
 		"PREPARE w FROM 'UPDATE repos SET downloads = 100 WHERE id = 1'",
-		"CREATE VIEW counts AS SELECT id, downloads FROM repos",
 	}
 	for _, q := range refused {
 		_, err := proxied.ExecContext(ctx, q)
@@ -101,11 +100,8 @@ func TestUnplannableStatementsFailClosed(t *testing.T) {
 	if got := queryString(t, proxied, "SELECT downloads FROM repos WHERE id = 1"); got != queryString(t, direct, "SELECT downloads FROM repos WHERE id = 1") {
 		t.Fatalf("a refused statement changed the counter: %s", got)
 	}
-	var views int
-	if err := direct.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.VIEWS WHERE TABLE_SCHEMA = ?", ruledSchema).Scan(&views); err != nil || views != 0 {
-		t.Fatalf("views in %s after the refusal: %d, %v", ruledSchema, views, err)
-	}
-	// A view that reads no counter is fine.
+	// Views are created as written (reads through them inline them: see
+	// TestReloadSIGHUP and TestDifferential).
 	mustExec(t, proxied, "CREATE VIEW names AS SELECT id, name FROM repos")
 	mustExec(t, proxied, "DROP VIEW names")
 	if p.srv.Stats().Refused < uint64(len(refused)) {

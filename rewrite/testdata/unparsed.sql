@@ -8,6 +8,8 @@ LOAD DATA LOCAL INFILE '/tmp/x.csv' REPLACE INTO TABLE repos
 LOAD DATA INFILE '/tmp/x.csv' IGNORE INTO TABLE repos
 -- case: CREATE VIEW over counters
 CREATE VIEW v AS SELECT id, downloads FROM repos
+-- case: CREATE VIEW over counters with a column list (MySQL: refused)
+CREATE VIEW v (a, b) AS SELECT id, downloads FROM repos
 -- case: CREATE TABLE AS SELECT of counters
 CREATE TABLE copy AS SELECT id, downloads FROM repos
 -- case: PREPARE of a write
