@@ -127,8 +127,25 @@ func (s *Session) handleOther(payload []byte) error {
 // PREPARE/EXECUTE makes the proxy read the session state again before the
 // next ruled statement.
 func sessionMayChange(sql []byte) bool {
-	// One pass over the words (runs of identifier bytes): the per-query
-	// cost is a few nanoseconds per byte.
+	changes, _ := scanSessionWords(sql)
+	return changes
+}
+
+// mentionsWeakIsolation reports whether a query may set a transaction
+// isolation level weaker than REPEATABLE READ (SET [SESSION] TRANSACTION
+// ISOLATION LEVEL READ COMMITTED, SET tx_isolation = 'READ-UNCOMMITTED',
+// …): it names isolation and committed or uncommitted. Conservative, like
+// sessionMayChange.
+func mentionsWeakIsolation(sql []byte) bool {
+	_, weak := scanSessionWords(sql)
+	return weak
+}
+
+// scanSessionWords is sessionMayChange and mentionsWeakIsolation in one
+// pass over the words (runs of identifier bytes): the per-query cost is a
+// few nanoseconds per byte.
+func scanSessionWords(sql []byte) (changes, weak bool) {
+	isolation, committed := false, false
 	for i := 0; i < len(sql); {
 		if !isWordByte(sql[i]) {
 			i++
@@ -143,42 +160,23 @@ func sessionMayChange(sql []byte) bool {
 		switch len(w) {
 		case 3, 5, 7:
 			if equalFold(w, "use") || equalFold(w, "names") || equalFold(w, "execute") || equalFold(w, "prepare") {
-				return true
+				changes = true
 			}
 		}
-		if len(w) >= 7 && (containsFold(w, "sql_mode") || containsFold(w, "charset") || containsFold(w, "character") || containsFold(w, "isolation")) {
-			return true
-		}
-	}
-	return false
-}
-
-// mentionsWeakIsolation reports whether a query may set a transaction
-// isolation level weaker than REPEATABLE READ (SET [SESSION] TRANSACTION
-// ISOLATION LEVEL READ COMMITTED, SET tx_isolation = 'READ-UNCOMMITTED',
-// …): it names isolation and committed or uncommitted. Conservative, like
-// sessionMayChange.
-func mentionsWeakIsolation(sql []byte) bool {
-	isolation, committed := false, false
-	for i := 0; i < len(sql); {
-		if !isWordByte(sql[i]) {
-			i++
+		if len(w) < 7 {
 			continue
 		}
-		j := i + 1
-		for j < len(sql) && isWordByte(sql[j]) {
-			j++
+		if containsFold(w, "sql_mode") || containsFold(w, "charset") || containsFold(w, "character") {
+			changes = true
 		}
-		w := sql[i:j]
-		i = j
-		if len(w) >= 9 && containsFold(w, "isolation") {
-			isolation = true
+		if containsFold(w, "isolation") {
+			changes, isolation = true, true
 		}
-		if len(w) >= 9 && containsFold(w, "committed") {
+		if containsFold(w, "committed") {
 			committed = true
 		}
 	}
-	return isolation && committed
+	return changes, isolation && committed
 }
 
 // weakIsolation reports whether the session's transaction may run at READ
@@ -326,12 +324,13 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 		s.rw.privOK = nil
 	}
 	defer func() {
-		// Only worth a scan while the session state is known (plan may
-		// just have learned it).
-		if s.rw.infoKnown && sessionMayChange(sql) {
+		// After the statement ran: plan may just have learned the state
+		// that the statement changes.
+		changes, weak := scanSessionWords(sql)
+		if changes {
 			s.rw.infoKnown = false
 		}
-		if mentionsWeakIsolation(sql) {
+		if weak {
 			s.rw.weakAt, s.rw.weakTx = s.commands, false
 		}
 	}()

@@ -49,3 +49,25 @@ func BenchmarkSessionMayChange(b *testing.B) {
 		})
 	}
 }
+
+func TestMentionsWeakIsolation(t *testing.T) {
+	for _, tc := range []struct {
+		sql  string
+		want bool
+	}{
+		{"SET TRANSACTION ISOLATION LEVEL READ COMMITTED", true},
+		{"set session transaction isolation level read uncommitted", true},
+		{"SET @@SESSION.tx_isolation = 'READ-COMMITTED'", true},
+		{"SET transaction_isolation = 'READ-UNCOMMITTED'", true},
+		{"SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ", false},
+		{"SET TRANSACTION ISOLATION LEVEL SERIALIZABLE", false},
+		{"SELECT committed FROM orders", false},
+	} {
+		if got := mentionsWeakIsolation([]byte(tc.sql)); got != tc.want {
+			t.Errorf("mentionsWeakIsolation(%q) = %v, want %v", tc.sql, got, tc.want)
+		}
+		if !sessionMayChange([]byte(tc.sql)) && strings.Contains(strings.ToLower(tc.sql), "isolation") {
+			t.Errorf("sessionMayChange(%q) = false: the session's level must be read again", tc.sql)
+		}
+	}
+}
