@@ -83,7 +83,8 @@ type Env struct {
 
 	Stats Stats
 
-	meta metaCache
+	meta  metaCache
+	slots slotUse
 	// locked are the ruled tables whose counters transactions read after
 	// incrementing them (see noteReadAfterIncrement); guarded by lockedMu.
 	lockedMu     sync.RWMutex
@@ -149,6 +150,9 @@ type Session struct {
 	// warnings is the SHOW WARNINGS response saved for the client's last
 	// statement (see saveWarnings), or nil.
 	warnings *wire.Buffer
+	// held are the slots this session's increments took (Env.slots) since
+	// its transaction began, released when it ends.
+	held []heldSlot
 	// commands counts the commands Handle and Relayed saw; begin is the
 	// BEGIN or START TRANSACTION that opened the transaction, and beginAt
 	// its command's number (see txnFresh).
@@ -195,6 +199,7 @@ func (s *Session) Observe(res wire.Result) {
 // dropped its prepared statements and variables); status is the status of
 // the authentication's OK.
 func (s *Session) Reset(status uint16) {
+	s.releaseSlots() // the transaction, if any, was rolled back
 	s.rw = rewriteState{}
 	s.rolledBack = false
 	if status != 0 {
@@ -227,6 +232,9 @@ func (s *Session) Handle(rw *rewrite.Rewriter, payload []byte, packets byte) err
 		err = s.handleOther(payload)
 	}
 	s.link.Client.SeqShift = 0
+	if len(s.held) > 0 && !s.inTransaction() {
+		s.releaseSlots() // autocommit increments: theirs ended with them
+	}
 	return err
 }
 

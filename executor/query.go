@@ -59,6 +59,9 @@ func (s *Session) settleTransaction() {
 	if len(s.rw.own) > 0 && !s.inTransaction() {
 		s.rw.own = nil
 	}
+	if len(s.held) > 0 && !s.inTransaction() {
+		s.releaseSlots()
+	}
 	if s.rw.weakAt != 0 && s.rw.weakAt < s.commands {
 		switch {
 		case s.inTransaction():
@@ -288,7 +291,7 @@ func (s *Session) ensureSessionInfo() error {
 
 func (s *Session) rewriteSession() rewrite.Session {
 	return rewrite.Session{DB: s.rw.db, ANSIQuotes: s.rw.ansiQuotes, NoBackslashEscapes: s.rw.noBackslash, Charset: s.rw.charset,
-		TempTables: s.rw.temp}
+		TempTables: s.rw.temp, SlotFor: s.slotFor}
 }
 
 // plan rewrites sql when it names a ruled table. It returns nil plans for

@@ -36,11 +36,11 @@ type execution struct {
 // picked for this execution, or the client's own execution (the slot its
 // preparation was planned with) when there is no such statement or the
 // parameters cannot be copied.
-func (ex *execution) slottedPacket(slots int) []byte {
-	if !ex.slotted || slots < 1 {
+func (ex *execution) slottedPacket(s *Session, t *rewrite.Table) []byte {
+	if !ex.slotted || t.Slots < 1 {
 		return ex.payload
 	}
-	pkt, err := ex.params.executePacketWith(ex.slotStmt, ex.slotParam, uint64(rand.IntN(slots)))
+	pkt, err := ex.params.executePacketWith(ex.slotStmt, ex.slotParam, uint64(s.slotFor(t)))
 	if err != nil {
 		return ex.payload
 	}
@@ -303,7 +303,7 @@ func (s *Session) execIncrement(p rewrite.Plan, ex *execution, seq *byte, more b
 	for attempt := 1; ; attempt++ {
 		payload := queryPacket(p.SQL)
 		if ex != nil {
-			payload = ex.slottedPacket(p.Table.Slots)
+			payload = ex.slottedPacket(s, p.Table)
 		}
 		if err := s.send(payload); err != nil {
 			return false, err

@@ -234,6 +234,7 @@ func (s *session) serve(ctx context.Context, slot func(deadline time.Time) bool,
 	s.log.Info("connection open", "tls", s.tls, "db", s.db)
 
 	err = s.commandLoop()
+	s.ex.Close()
 	switch {
 	case err == nil, s.isClosed(), errors.Is(err, io.EOF):
 	case errors.Is(err, errBackendEnded):

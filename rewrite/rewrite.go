@@ -231,6 +231,10 @@ type Session struct {
 	// TempTables are the session's temporary tables named like a ruled
 	// table ("schema.table", lower case; see Plan.Temp): they shadow it.
 	TempTables []string
+	// SlotFor, when set, picks the slot of an increment of t instead of
+	// Options.Slot (the executor's: one that no other open transaction of
+	// the process holds, when there is one).
+	SlotFor func(t *Table) int
 }
 
 // shadowed reports whether the session's temporary table hides the ruled
@@ -269,6 +273,14 @@ func New(cat *Catalog, opts Options) *Rewriter {
 		p.EnableWindowFunc(true)
 		return p
 	}}}
+}
+
+// slotFor is the slot picker for sess's increments.
+func (r *Rewriter) slotFor(sess Session) func(*Table) int {
+	if sess.SlotFor != nil {
+		return sess.SlotFor
+	}
+	return func(t *Table) int { return r.opts.Slot(t.Slots) }
 }
 
 // Catalog returns the rewriter's catalog.
@@ -312,7 +324,7 @@ func (r *Rewriter) rewriteUTF8(sql string, sess Session) ([]Plan, error) {
 	key, spans, ok := templateKey(sql, sess, keyBuf[:0], spanBuf[:0])
 	if ok {
 		if t := r.templates.get(key); t != nil {
-			return t.instantiate(sql, spans, r.opts.Slot), nil
+			return t.instantiate(sql, spans, r.slotFor(sess)), nil
 		}
 		var b strings.Builder
 		pos := 0
@@ -326,7 +338,7 @@ func (r *Rewriter) rewriteUTF8(sql string, sess Session) ([]Plan, error) {
 		if plans, err := r.rewrite(b.String(), sess, func(int) int { return slot }); err == nil {
 			t := &template{plans: plans, lits: len(spans)}
 			r.templates.put(key, t)
-			return t.instantiate(sql, spans, r.opts.Slot), nil
+			return t.instantiate(sql, spans, r.slotFor(sess)), nil
 		}
 	}
 	return r.rewrite(sql, sess, r.opts.Slot)

@@ -164,7 +164,7 @@ func (c *templateCache) put(key []byte, t *template) {
 
 // instantiate returns the template's plans with the sentinels replaced by
 // the statement's literals and the slot sentinel by a fresh slot.
-func (t *template) instantiate(sql string, spans [][2]int, slot func(int) int) []Plan {
+func (t *template) instantiate(sql string, spans [][2]int, slot func(*Table) int) []Plan {
 	lits := make([]string, len(spans))
 	for i, s := range spans {
 		lits[i] = sql[s[0]:s[1]]
@@ -173,7 +173,7 @@ func (t *template) instantiate(sql string, spans [][2]int, slot func(int) int) [
 	for i, p := range t.plans {
 		slotText := ""
 		if p.Kind == KindIncrement && p.Table != nil {
-			slotText = strconv.Itoa(slot(p.Table.Slots))
+			slotText = strconv.Itoa(slot(p.Table))
 		}
 		sub := func(s string) string { return substitute(s, lits, slotText) }
 		p.SQL = sub(p.SQL)
