@@ -569,8 +569,10 @@ func (s *Session) execGuardedWith(p rewrite.Plan, ex *execution, seq *byte, more
 		}
 		if again {
 			if attempt >= guardAttempts {
-				return true, s.writeErr(wire.Errorf(mysql.ER_LOCK_DEADLOCK, "40001",
-					"slotproxy: rows of %s keep appearing under a write at %s; try restarting transaction", ruleName(p.Table), s.rw.isolation).Packet(), seq)
+				// Like a lock wait timeout: the statement is undone, the
+				// transaction stays open.
+				return true, s.writeErr(wire.Errorf(mysql.ER_LOCK_WAIT_TIMEOUT, "HY000",
+					"slotproxy: rows of %s kept appearing while this write ran; the statement was rolled back, try it again", ruleName(p.Table)).Packet(), seq)
 			}
 			continue
 		}
@@ -849,8 +851,10 @@ func (s *Session) lockKeysAndFold(t *rewrite.Table, keys []string) (missing []st
 			missing = append(missing, k)
 		}
 	}
-	if len(found) > 0 {
-		for _, q := range t.FoldSQL(found) {
+	for len(found) > 0 {
+		batch := found[:min(foldBatch, len(found))]
+		found = found[len(batch):]
+		for _, q := range t.FoldSQL(batch) {
 			r, err := s.query(q)
 			if err != nil {
 				return nil, nil, err
