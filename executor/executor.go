@@ -76,9 +76,9 @@ type Env struct {
 	// OnDDL, when set, is called in a goroutine of its own after DDL on a
 	// ruled table succeeded.
 	OnDDL func()
-	// GuardWindow, when set, is called between a guard's lock by key at
-	// READ COMMITTED and the statement it guards (tests only: it lets a
-	// test make a row appear in that window). Set it before serving.
+	// GuardWindow, when set, is called between a guard and the statement
+	// it guards at READ COMMITTED in a client's transaction (tests only: it
+	// lets a test make a row appear in that window). Set it before serving.
 	GuardWindow func()
 
 	Stats Stats

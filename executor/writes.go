@@ -401,29 +401,7 @@ func infoRecords(info []byte) (uint64, bool) {
 // autocommit statement). The response is the statement's own.
 func (s *Session) execOnBase(p rewrite.Plan, ex *execution, seq *byte, more bool) (bool, error) {
 	g := rewrite.Plan{Kind: rewrite.KindGuarded, Table: p.Table, SQL: p.Original, Original: p.Original, Guard: p.Increment.Guard, Increment: p.Increment}
-	main := func() ([]byte, []byte, error) {
-		if ex == nil {
-			return queryPacket(p.Original), nil, nil
-		}
-		id, err := s.internalStmt(p.Original)
-		if err != nil {
-			var be *backendError
-			if errors.As(err, &be) {
-				return nil, be.pkt, nil
-			}
-			return nil, nil, err
-		}
-		idx := make([]int, ex.params.n)
-		for i := range idx {
-			idx[i] = i
-		}
-		pkt, err := ex.params.executePacket(id, idx)
-		if err != nil {
-			return nil, errLongData(), nil
-		}
-		return pkt, nil, nil
-	}
-	return s.execGuardedWith(g, ex, seq, more, main)
+	return s.execGuardedWith(g, ex, seq, more, func() ([]byte, []byte, error) { return s.statementPacket(p.Original, ex) })
 }
 
 // noteOwnIncrement records that the open transaction incremented records
@@ -618,6 +596,11 @@ type guardMode struct {
 	// is undone (to a savepoint) and runs again.
 	keys  []string
 	table *rewrite.Table
+	// restrict: the client's transaction runs at READ COMMITTED or READ
+	// UNCOMMITTED, and the statement runs as its Plan.Restrict with the
+	// keys its guard locked: it touches no row whose slots the guard did
+	// not fold, as if it had run when the guard did.
+	restrict bool
 }
 
 // guardModeFor decides how plan p's guards keep their fold exact at the
@@ -653,7 +636,13 @@ func (s *Session) guardModeFor(p rewrite.Plan, ex *execution, wrapped bool) (gua
 	refusal := "the transaction runs at " + level + ", where InnoDB takes no gap locks, so rows this write finds only as it runs " +
 		"could hold increments the proxy did not fold. Run it at REPEATABLE READ or SERIALIZABLE, in autocommit, or name its rows by key (" +
 		keyName(p) + " = value or IN (values))"
-	if p.Guard == nil || len(p.Guards) > 0 || len(p.Guard.Keys) == 0 {
+	if p.Guard == nil || len(p.Guards) > 0 {
+		return guardMode{}, refusal, nil
+	}
+	if len(p.Guard.Keys) == 0 {
+		if p.Restrict != "" {
+			return guardMode{restrict: true}, "", nil
+		}
 		return guardMode{}, refusal, nil
 	}
 	keys := make([]string, 0, len(p.Guard.Keys))
@@ -740,11 +729,21 @@ func (s *Session) guardedOnce(p rewrite.Plan, ex *execution, wrapped bool, gm gu
 		if s.env.GuardWindow != nil {
 			s.env.GuardWindow()
 		}
-	} else if errPkt, err := s.lockAndFold(p, ex); err != nil || errPkt != nil {
+	} else if locked, errPkt, err := s.lockAndFoldKeys(p, ex); err != nil || errPkt != nil {
 		if err != nil {
 			return nil, nil, false, err
 		}
 		return fail(errPkt)
+	} else if gm.restrict {
+		if s.env.GuardWindow != nil {
+			s.env.GuardWindow()
+		}
+		list := "NULL" // no row: the statement matches none
+		if len(locked) > 0 {
+			list = strings.Join(locked, ", ")
+		}
+		restricted := strings.Replace(p.Restrict, rewrite.RestrictKeys, list, 1)
+		main = func() ([]byte, []byte, error) { return s.statementPacket(restricted, ex) }
 	}
 	payload, errPkt, err := main()
 	if err != nil {
@@ -815,6 +814,33 @@ func (s *Session) guardedOnce(p rewrite.Plan, ex *execution, wrapped bool, gm gu
 	return buf, nil, false, nil
 }
 
+// statementPacket is the command that runs sql for a text statement (ex
+// nil) or, with the execution's parameters, for a prepared one (sql has
+// the same placeholders in the same order as the client's statement): the
+// command, or an ERR to report instead.
+func (s *Session) statementPacket(sql string, ex *execution) ([]byte, []byte, error) {
+	if ex == nil {
+		return queryPacket(sql), nil, nil
+	}
+	id, err := s.internalStmt(sql)
+	if err != nil {
+		var be *backendError
+		if errors.As(err, &be) {
+			return nil, be.pkt, nil
+		}
+		return nil, nil, err
+	}
+	idx := make([]int, ex.params.n)
+	for i := range idx {
+		idx[i] = i
+	}
+	pkt, err := ex.params.executePacket(id, idx)
+	if err != nil {
+		return nil, errLongData(), nil
+	}
+	return pkt, nil, nil
+}
+
 // guardSavepoint is the savepoint a guarded write at READ COMMITTED may
 // return to (guardMode.keys).
 const guardSavepoint = "`_slotproxy_guard`"
@@ -871,11 +897,17 @@ func (s *Session) lockKeysAndFold(t *rewrite.Table, keys []string) (missing []st
 // may touch and their slots are folded into their base rows. errPkt is the
 // error to report (the statement must not run).
 func (s *Session) lockAndFold(p rewrite.Plan, ex *execution) (errPkt []byte, err error) {
+	_, errPkt, err = s.lockAndFoldKeys(p, ex)
+	return errPkt, err
+}
+
+// lockAndFoldKeys is lockAndFold that also returns the keys p.Guard locked.
+func (s *Session) lockAndFoldKeys(p rewrite.Plan, ex *execution) (locked []string, errPkt []byte, err error) {
 	guards := p.Guards
 	if p.Guard != nil {
 		guards = append([]*rewrite.Guard{p.Guard}, guards...)
 	}
-	for _, g := range guards {
+	for i, g := range guards {
 		t := g.Table
 		if t == nil {
 			t = p.Table
@@ -891,12 +923,12 @@ func (s *Session) lockAndFold(p rewrite.Plan, ex *execution) (errPkt []byte, err
 		if err != nil {
 			var be *backendError
 			if errors.As(err, &be) {
-				return be.pkt, nil
+				return nil, be.pkt, nil
 			}
-			return nil, err
+			return nil, nil, err
 		}
 		if keysResp.Failed() {
-			return keysResp.Err, nil
+			return nil, keysResp.Err, nil
 		}
 		keys := make([]string, 0, len(keysResp.Rows))
 		for _, row := range keysResp.Rows {
@@ -908,9 +940,12 @@ func (s *Session) lockAndFold(p rewrite.Plan, ex *execution) (errPkt []byte, err
 				k, ok = string(vals[0]), isInteger(vals[0])
 			}
 			if !ok {
-				return nil, errors.New("guard: key is not an integer")
+				return nil, nil, errors.New("guard: key is not an integer")
 			}
 			keys = append(keys, k)
+		}
+		if i == 0 && p.Guard != nil {
+			locked = slices.Clone(keys)
 		}
 		for len(keys) > 0 {
 			batch := keys[:min(foldBatch, len(keys))]
@@ -918,15 +953,15 @@ func (s *Session) lockAndFold(p rewrite.Plan, ex *execution) (errPkt []byte, err
 			for _, q := range t.FoldSQL(batch) {
 				r, err := s.query(q)
 				if err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 				if r.Failed() {
-					return r.Err, nil
+					return nil, r.Err, nil
 				}
 			}
 		}
 	}
-	return nil, nil
+	return locked, nil, nil
 }
 
 // execLockedRead runs a locking read of counters (p.Locking): the records

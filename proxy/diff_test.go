@@ -283,6 +283,7 @@ var diffCorpus = []step{
 	// their rows by key lock those rows (a missing key: undone and run
 	// again if its row appears), deletes run as usual.
 	text("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"),
+	text("UPDATE repos SET downloads = downloads + 1 WHERE id IN (1, 2, 3, 4)"),
 	text("UPDATE repos SET downloads = downloads + 1 WHERE id = 1"),
 	text("UPDATE repos SET downloads = 40 WHERE name = 'beta'"),
 	text("BEGIN"),
@@ -290,6 +291,9 @@ var diffCorpus = []step{
 	text("UPDATE repos SET downloads = 7, name = 'beta2' WHERE id = 2 AND name = 'beta'"),
 	prep("UPDATE repos SET stars = ? WHERE id IN (?, ?)", 9, 1, 77),
 	text("UPDATE repos SET downloads = 0 WHERE id = 99"),
+	text("UPDATE repos SET stars = 3, downloads = downloads + 1 WHERE name LIKE 'b%'"),
+	prep("UPDATE repos SET stars = ? WHERE owner_id = ? AND downloads >= ?", 4, 1, 0),
+	text("UPDATE repos SET downloads = 1 WHERE name = 'nobody'"),
 	text("DELETE FROM repos WHERE name = 'nobody'"),
 	text("SELECT id, downloads, stars, name FROM repos ORDER BY id"),
 	text("COMMIT"),

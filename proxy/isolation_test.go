@@ -18,9 +18,11 @@ import (
 // locks, so a guard cannot keep rows it did not lock from appearing (with
 // increments in their slots) before its statement writes them. Writes that
 // name their rows by key are exact (the rows are locked by key; a key
-// whose row appears in between makes the statement run again), as are
-// autocommit writes (the proxy's transaction runs at REPEATABLE READ);
-// other writes inside a transaction are refused, before anything runs.
+// whose row appears in between makes the statement run again); other
+// single-table writes with a WHERE clause run restricted to the keys their
+// guard locked (as if they had run when the guard did); autocommit writes
+// run in a REPEATABLE READ transaction of the proxy's own; the rest, inside
+// a transaction, are refused before anything runs.
 func TestReadCommittedGuardedWrites(t *testing.T) {
 	setupDiffSchemas(t)
 	var window atomic.Int32
@@ -83,12 +85,18 @@ func TestReadCommittedGuardedWrites(t *testing.T) {
 	// In a transaction: refused, nothing run, no lock taken.
 	exec(a, "BEGIN")
 	exec(a, "UPDATE repos SET downloads = downloads + 1 WHERE id = 1")
-	refused("UPDATE repos SET downloads = 5 WHERE name = 'alpha'")
+	refused("UPDATE repos SET downloads = 5")
 	refused("UPDATE repos r JOIN users u ON u.id = r.owner_id SET r.downloads = 0 WHERE u.name = 'ann'")
 	refused("INSERT INTO repos (id, name) VALUES (1, 'x') ON DUPLICATE KEY UPDATE downloads = 0")
 	exec(direct, "SET SESSION innodb_lock_wait_timeout = 1")
 	exec(direct, "UPDATE repos SET name = name WHERE id = 2") // not locked by the refusals
-	// By key: exact.
+	// By key, or restricted to the keys the guard locked: exact.
+	if r := exec(a, "UPDATE repos SET downloads = 5, stars = stars + 1 WHERE name = 'alpha'"); r.AffectedRows != 1 {
+		t.Fatalf("affected %d", r.AffectedRows)
+	}
+	if v := total(1); v != 50 { // b does not see a's uncommitted write
+		t.Fatalf("total %d seen by another session, want 50", v)
+	}
 	exec(a, "UPDATE repos SET downloads = 7 WHERE id = 1 AND name = 'alpha'")
 	exec(a, "DELETE FROM repos WHERE name = 'nobody'")
 	exec(a, "COMMIT")
@@ -117,11 +125,35 @@ func TestReadCommittedGuardedWrites(t *testing.T) {
 		t.Fatalf("total of the late row %d, want 1", v)
 	}
 
+	// A row matching the condition appears, with an increment, between the
+	// guard and the statement: the statement, restricted to the rows the
+	// guard locked, leaves it alone, as if it had run first (the increment
+	// is kept).
+	late = func() {
+		exec(b, "INSERT INTO repos (id, name) VALUES (98, 'later')")
+		exec(b, "UPDATE repos SET downloads = downloads + 5 WHERE id = 98")
+	}
+	inWindow.Store(&late)
+	exec(a, "BEGIN")
+	if r := exec(a, "UPDATE repos SET downloads = 0 WHERE name = 'later'"); r.AffectedRows != 0 {
+		t.Fatalf("affected %d, want 0 (the row appeared after the guard)", r.AffectedRows)
+	}
+	exec(a, "COMMIT")
+	if v := total(98); v != 5 {
+		t.Fatalf("total of the row that appeared %d, want 5", v)
+	}
+	if r := exec(a, "UPDATE repos SET downloads = 0 WHERE name = 'later'"); r.AffectedRows != 1 {
+		t.Fatalf("affected %d, want 1", r.AffectedRows)
+	}
+	if v := total(98); v != 0 {
+		t.Fatalf("total %d after it was set to 0, want 0", v)
+	}
+
 	// A one-shot SET TRANSACTION: its transaction is weak, the next is not.
 	exec(a, "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
 	exec(a, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
 	exec(a, "BEGIN")
-	_, err := a.Execute("UPDATE repos SET downloads = 2 WHERE name = 'beta'")
+	_, err := a.Execute("UPDATE repos SET downloads = 2")
 	var me *gomysql.MyError
 	if !asMyError(err, &me) || me.Code != 1235 {
 		t.Fatalf("one-shot READ COMMITTED: %v, want refusal", err)

@@ -64,6 +64,13 @@ type Plan struct {
 	// Invalidate: the statement may remove rows of Table; forget which keys
 	// are known to exist.
 	Invalidate bool
+	// Restrict is a KindGuarded plan's statement with its WHERE clause
+	// also requiring the key to be among RestrictKeys, for which the
+	// executor substitutes the keys its Guard locked (NULL for none):
+	// under READ COMMITTED the statement then touches only rows whose
+	// slots were folded, as if it had run when the guard did. Empty when
+	// the statement has no WHERE clause of a single table.
+	Restrict string
 	// Delete: a KindGuarded plan of a DELETE (no RETURNING): rows it finds
 	// only as it runs can leave slot rows behind but never change a total
 	// (no base row reads them, and inserting the key clears them).
@@ -498,6 +505,9 @@ func sessionMode(sess Session) mysql.SQLMode {
 	}
 	return mode
 }
+
+// RestrictKeys marks where Plan.Restrict takes the list of keys.
+const RestrictKeys = "/*slotproxy:keys*/"
 
 // Changed reports whether any plan differs from sending the text as is.
 func Changed(plans []Plan) bool {

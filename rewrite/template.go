@@ -179,6 +179,7 @@ func (t *template) instantiate(sql string, spans [][2]int, slot func(*Table) int
 		p.SQL = sub(p.SQL)
 		p.Original = sub(p.Original)
 		p.After = sub(p.After)
+		p.Restrict = sub(p.Restrict)
 		p.MetaKey = sub(p.MetaKey)
 		if p.Increment != nil {
 			inc := *p.Increment

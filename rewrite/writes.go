@@ -275,12 +275,37 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 	if w.failed != "" {
 		return w.refused(t, w.failed)
 	}
-	return Plan{
-		Kind:  KindGuarded,
-		Table: t,
-		SQL:   apply(w.sql, start, end, w.edits),
-		Guard: r.guardWhere(t, ref, s.TableRefs, s.Where, w),
+	g := r.guardWhere(t, ref, s.TableRefs, s.Where, w)
+	if w.failed != "" {
+		return w.refused(t, w.failed)
 	}
+	return Plan{
+		Kind:     KindGuarded,
+		Table:    t,
+		SQL:      apply(w.sql, start, end, w.edits),
+		Guard:    g,
+		Restrict: w.restricted(s.Where, ref, t, start, end),
+	}
+}
+
+// restricted returns the statement sql[start:end], with w's edits, whose
+// WHERE clause where also requires the key to be in RestrictKeys (which
+// the executor replaces with the keys its guard locked), or "" when there
+// is no WHERE clause or it cannot be located.
+func (w *reads) restricted(where ast.ExprNode, ref *tableRef, t *Table, start, end int) string {
+	if where == nil {
+		return ""
+	}
+	ws := where.OriginTextPosition()
+	we := exprEnd(w.sql, w.sess, ws)
+	if we < 0 {
+		return ""
+	}
+	// The opening parenthesis goes first, before any edit at ws (apply's
+	// sort is stable); the closing one after any edit that ends at we.
+	edits := append([]edit{{ws, ws, "("}}, w.edits...)
+	edits = append(edits, edit{we, we, ") AND " + ref.qual + "." + quoteIdent(t.Key) + " IN (" + RestrictKeys + ")"})
+	return apply(w.sql, start, end, edits)
 }
 
 func (r *Rewriter) delete(s *ast.DeleteStmt, w *reads, start, end int) Plan {
