@@ -877,20 +877,27 @@ func (s *Session) lockKeysAndFold(t *rewrite.Table, keys []string) (missing []st
 			missing = append(missing, k)
 		}
 	}
-	for len(found) > 0 {
-		batch := found[:min(foldBatch, len(found))]
-		found = found[len(batch):]
+	errPkt, err = s.foldKeys(t, found)
+	return missing, errPkt, err
+}
+
+// foldKeys folds the slots of the records of t with keys (locked) into
+// their base rows, in batches.
+func (s *Session) foldKeys(t *rewrite.Table, keys []string) (errPkt []byte, err error) {
+	for len(keys) > 0 {
+		batch := keys[:min(foldBatch, len(keys))]
+		keys = keys[len(batch):]
 		for _, q := range t.FoldSQL(batch) {
 			r, err := s.query(q)
 			if err != nil {
-				return nil, nil, err
+				return nil, err
 			}
 			if r.Failed() {
-				return nil, r.Err, nil
+				return r.Err, nil
 			}
 		}
 	}
-	return missing, nil, nil
+	return nil, nil
 }
 
 // lockAndFold runs a plan's guards: each locks the records its statement
@@ -947,18 +954,8 @@ func (s *Session) lockAndFoldKeys(p rewrite.Plan, ex *execution) (locked []strin
 		if i == 0 && p.Guard != nil {
 			locked = slices.Clone(keys)
 		}
-		for len(keys) > 0 {
-			batch := keys[:min(foldBatch, len(keys))]
-			keys = keys[len(batch):]
-			for _, q := range t.FoldSQL(batch) {
-				r, err := s.query(q)
-				if err != nil {
-					return nil, nil, err
-				}
-				if r.Failed() {
-					return nil, r.Err, nil
-				}
-			}
+		if errPkt, err := s.foldKeys(t, keys); err != nil || errPkt != nil {
+			return nil, errPkt, err
 		}
 	}
 	return locked, nil, nil
