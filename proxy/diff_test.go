@@ -278,6 +278,11 @@ var diffCorpus = []step{
 	text("SELECT SUM(v.downloads) FROM repo_counts v, users WHERE users.id = v.id"),
 	text("SELECT name FROM repo_counts WHERE id = 2"),
 	text("SELECT id FROM top_repos UNION SELECT id FROM repo_counts WHERE downloads > 100 ORDER BY id"),
+	// Writes through a plain view: planned as writes of the table.
+	text("UPDATE repo_counts SET downloads = downloads + 1 WHERE id = 1"),
+	prep("UPDATE repo_counts SET downloads = downloads + ? WHERE id = ?", 2, 2),
+	text("UPDATE repo_counts AS v SET v.downloads = 9 WHERE v.name = 'gamma'"),
+	text("SELECT * FROM repo_counts ORDER BY id"),
 	// READ COMMITTED: autocommit guarded writes run in a REPEATABLE READ
 	// transaction of the proxy's own; in a transaction, writes that name
 	// their rows by key lock those rows (a missing key: undone and run

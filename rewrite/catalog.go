@@ -137,6 +137,10 @@ type Catalog struct {
 	// viewDefs are the definitions of the views of ruled tables that can be
 	// inlined into reads (see inlinable), by the same keys.
 	viewDefs map[string]string
+	// viewBase are the plain views of a ruled table (some of its columns,
+	// under their own names, and nothing else: see plainView), by the same
+	// keys: an UPDATE through one is planned as an UPDATE of the table.
+	viewBase map[string]*Table
 }
 
 // AddViews records the views of ruled schemas, defs mapping "schema.view"
@@ -152,6 +156,7 @@ func (c *Catalog) AddViews(defs map[string]string) {
 	all := map[string]*view{}
 	p := parser.New()
 	c.viewDefs = map[string]string{}
+	c.viewBase = map[string]*Table{}
 	inline := map[string]string{}
 	for k, def := range defs {
 		k = strings.ToLower(k)
@@ -161,6 +166,9 @@ func (c *Catalog) AddViews(defs map[string]string) {
 		if st, err := p.ParseOneStmt(def, "", ""); err == nil {
 			if inlinable(st, c.others[k]) {
 				inline[k] = def
+			}
+			if t := c.plainView(st, schema); t != nil {
+				c.viewBase[k] = t
 			}
 			var names tableNames
 			st.Accept(&names)
@@ -219,6 +227,41 @@ func (c *Catalog) view(schema, name string) *Table {
 		return nil
 	}
 	return c.views[strings.ToLower(schema)+"."+strings.ToLower(name)]
+}
+
+// plainView returns the ruled table a view's definition st selects from
+// when the view is plain: columns of that one table under their own names,
+// with no WHERE, grouping, DISTINCT, ORDER BY or LIMIT. Writes through such
+// a view are writes of those columns of the table.
+func (c *Catalog) plainView(st ast.StmtNode, schema string) *Table {
+	sel, ok := st.(*ast.SelectStmt)
+	if !ok || sel.From == nil || sel.Where != nil || sel.GroupBy != nil || sel.Having != nil || sel.Distinct ||
+		sel.OrderBy != nil || sel.Limit != nil || sel.Fields == nil || sel.With != nil {
+		return nil
+	}
+	j := sel.From.TableRefs
+	if j == nil || j.Right != nil {
+		return nil
+	}
+	ts, ok := j.Left.(*ast.TableSource)
+	if !ok {
+		return nil
+	}
+	tn, ok := ts.Source.(*ast.TableName)
+	if !ok {
+		return nil
+	}
+	t := c.lookup(schemaOr(tn.Schema.O, schema), tn.Name.O)
+	if t == nil {
+		return nil
+	}
+	for _, f := range sel.Fields.Fields {
+		col, ok := f.Expr.(*ast.ColumnNameExpr)
+		if !ok || f.WildCard != nil || (f.AsName.O != "" && !strings.EqualFold(f.AsName.O, col.Name.Name.O)) {
+			return nil
+		}
+	}
+	return t
 }
 
 // viewDef returns the definition of the view schema.name of a ruled table

@@ -537,6 +537,11 @@ func SessionCut(plans []Plan) int {
 // plan decides one statement. sql[start:end] is its text.
 func (r *Rewriter) plan(st ast.StmtNode, sql string, start, end int, sess Session, slot func(int) int) Plan {
 	w := &reads{r: r, sql: sql, sess: sess, tables: map[*Table]bool{}, params: numberParams(st), slot: slot}
+	if up, ok := st.(*ast.UpdateStmt); ok {
+		if vp, ok := r.updateThroughView(up, sql, start, end, sess, slot); ok {
+			return vp
+		}
+	}
 	if t, view := r.writesView(st, sess); t != nil {
 		return Plan{Kind: KindRefused, Table: t, Reason: "it writes through view " + view + ", which reads ruled table " + t.Qualified() +
 			": the proxy plans writes of the table, not of views over it (write " + t.Qualified() + " itself)"}

@@ -1,6 +1,7 @@
 package rewrite
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/pingcap/tidb/pkg/parser/ast"
@@ -144,7 +145,7 @@ func aliased(text string, toks []token, i int) bool {
 		switch strings.ToUpper(t.text(text)) {
 		case "AS":
 			return true
-		case "WHERE", "JOIN", "INNER", "LEFT", "RIGHT", "CROSS", "NATURAL", "STRAIGHT_JOIN", "FULL", "ON", "USING",
+		case "WHERE", "SET", "JOIN", "INNER", "LEFT", "RIGHT", "CROSS", "NATURAL", "STRAIGHT_JOIN", "FULL", "ON", "USING",
 			"GROUP", "HAVING", "ORDER", "LIMIT", "UNION", "EXCEPT", "INTERSECT", "FOR", "LOCK", "WINDOW", "INTO",
 			"PARTITION", "USE", "FORCE", "IGNORE", "TABLESAMPLE", "RETURNING":
 			return false
@@ -178,3 +179,87 @@ func (r *Rewriter) inlinedRead(st ast.StmtNode, sql string, start, end int, sess
 	p.Original = text
 	return p, true
 }
+
+// updateThroughView plans an UPDATE of one plain view of a ruled table
+// (Catalog.plainView) as the same UPDATE of the table, aliased like the
+// view: UPDATE v SET c = c + 1 WHERE id = 1 is slotted like any increment.
+// It declines (false) when the statement is not such an UPDATE, or names a
+// column the view does not have (the statement is then refused).
+func (r *Rewriter) updateThroughView(s *ast.UpdateStmt, sql string, start, end int, sess Session, slot func(int) int) (Plan, bool) {
+	if s.TableRefs == nil || s.TableRefs.TableRefs == nil || s.TableRefs.TableRefs.Right != nil || len(r.cat.viewBase) == 0 {
+		return Plan{}, false
+	}
+	ts, ok := s.TableRefs.TableRefs.Left.(*ast.TableSource)
+	if !ok {
+		return Plan{}, false
+	}
+	tn, ok := ts.Source.(*ast.TableName)
+	if !ok {
+		return Plan{}, false
+	}
+	schema := schemaOr(tn.Schema.O, sess.DB)
+	key := strings.ToLower(schema + "." + tn.Name.O)
+	t := r.cat.viewBase[key]
+	if t == nil || sess.shadowed(schema, tn.Name.O) {
+		return Plan{}, false
+	}
+	// Every column the statement names must be one of the view's (the
+	// table has more): a column of a subquery's own table counts against
+	// it too, and then the statement is refused.
+	cols := r.cat.others[key]
+	match := tn.Name.L
+	if ts.AsName.L != "" {
+		match = ts.AsName.L
+	}
+	var names columnNames
+	s.Accept(&names)
+	for _, a := range s.List {
+		names.found = append(names.found, a.Column) // SET targets are not expressions
+	}
+	for _, c := range names.found {
+		if c.Table.O != "" && (c.Table.L != match || (c.Schema.O != "" && !strings.EqualFold(c.Schema.O, schema))) {
+			return Plan{}, false
+		}
+		if !slices.ContainsFunc(cols, func(v string) bool { return strings.EqualFold(v, c.Name.O) }) {
+			return Plan{}, false
+		}
+	}
+	text := sql[start:end]
+	toks, ok := lex(text, sess)
+	if !ok {
+		return Plan{}, false
+	}
+	// UPDATE [LOW_PRIORITY] [IGNORE] [schema.]view
+	i := 1
+	for i < len(toks) && (toks[i].is(text, "LOW_PRIORITY") || toks[i].is(text, "IGNORE")) {
+		i++
+	}
+	first := i
+	if i+2 < len(toks) && toks[i+1].kind == tokPunct && text[toks[i+1].start] == '.' {
+		i += 2
+	}
+	if i >= len(toks) || !toks[0].is(text, "UPDATE") || !strings.EqualFold(toks[i].ident(text), tn.Name.O) {
+		return Plan{}, false
+	}
+	repl := t.Qualified()
+	if !aliased(text, toks, i+1) {
+		repl += " AS " + quoteIdent(tn.Name.O)
+	}
+	plans, err := r.rewrite(text[:toks[first].start]+repl+text[toks[i].end:], sess, slot)
+	if err != nil || len(plans) != 1 || plans[0].Kind == KindRefused {
+		return Plan{}, false
+	}
+	return plans[0], true
+}
+
+// columnNames collects the column names of a statement.
+type columnNames struct{ found []*ast.ColumnName }
+
+func (c *columnNames) Enter(n ast.Node) (ast.Node, bool) {
+	if cn, ok := n.(*ast.ColumnNameExpr); ok {
+		c.found = append(c.found, cn.Name)
+	}
+	return n, false
+}
+
+func (c *columnNames) Leave(n ast.Node) (ast.Node, bool) { return n, true }
