@@ -31,6 +31,22 @@ func summarize(files []string, w io.Writer) error {
 		rows = append(rows, r)
 		return r
 	}
+	type cpu struct {
+		workload, target string
+		clients          int
+		server, bench    []float64
+	}
+	var cpus []*cpu
+	findCPU := func(r *targetResult) *cpu {
+		for _, c := range cpus {
+			if c.workload == r.Workload && c.clients == r.Clients && c.target == r.Target {
+				return c
+			}
+		}
+		c := &cpu{workload: r.Workload, target: r.Target, clients: r.Clients}
+		cpus = append(cpus, c)
+		return c
+	}
 	backend := ""
 	for _, f := range files {
 		data, err := os.ReadFile(f)
@@ -45,6 +61,14 @@ func summarize(files []string, w io.Writer) error {
 			backend = rep.Env.BackendVersion
 		} else if rep.Env.BackendVersion != backend {
 			return fmt.Errorf("%s: server %s, the first report's is %s: summarize the runs of one server at a time", f, rep.Env.BackendVersion, backend)
+		}
+		for _, r := range rep.Results {
+			if r.Sweep || r.BackendCPUUsPerOp == 0 {
+				continue
+			}
+			c := findCPU(r)
+			c.server = append(c.server, r.BackendCPUUsPerOp)
+			c.bench = append(c.bench, r.BenchCPUUsPerOp)
 		}
 		for _, c := range rep.Comparisons {
 			if c.Verdict == "n/a" {
@@ -62,10 +86,7 @@ func summarize(files []string, w io.Writer) error {
 		c := r.c
 		v := slices.Clone(r.ratios)
 		slices.Sort(v)
-		med := v[len(v)/2]
-		if len(v)%2 == 0 {
-			med = (v[len(v)/2-1] + v[len(v)/2]) / 2
-		}
+		med := median(v)
 		f := func(x float64) string {
 			switch {
 			case c.Row == 7:
@@ -96,5 +117,22 @@ func summarize(files []string, w io.Writer) error {
 		}
 		fmt.Fprintf(w, "| %d | %s | %s | %s | %d | %s | %s | %s | %s | %s |\n", c.Row, c.Workload, clients, c.What, len(v), f(v[0]), f(med), f(v[len(v)-1]), target, verdict)
 	}
+	if len(cpus) > 0 {
+		fmt.Fprintf(w, "\nCPU time per operation, µs (median over the runs): the server process, and slotbench itself (the clients and the proxy or relay under test)\n\n")
+		fmt.Fprintf(w, "| workload | clients | target | server | bench |\n|---|---|---|---|---|\n")
+		for _, c := range cpus {
+			fmt.Fprintf(w, "| %s | %d | %s | %.0f | %.0f |\n", c.workload, c.clients, c.target, median(c.server), median(c.bench))
+		}
+	}
 	return nil
+}
+
+// median of v (not empty).
+func median(v []float64) float64 {
+	v = slices.Clone(v)
+	slices.Sort(v)
+	if len(v)%2 == 0 {
+		return (v[len(v)/2-1] + v[len(v)/2]) / 2
+	}
+	return v[len(v)/2]
 }
