@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/slotproxy/slotproxy/proxy"
 )
 
@@ -227,19 +228,28 @@ type idleResult struct {
 	GoroutinesAfter  int64 `json:"goroutines_after"`
 	// The active phase: every connection at once runs increments of one
 	// hot counter and reads of it, for ActiveSeconds.
-	ActiveSeconds    float64 `json:"active_seconds,omitempty"`
-	ActiveOpsPerSec  float64 `json:"active_ops_per_sec,omitempty"`
-	ActiveP99Ms      float64 `json:"active_p99_ms,omitempty"`
-	ActiveErrors     int64   `json:"active_errors,omitempty"`
-	ActivePeakRSSKiB int64   `json:"active_peak_rss_kib,omitempty"`
-	ActiveGoroutines int64   `json:"active_goroutines,omitempty"`
-	// ActiveCountsExact: the counter's total grew by exactly the number of
-	// increments acknowledged in the active phase.
-	ActiveCountsExact *bool `json:"active_counts_exact,omitempty"`
+	ActiveSeconds   float64 `json:"active_seconds,omitempty"`
+	ActiveOpsPerSec float64 `json:"active_ops_per_sec,omitempty"`
+	ActiveP99Ms     float64 `json:"active_p99_ms,omitempty"`
+	ActiveMaxMs     float64 `json:"active_max_ms,omitempty"`
+	ActiveErrors    int64   `json:"active_errors,omitempty"`
+	// ActiveErrorTexts: the first distinct errors (a client read timeout
+	// shows as a broken connection).
+	ActiveErrorTexts []string `json:"active_error_texts,omitempty"`
+	ActivePeakRSSKiB int64    `json:"active_peak_rss_kib,omitempty"`
+	ActiveGoroutines int64    `json:"active_goroutines,omitempty"`
+	// ActiveCountsExact: the counter's total grew by at least the
+	// increments acknowledged in the active phase and at most those plus
+	// ActiveUnknown, the increments that failed with an outcome the client
+	// cannot know (the connection broke: they may have committed).
+	ActiveCountsExact      *bool `json:"active_counts_exact,omitempty"`
+	ActiveUnknown          int64 `json:"active_unknown,omitempty"`
+	ActiveCommittedUnknown int64 `json:"active_committed_unknown,omitempty"`
 	// The same active phase on as many connections straight to the
 	// server, after the proxy's, for comparison.
 	ActiveDirectOpsPerSec float64 `json:"active_direct_ops_per_sec,omitempty"`
 	ActiveDirectP99Ms     float64 `json:"active_direct_p99_ms,omitempty"`
+	ActiveDirectMaxMs     float64 `json:"active_direct_max_ms,omitempty"`
 	ActiveDirectErrors    int64   `json:"active_direct_errors,omitempty"`
 	// Skipped says why this target was not measured.
 	Skipped string `json:"skipped,omitempty"`
@@ -429,10 +439,11 @@ func (b *bench) idleActiveDirect(ctx context.Context, n int, res *idleResult) er
 		conns = append(conns, c)
 	}
 	b.cons.progress(fmt.Sprintf("%-14s %-11s %d connections active", wIdleConns, "direct", n))
-	ops, p99, errs, _, elapsed := b.runActive(ctx, conns, nil)
-	res.ActiveDirectOpsPerSec = float64(ops) / elapsed.Seconds()
-	res.ActiveDirectP99Ms = p99
-	res.ActiveDirectErrors = errs
+	run := b.runActive(ctx, conns, nil)
+	res.ActiveDirectOpsPerSec = float64(run.ops) / run.elapsed.Seconds()
+	res.ActiveDirectP99Ms = run.p99
+	res.ActiveDirectMaxMs = run.max
+	res.ActiveDirectErrors = run.errs
 	return nil
 }
 
@@ -448,7 +459,7 @@ func (b *bench) idleActive(ctx context.Context, c *child, conns []*sql.Conn, res
 		return err
 	}
 	var peak, maxG int64
-	ops, p99, errs, incs, elapsed := b.runActive(ctx, conns, func() {
+	run := b.runActive(ctx, conns, func() {
 		if st, err := procStatus(c.cmd.Process.Pid); err == nil && st["VmRSS"] > peak {
 			peak = st["VmRSS"]
 		}
@@ -460,26 +471,50 @@ func (b *bench) idleActive(ctx context.Context, c *child, conns []*sql.Conn, res
 	if err != nil {
 		return err
 	}
-	exact := after-before == incs
-	res.ActiveSeconds = elapsed.Seconds()
-	res.ActiveOpsPerSec = float64(ops) / elapsed.Seconds()
-	res.ActiveP99Ms = p99
-	res.ActiveErrors = errs
+	grew := after - before
+	exact := grew >= run.incs && grew <= run.incs+run.incErrs
+	res.ActiveSeconds = run.elapsed.Seconds()
+	res.ActiveOpsPerSec = float64(run.ops) / run.elapsed.Seconds()
+	res.ActiveP99Ms = run.p99
+	res.ActiveMaxMs = run.max
+	res.ActiveErrors = run.errs
+	res.ActiveErrorTexts = run.errors
+	res.ActiveUnknown = run.incErrs
+	res.ActiveCommittedUnknown = grew - run.incs
 	res.ActivePeakRSSKiB = peak
 	res.ActiveGoroutines = maxG
 	res.ActiveCountsExact = &exact
 	if !exact {
-		return fmt.Errorf("the total grew by %d, %d increments were acknowledged", after-before, incs)
+		return fmt.Errorf("the total grew by %d, %d increments were acknowledged (%s)", grew, run.incs, run.problems())
 	}
 	return nil
 }
 
+// activeRun is what runActive measured.
+type activeRun struct {
+	ops     int64         // statements run
+	p99     float64       // ms, one increment + read
+	max     float64       // ms, the slowest increment + read
+	errs    int64         // statements that failed
+	incs    int64         // increments acknowledged with 1 row affected
+	incErrs int64         // increments that failed with an unknown outcome (no server error)
+	elapsed time.Duration // how long it took
+	// odd counts increments acknowledged with other than 1 row affected,
+	// by the rows affected; errors keeps the first distinct error texts.
+	odd    map[int64]int64
+	errors []string
+}
+
+// problems describes the failed increments, odd affected-row counts and
+// first errors of the run, for a count that does not match.
+func (r *activeRun) problems() string {
+	return fmt.Sprintf("%d increments failed, affected rows other than 1: %v, errors: %q", r.incErrs, r.odd, r.errors)
+}
+
 // runActive has every connection of conns loop, all at once, on an
 // autocommit increment of the hot counter and a read of it for the active
-// phase's duration, calling sample (if set) every 250 ms meanwhile. It
-// returns the statements run, the p99 of one increment + read, the errors,
-// the increments acknowledged (1 row affected) and the time it took.
-func (b *bench) runActive(ctx context.Context, conns []*sql.Conn, sample func()) (ops int64, p99 float64, errs, incs int64, elapsed time.Duration) {
+// phase's duration, calling sample (if set) every 250 ms meanwhile.
+func (b *bench) runActive(ctx context.Context, conns []*sql.Conn, sample func()) *activeRun {
 	dur := 5 * time.Second
 	if b.opts.smoke {
 		dur = 500 * time.Millisecond
@@ -489,6 +524,7 @@ func (b *bench) runActive(ctx context.Context, conns []*sql.Conn, sample func())
 		mu     sync.Mutex
 		lat    []time.Duration
 		stopAt = time.Now().Add(dur)
+		run    = &activeRun{odd: map[int64]int64{}}
 	)
 	sampleDone := make(chan struct{})
 	go func() {
@@ -498,25 +534,41 @@ func (b *bench) runActive(ctx context.Context, conns []*sql.Conn, sample func())
 			time.Sleep(250 * time.Millisecond)
 		}
 	}()
+	noteErr := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if msg := err.Error(); len(run.errors) < 5 && !slices.Contains(run.errors, msg) {
+			run.errors = append(run.errors, msg)
+		}
+	}
 	start := time.Now()
 	for _, conn := range conns {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			var mine []time.Duration
-			var myIncs, myOps, myErrs int64
+			var myIncs, myOps, myErrs, myIncErrs int64
+			myOdd := map[int64]int64{}
 			for time.Now().Before(stopAt) {
 				t0 := time.Now()
 				r, err := conn.ExecContext(ctx, sqlIncrement)
 				if err == nil {
 					if n, _ := r.RowsAffected(); n == 1 {
 						myIncs++
+					} else {
+						myOdd[n]++
 					}
 					var v int64
 					err = conn.QueryRowContext(ctx, "SELECT downloads FROM repos WHERE id = 1").Scan(&v)
+				} else if !errors.As(err, new(*mysql.MySQLError)) {
+					// Not the server's answer: the connection broke, and
+					// the increment may have committed.
+					myIncErrs++
 				}
 				if err != nil {
 					myErrs++
+					noteErr(err)
+					mine = append(mine, time.Since(t0))
 					continue
 				}
 				myOps += 2
@@ -524,18 +576,23 @@ func (b *bench) runActive(ctx context.Context, conns []*sql.Conn, sample func())
 			}
 			mu.Lock()
 			lat = append(lat, mine...)
-			incs += myIncs
-			ops += myOps
-			errs += myErrs
+			run.incs += myIncs
+			run.ops += myOps
+			run.errs += myErrs
+			run.incErrs += myIncErrs
+			for n, c := range myOdd {
+				run.odd[n] += c
+			}
 			mu.Unlock()
 		}()
 	}
 	wg.Wait()
-	elapsed = time.Since(start)
+	run.elapsed = time.Since(start)
 	<-sampleDone
 	slices.Sort(lat)
 	if len(lat) > 0 {
-		p99 = float64(lat[len(lat)*99/100].Microseconds()) / 1000
+		run.p99 = float64(lat[len(lat)*99/100].Microseconds()) / 1000
+		run.max = float64(lat[len(lat)-1].Microseconds()) / 1000
 	}
-	return ops, p99, errs, incs, elapsed
+	return run
 }

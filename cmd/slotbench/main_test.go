@@ -263,7 +263,7 @@ func TestDemoExternalProxy(t *testing.T) {
 // table (every row's min, median and max over the runs, and the verdict by
 // the straddle rule), and refuses to mix servers.
 func TestSummarize(t *testing.T) {
-	runs, _ := filepath.Glob("../../bench/mariadb-*.json")
+	runs, _ := filepath.Glob("../../bench/mariadb-[0-9].json")
 	if len(runs) < 2 {
 		t.Fatalf("committed runs: %v", runs)
 	}
@@ -277,7 +277,7 @@ func TestSummarize(t *testing.T) {
 			t.Errorf("summary lacks %q:\n%s", want, out.String())
 		}
 	}
-	other, _ := filepath.Glob("../../bench/mysql-*.json")
+	other, _ := filepath.Glob("../../bench/mysql-[0-9].json")
 	if len(other) > 0 {
 		if err := run([]string{"--summarize", runs[0], other[0]}, io.Discard, io.Discard); err == nil {
 			t.Error("summarized runs of two servers together")

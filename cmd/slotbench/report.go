@@ -437,10 +437,14 @@ func (r *report) print(w io.Writer) {
 				fmt.Fprintf(w, "%s skipped: %s\n", i.Target, i.Skipped)
 			}
 			if i.ActiveCountsExact != nil {
-				fmt.Fprintf(w, "active: %s, %d connections at once for %.1fs: %.0f ops/s, p99 %.1f ms (increment + read), %d errors, peak RSS %d KiB, up to %d goroutines, counts exact: %v\n",
-					i.Target, i.Conns, i.ActiveSeconds, i.ActiveOpsPerSec, i.ActiveP99Ms, i.ActiveErrors, i.ActivePeakRSSKiB, i.ActiveGoroutines, *i.ActiveCountsExact)
-				fmt.Fprintf(w, "active: direct, %d connections at once: %.0f ops/s, p99 %.1f ms, %d errors\n",
-					i.Conns, i.ActiveDirectOpsPerSec, i.ActiveDirectP99Ms, i.ActiveDirectErrors)
+				fmt.Fprintf(w, "active: %s, %d connections at once for %.1fs: %.0f ops/s, p99 %.1f ms, max %.1f ms (increment + read), %d errors, peak RSS %d KiB, up to %d goroutines, counts exact: %v\n",
+					i.Target, i.Conns, i.ActiveSeconds, i.ActiveOpsPerSec, i.ActiveP99Ms, i.ActiveMaxMs, i.ActiveErrors, i.ActivePeakRSSKiB, i.ActiveGoroutines, *i.ActiveCountsExact)
+				if i.ActiveUnknown > 0 {
+					fmt.Fprintf(w, "active: %d increments failed with an unknown outcome (%d of them committed); errors: %q\n",
+						i.ActiveUnknown, i.ActiveCommittedUnknown, i.ActiveErrorTexts)
+				}
+				fmt.Fprintf(w, "active: direct, %d connections at once: %.0f ops/s, p99 %.1f ms, max %.1f ms, %d errors\n",
+					i.Conns, i.ActiveDirectOpsPerSec, i.ActiveDirectP99Ms, i.ActiveDirectMaxMs, i.ActiveDirectErrors)
 			}
 		}
 		fmt.Fprintln(w)
