@@ -238,22 +238,7 @@ func (s *Session) execAsWritten(p rewrite.Plan, ex *execution, seq *byte, more b
 // written (for a prepared one, the proxy's own preparation of its text with
 // the client's parameters), or the ERR to answer instead.
 func (s *Session) asWrittenPacket(p rewrite.Plan, ex *execution) (pkt, errPkt []byte, err error) {
-	if ex == nil {
-		return queryPacket(p.Original), nil, nil
-	}
-	id, err := s.internalStmt(p.Original)
-	if err != nil {
-		var be *backendError
-		if errors.As(err, &be) {
-			return nil, be.pkt, nil
-		}
-		return nil, nil, err
-	}
-	idx := make([]int, ex.params.n)
-	for i := range idx {
-		idx[i] = i
-	}
-	if slices.Contains(ex.params.long, true) {
+	if ex != nil && slices.Contains(ex.params.long, true) {
 		// The client's statement holds that long data on the backend too:
 		// drop it, as its execution would have.
 		reset := binary.LittleEndian.AppendUint32([]byte{mysql.COM_STMT_RESET}, ex.stmtID)
@@ -264,11 +249,7 @@ func (s *Session) asWrittenPacket(p rewrite.Plan, ex *execution) (pkt, errPkt []
 			return nil, nil, err
 		}
 	}
-	pkt, err = ex.params.executePacket(id, idx)
-	if err != nil {
-		return nil, errLongData(), nil
-	}
-	return pkt, nil, nil
+	return s.statementPacket(p.Original, ex)
 }
 
 func (s *Session) execIncrement(p rewrite.Plan, ex *execution, seq *byte, more bool) (bool, error) {
