@@ -44,6 +44,9 @@ type Recorder interface {
 	RewriteTook(seconds float64)
 	BackendError(code uint16)
 	Retry()
+	// Queued records a statement that waited for its turn at the Gate;
+	// overflowed: it ran without one after the gate's wait.
+	Queued(overflowed bool)
 }
 
 type nopRecorder struct{}
@@ -52,6 +55,7 @@ func (nopRecorder) Statement(string, string) {}
 func (nopRecorder) RewriteTook(float64)      {}
 func (nopRecorder) BackendError(uint16)      {}
 func (nopRecorder) Retry()                   {}
+func (nopRecorder) Queued(bool)              {}
 
 // Stats are counters since start, shared by all sessions.
 type Stats struct {
@@ -73,6 +77,9 @@ type Env struct {
 	// autocommit is retried after a deadlock (1213) or lock wait timeout
 	// (1205); 0 disables retries.
 	MaxRetries int
+	// Gate queues rewritten statements of sessions that hold nothing; nil
+	// lets them all run at once.
+	Gate *Gate
 	// OnDDL, when set, is called in a goroutine of its own after DDL on a
 	// ruled table succeeded.
 	OnDDL func()

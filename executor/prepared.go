@@ -133,6 +133,9 @@ func (s *Session) handleExecute(payload []byte) error {
 		return err
 	}
 	p := st.plan
+	if leave := s.enterGate(p); leave != nil {
+		defer leave()
+	}
 	switch {
 	case p.Shadow:
 		s.countShadow(p)

@@ -370,6 +370,9 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 			return s.refuse(p.Table, p.Reason, &seq)
 		}
 	}
+	if leave := s.enterGate(plans...); leave != nil {
+		defer leave()
+	}
 	if rewrite.SessionCut(plans) >= 0 {
 		if !s.multiStatements() {
 			s.env.metrics().Statement(PathPassThrough, "")

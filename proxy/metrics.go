@@ -33,6 +33,7 @@ type Metrics struct {
 	rewriteSeconds             prometheus.Histogram
 	backendErrors              *prometheus.CounterVec
 	retries                    prometheus.Counter
+	queued                     *prometheus.CounterVec
 }
 
 // NewMetrics creates the proxy's collectors and registers them with reg,
@@ -58,7 +59,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		retries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "slotproxy_retries_total", Help: "Rewritten autocommit statements retried after a deadlock or lock wait timeout."}),
 	}
-	reg.MustRegister(m.clientConns, m.backendConns, m.statements, m.rewriteSeconds, m.backendErrors, m.retries)
+	m.queued = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "slotproxy_queued_statements_total",
+		Help: "Rewritten statements of sessions outside transactions that waited for a turn (limits.max_concurrent_rewrites): outcome ran (got one) or overflowed (ran without one: no turn given back for limits.queue_wait)."},
+		[]string{"outcome"})
+	reg.MustRegister(m.clientConns, m.backendConns, m.statements, m.rewriteSeconds, m.backendErrors, m.retries, m.queued)
 	m.passThrough = m.statements.WithLabelValues(PathPassThrough, "")
 	m.rewrittenRead = m.statements.WithLabelValues(PathRewrittenRead, "")
 	return m
@@ -106,6 +111,17 @@ func (m *Metrics) BackendError(code uint16) {
 func (m *Metrics) Retry() {
 	if m != nil {
 		m.retries.Inc()
+	}
+}
+
+// Queued implements executor.Recorder.
+func (m *Metrics) Queued(overflowed bool) {
+	if m != nil {
+		outcome := "ran"
+		if overflowed {
+			outcome = "overflowed"
+		}
+		m.queued.WithLabelValues(outcome).Inc()
 	}
 }
 

@@ -65,6 +65,14 @@ type Config struct {
 	// retried after a deadlock (1213) or lock wait timeout (1205). Zero
 	// means 3; negative disables retries.
 	MaxRetries int
+	// MaxConcurrentRewrites bounds how many rewritten statements (slotted
+	// increments, counter reads) of sessions outside transactions run at
+	// the backend at once; others wait their turn up to QueueWait, then run
+	// anyway (executor.Gate). Zero means 64; negative means no bound.
+	MaxConcurrentRewrites int
+	// QueueWait is the longest a statement waits for its turn. Zero means
+	// 2 s.
+	QueueWait time.Duration
 	// Rewriter rewrites statements that touch ruled tables. Nil relays
 	// every statement unchanged. SetRewriter replaces it while serving.
 	Rewriter *rewrite.Rewriter
@@ -136,6 +144,13 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	env := executor.NewEnv()
 	env.MaxRetries = max(cfg.MaxRetries, 0)
+	if cfg.MaxConcurrentRewrites == 0 {
+		cfg.MaxConcurrentRewrites = 64
+	}
+	if cfg.QueueWait <= 0 {
+		cfg.QueueWait = 2 * time.Second
+	}
+	env.Gate = executor.NewGate(cfg.MaxConcurrentRewrites, cfg.QueueWait)
 	env.OnDDL = cfg.OnDDL
 	if cfg.Metrics != nil {
 		env.Metrics = cfg.Metrics

@@ -130,6 +130,8 @@ func restartKeys(cur, next *config.Config) []string {
 	diff("limits.max_unauthenticated", cur.Limits.MaxUnauthenticated, next.Limits.MaxUnauthenticated)
 	diff("limits.max_handshake_queue", cur.Limits.MaxHandshakeQueue, next.Limits.MaxHandshakeQueue)
 	diff("limits.max_statement_bytes", cur.Limits.MaxStatementBytes, next.Limits.MaxStatementBytes)
+	diff("limits.max_concurrent_rewrites", cur.Limits.MaxConcurrentRewrites, next.Limits.MaxConcurrentRewrites)
+	diff("limits.queue_wait", cur.Limits.QueueWait, next.Limits.QueueWait)
 	diff("backend.proxy_protocol", cur.Backend.ProxyProtocol, next.Backend.ProxyProtocol)
 	diff("log.level", cur.Log.Level, next.Log.Level)
 	diff("log.format", cur.Log.Format, next.Log.Format)

@@ -242,19 +242,21 @@ func proxyConfig(cfg *config.Config, logger *slog.Logger) (proxy.Config, error) 
 	}
 	generatedFingerprint = generated
 	return proxy.Config{
-		Backend:             cfg.Backend.Address,
-		BackendTLS:          backendTLS,
-		BackendTLSPreferred: cfg.BackendTLSPreferred(),
-		ClientTLS:           clientTLS,
-		ConnectTimeout:      cfg.Timeouts.Connect,
-		HandshakeTimeout:    cfg.Timeouts.Handshake,
-		ClientWriteTimeout:  cfg.Timeouts.ClientWrite,
-		MaxUnauthenticated:  cfg.Limits.MaxUnauthenticated,
-		MaxHandshakeQueue:   cfg.Limits.MaxHandshakeQueue,
-		MaxStatementBytes:   cfg.Limits.MaxStatementBytes,
-		ProxyProtocol:       cfg.Backend.ProxyProtocol,
-		MaxRetries:          retries(cfg.Retries),
-		Logger:              logger,
+		Backend:               cfg.Backend.Address,
+		BackendTLS:            backendTLS,
+		BackendTLSPreferred:   cfg.BackendTLSPreferred(),
+		ClientTLS:             clientTLS,
+		ConnectTimeout:        cfg.Timeouts.Connect,
+		HandshakeTimeout:      cfg.Timeouts.Handshake,
+		ClientWriteTimeout:    cfg.Timeouts.ClientWrite,
+		MaxUnauthenticated:    cfg.Limits.MaxUnauthenticated,
+		MaxHandshakeQueue:     cfg.Limits.MaxHandshakeQueue,
+		MaxStatementBytes:     cfg.Limits.MaxStatementBytes,
+		MaxConcurrentRewrites: concurrentRewrites(cfg.Limits.MaxConcurrentRewrites),
+		QueueWait:             cfg.Limits.QueueWait,
+		ProxyProtocol:         cfg.Backend.ProxyProtocol,
+		MaxRetries:            retries(cfg.Retries),
+		Logger:                logger,
 	}, nil
 }
 
@@ -346,6 +348,16 @@ func shutdown(srv *proxy.Server, sigs <-chan os.Signal, timeout time.Duration, l
 			logger.Warn("closing", "err", err)
 		}
 	}
+}
+
+// concurrentRewrites maps the config's limits.max_concurrent_rewrites (0 =
+// no limit) to proxy.Config.MaxConcurrentRewrites (0 = the default,
+// negative = no limit).
+func concurrentRewrites(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
 
 // retries maps the config's retries (0 = none) to proxy.Config.MaxRetries

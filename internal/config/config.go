@@ -204,6 +204,13 @@ type Limits struct {
 	// plan them; a larger one is relayed when it names no ruled table and
 	// refused when it does. Positive.
 	MaxStatementBytes int
+	// MaxConcurrentRewrites bounds how many rewritten statements of
+	// sessions outside transactions run at the backend at once; 0 means
+	// no bound. Not negative.
+	MaxConcurrentRewrites int
+	// QueueWait is the longest such a statement waits for its turn before
+	// it runs anyway. Positive.
+	QueueWait time.Duration
 }
 
 // LogFormat is the encoding of log records.
@@ -239,7 +246,8 @@ func Default() *Config {
 			// itself would allow by default.
 			ClientWrite: 8 * time.Hour,
 		},
-		Limits:     Limits{MaxUnauthenticated: 64, MaxHandshakeQueue: 10000, MaxStatementBytes: 64 << 20},
+		Limits: Limits{MaxUnauthenticated: 64, MaxHandshakeQueue: 10000, MaxStatementBytes: 64 << 20,
+			MaxConcurrentRewrites: 64, QueueWait: 2 * time.Second},
 		Rollup:     Rollup{Enabled: true, Interval: time.Second, Batch: 1000},
 		Retries:    3,
 		Log:        Log{Level: slog.LevelInfo, Format: LogText},
@@ -315,6 +323,12 @@ func (c *Config) check(s *source) error {
 	}
 	if n := c.Limits.MaxStatementBytes; n <= 0 {
 		return s.err("limits.max_statement_bytes", fmt.Errorf("must be positive, got %d", n))
+	}
+	if n := c.Limits.MaxConcurrentRewrites; n < 0 {
+		return s.err("limits.max_concurrent_rewrites", fmt.Errorf("must not be negative (0: no limit), got %d", n))
+	}
+	if d := c.Limits.QueueWait; d <= 0 {
+		return s.err("limits.queue_wait", fmt.Errorf("must be positive, got %s", d))
 	}
 	if n := c.Limits.MaxUnauthenticated; n <= 0 {
 		return s.err("limits.max_unauthenticated", fmt.Errorf("must be positive, got %d", n))

@@ -60,6 +60,8 @@ limits:
   max_unauthenticated: 7
   max_handshake_queue: 70
   max_statement_bytes: 700
+  max_concurrent_rewrites: 0
+  queue_wait: 250ms
 log:
   level: debug
   format: json
@@ -109,7 +111,7 @@ func TestLoadFull(t *testing.T) {
 			MinVersion: tls.VersionTLS13,
 		},
 		Timeouts:   Timeouts{Connect: time.Second, Handshake: 90 * time.Second, Shutdown: 500 * time.Millisecond, ClientWrite: 2 * time.Minute},
-		Limits:     Limits{MaxUnauthenticated: 7, MaxHandshakeQueue: 70, MaxStatementBytes: 700},
+		Limits:     Limits{MaxUnauthenticated: 7, MaxHandshakeQueue: 70, MaxStatementBytes: 700, QueueWait: 250 * time.Millisecond},
 		Log:        Log{Level: slog.LevelDebug, Format: LogJSON},
 		Rules:      filepath.Join(dir, "rules.d"),
 		SlotsTable: "my_slots",
@@ -310,6 +312,10 @@ func TestLoadErrors(t *testing.T) {
 			2, `limits.max_unauthenticated: want a whole number, got "lots"`},
 		{"max_unauthenticated zero", "limits:\n  max_unauthenticated: 0\n",
 			2, `limits.max_unauthenticated: must be positive, got 0`},
+		{"max_concurrent_rewrites negative", "limits:\n  max_concurrent_rewrites: -1\n",
+			2, `limits.max_concurrent_rewrites: must not be negative (0: no limit), got -1`},
+		{"queue_wait zero", "limits:\n  queue_wait: 0s\n",
+			2, `limits.queue_wait: must be positive, got 0s`},
 		{"bad tls mode", "# example from the contract\nlisten: 127.0.0.1:3307\nbackend:\n  address: 127.0.0.1:3306\n\n  tls:\n    mode: maybe\n",
 			7, `backend.tls.mode: unknown mode "maybe" (want disabled, preferred, required, verify-ca, verify-identity)`},
 		{"verify-identity without host", "backend:\n  address: \":3306\"\n  tls:\n    mode: verify-identity\n",

@@ -115,9 +115,11 @@ func (d *decoder) config(n *yaml.Node, c *Config) error {
 		},
 		"limits": func(v *yaml.Node, key string) error {
 			return d.mapping(v, key, fields{
-				"max_unauthenticated": d.integer(&c.Limits.MaxUnauthenticated),
-				"max_handshake_queue": d.integer(&c.Limits.MaxHandshakeQueue),
-				"max_statement_bytes": d.integer(&c.Limits.MaxStatementBytes),
+				"max_unauthenticated":     d.integer(&c.Limits.MaxUnauthenticated),
+				"max_handshake_queue":     d.integer(&c.Limits.MaxHandshakeQueue),
+				"max_statement_bytes":     d.integer(&c.Limits.MaxStatementBytes),
+				"max_concurrent_rewrites": d.integer(&c.Limits.MaxConcurrentRewrites),
+				"queue_wait":              d.duration(&c.Limits.QueueWait),
 			})
 		},
 		"log": func(v *yaml.Node, key string) error {
