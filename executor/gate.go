@@ -1,8 +1,7 @@
 package executor
 
 import (
-	"container/list"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/slotproxy/slotproxy/rewrite"
@@ -22,22 +21,15 @@ import (
 // does not stall: when no turn has been given back for the gate's wait (every
 // holder stuck, say in a long lock wait or sending a big result to a slow
 // client), waiting statements run without a turn (an overflow). A long
-// queue that moves is waited out, in order of arrival. Safe for concurrent
-// use; a nil *Gate lets everything through.
+// queue that moves is waited out. Safe for concurrent use; a nil *Gate lets
+// everything through.
 type Gate struct {
-	wait time.Duration
-
-	mu      sync.Mutex
-	free    int       // turns nobody holds
-	waiters list.List // of *gateWaiter, first come first served
-	left    time.Time // when a turn was last given back (or the gate made)
-}
-
-// gateWaiter is a statement waiting for a turn; ready is closed when leave
-// hands it one (granted, under the gate's mutex).
-type gateWaiter struct {
-	ready   chan struct{}
-	granted bool
+	turns chan struct{}
+	wait  time.Duration
+	// left is when a turn was last given back (or the gate made), in
+	// nanoseconds since start.
+	left  atomic.Int64
+	start time.Time
 }
 
 // NewGate returns a gate of n turns whose waiters overflow after wait
@@ -46,62 +38,40 @@ func NewGate(n int, wait time.Duration) *Gate {
 	if n <= 0 {
 		return nil
 	}
-	return &Gate{free: n, wait: wait, left: time.Now()}
+	return &Gate{turns: make(chan struct{}, n), wait: wait, start: time.Now()}
 }
 
-// enter waits for a turn, in the order statements came. It returns the
-// function that gives the turn back (nil if none was taken), whether it
-// waited, and whether it stopped waiting because no turn was given back for
-// the gate's wait.
+// enter waits for a turn. It returns the function that gives the turn back
+// (nil if none was taken), whether it waited, and whether it stopped
+// waiting because no turn was given back for the gate's wait.
 func (g *Gate) enter() (leave func(), waited, overflowed bool) {
 	if g == nil {
 		return nil, false, false
 	}
-	g.mu.Lock()
-	if g.free > 0 {
-		g.free--
-		g.mu.Unlock()
+	select {
+	case g.turns <- struct{}{}:
 		return g.leave, false, false
+	default:
 	}
-	w := &gateWaiter{ready: make(chan struct{})}
-	e := g.waiters.PushBack(w)
-	g.mu.Unlock()
 	t := time.NewTimer(g.wait)
 	defer t.Stop()
 	for {
 		select {
-		case <-w.ready:
+		case g.turns <- struct{}{}:
 			return g.leave, true, false
 		case <-t.C:
+			stalled := time.Since(g.start) - time.Duration(g.left.Load())
+			if stalled >= g.wait {
+				return nil, true, true
+			}
+			t.Reset(g.wait - stalled)
 		}
-		g.mu.Lock()
-		if w.granted {
-			g.mu.Unlock()
-			return g.leave, true, false
-		}
-		stalled := time.Since(g.left)
-		if stalled >= g.wait {
-			g.waiters.Remove(e)
-			g.mu.Unlock()
-			return nil, true, true
-		}
-		g.mu.Unlock()
-		t.Reset(g.wait - stalled)
 	}
 }
 
-// leave gives a turn back: to the first waiter, if any.
 func (g *Gate) leave() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.left = time.Now()
-	if e := g.waiters.Front(); e != nil {
-		w := g.waiters.Remove(e).(*gateWaiter)
-		w.granted = true
-		close(w.ready)
-		return
-	}
-	g.free++
+	g.left.Store(int64(time.Since(g.start)))
+	<-g.turns
 }
 
 // enterGate waits for a turn at the Env's Gate when the command runs plans

@@ -71,30 +71,4 @@ func TestGate(t *testing.T) {
 	if !<-done {
 		t.Fatal("the waiter did not get the turn given back")
 	}
-
-	// Turns go to waiters in the order they came, also to those whose
-	// wait timer fired while the queue moved.
-	g = NewGate(1, 100*time.Millisecond)
-	leave, _, _ = g.enter()
-	order := make(chan int, 5)
-	for i := range 5 {
-		go func() {
-			l, _, over := g.enter()
-			if over {
-				order <- -1
-				return
-			}
-			order <- i
-			time.Sleep(20 * time.Millisecond) // < the wait: the queue moves, the last waits > 100 ms
-			l()
-		}()
-		time.Sleep(5 * time.Millisecond) // arrive in order
-	}
-	time.Sleep(20 * time.Millisecond)
-	leave()
-	for want := range 5 {
-		if got := <-order; got != want {
-			t.Fatalf("turn %d went to waiter %d", want, got)
-		}
-	}
 }
