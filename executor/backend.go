@@ -50,6 +50,18 @@ func (s *Session) query(sql string) (*wire.Response, error) {
 	return s.read(wire.Results)
 }
 
+// queryErr runs sql like query and returns the server's ERR, if it failed.
+func (s *Session) queryErr(sql string) (errPkt []byte, err error) {
+	r, err := s.query(sql)
+	if err != nil {
+		return nil, err
+	}
+	if r.Failed() {
+		return r.Err, nil
+	}
+	return nil, nil
+}
+
 // forward sends payload, the client's command or its rewrite, and relays
 // the response with the server's numbering. When the payload takes another
 // number of packets than the client's command did (a rewrite across a 16

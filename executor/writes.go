@@ -670,16 +670,7 @@ func (s *Session) guardedOnce(p rewrite.Plan, ex *execution, wrapped bool, gm gu
 		}
 		return nil, pkt, false, nil
 	}
-	run := func(q string) ([]byte, error) {
-		r, err := s.query(q)
-		if err != nil {
-			return nil, err
-		}
-		if r.Failed() {
-			return r.Err, nil
-		}
-		return nil, nil
-	}
+	run := s.queryErr
 	if wrapped {
 		if gm.repeatable {
 			// One transaction's level: the session's own is untouched.
@@ -869,12 +860,8 @@ func (s *Session) foldKeys(t *rewrite.Table, keys []string) (errPkt []byte, err 
 		batch := keys[:min(foldBatch, len(keys))]
 		keys = keys[len(batch):]
 		for _, q := range t.FoldSQL(batch) {
-			r, err := s.query(q)
-			if err != nil {
-				return nil, err
-			}
-			if r.Failed() {
-				return r.Err, nil
+			if errPkt, err := s.queryErr(q); err != nil || errPkt != nil {
+				return errPkt, err
 			}
 		}
 	}
