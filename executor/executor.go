@@ -45,7 +45,8 @@ type Recorder interface {
 	BackendError(code uint16)
 	Retry()
 	// Queued records a statement that waited for its turn at the Gate;
-	// overflowed: it ran without one after the gate's wait.
+	// overflowed: it ran without one, no turn having been given back for
+	// the gate's wait.
 	Queued(overflowed bool)
 }
 

@@ -15,10 +15,12 @@ import (
 // clients busy at once would all run, which makes a server with one thread
 // per connection thrash. The gate queues them instead.
 //
-// It cannot deadlock: a gated statement waits only for row or table locks,
-// and those are held by transactions, LOCK TABLES sessions or statements
-// that hold a turn or are not gated, none of which waits for a turn. And it
-// does not stall: when no turn has been given back for the gate's wait (every
+// A gated increment or counter read waits only for row or table locks, and
+// those are held by transactions, LOCK TABLES sessions or statements that
+// hold a turn or are not gated, none of which waits for a turn: no deadlock
+// through the gate. (Another statement of the same multi-statement command
+// could wait for a lock of a session waiting for a turn, a user lock say;
+// the overflow below ends that.) And it does not stall: when no turn has been given back for the gate's wait (every
 // holder stuck, say in a long lock wait or sending a big result to a slow
 // client), waiting statements run without a turn (an overflow). A long
 // queue that moves is waited out. Safe for concurrent use; a nil *Gate lets

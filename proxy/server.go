@@ -67,11 +67,11 @@ type Config struct {
 	MaxRetries int
 	// MaxConcurrentRewrites bounds how many rewritten statements (slotted
 	// increments, counter reads) of sessions outside transactions run at
-	// the backend at once; others wait their turn up to QueueWait, then run
-	// anyway (executor.Gate). Zero means 64; negative means no bound.
+	// the backend at once; others wait their turn (executor.Gate). Zero
+	// means 64; negative means no bound.
 	MaxConcurrentRewrites int
-	// QueueWait is the longest a statement waits for its turn. Zero means
-	// 2 s.
+	// QueueWait: when no turn has been given back for this long, waiting
+	// statements run without one. Zero means 2 s.
 	QueueWait time.Duration
 	// Rewriter rewrites statements that touch ruled tables. Nil relays
 	// every statement unchanged. SetRewriter replaces it while serving.

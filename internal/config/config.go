@@ -208,8 +208,8 @@ type Limits struct {
 	// sessions outside transactions run at the backend at once; 0 means
 	// no bound. Not negative.
 	MaxConcurrentRewrites int
-	// QueueWait is the longest such a statement waits for its turn before
-	// it runs anyway. Positive.
+	// QueueWait: when no turn has been given back for this long (every
+	// holder stuck), waiting statements run without one. Positive.
 	QueueWait time.Duration
 }
 
