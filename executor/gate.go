@@ -43,16 +43,16 @@ func NewGate(n int, wait time.Duration) *Gate {
 	return &Gate{turns: make(chan struct{}, n), wait: wait, start: time.Now()}
 }
 
-// enter waits for a turn. It returns the function that gives the turn back
-// (nil if none was taken), whether it waited, and whether it stopped
-// waiting because no turn was given back for the gate's wait.
-func (g *Gate) enter() (leave func(), waited, overflowed bool) {
+// enter waits for a turn. It reports whether it took one (then the caller
+// calls leave once done), whether it waited, and whether it stopped waiting
+// because no turn was given back for the gate's wait.
+func (g *Gate) enter() (entered, waited, overflowed bool) {
 	if g == nil {
-		return nil, false, false
+		return false, false, false
 	}
 	select {
 	case g.turns <- struct{}{}:
-		return g.leave, false, false
+		return true, false, false
 	default:
 	}
 	t := time.NewTimer(g.wait)
@@ -60,17 +60,18 @@ func (g *Gate) enter() (leave func(), waited, overflowed bool) {
 	for {
 		select {
 		case g.turns <- struct{}{}:
-			return g.leave, true, false
+			return true, true, false
 		case <-t.C:
 			stalled := time.Since(g.start) - time.Duration(g.left.Load())
 			if stalled >= g.wait {
-				return nil, true, true
+				return false, true, true
 			}
 			t.Reset(g.wait - stalled)
 		}
 	}
 }
 
+// leave gives back a turn enter took.
 func (g *Gate) leave() {
 	g.left.Store(int64(time.Since(g.start)))
 	<-g.turns
@@ -78,20 +79,20 @@ func (g *Gate) leave() {
 
 // enterGate waits for a turn at the Env's Gate when the command runs plans
 // the gate applies to: a slotted increment or a counter read, in a session
-// outside a transaction and LOCK TABLES. It returns the function that gives
-// the turn back, or nil when the command runs without one.
-func (s *Session) enterGate(plans ...rewrite.Plan) func() {
+// outside a transaction and LOCK TABLES. It reports whether the command
+// holds a turn, to give back with s.env.Gate.leave once it ran.
+func (s *Session) enterGate(plans ...rewrite.Plan) bool {
 	if s.env.Gate == nil || !s.autocommitted() || s.tablesLocked() {
-		return nil
+		return false
 	}
 	for _, p := range plans {
 		if !p.Shadow && (p.Kind == rewrite.KindIncrement || p.Kind == rewrite.KindRead) {
-			leave, waited, overflowed := s.env.Gate.enter()
+			entered, waited, overflowed := s.env.Gate.enter()
 			if waited {
 				s.env.metrics().Queued(overflowed)
 			}
-			return leave
+			return entered
 		}
 	}
-	return nil
+	return false
 }

@@ -15,7 +15,7 @@ func TestGate(t *testing.T) {
 		t.Fatal("a gate of 0 turns is not nil")
 	}
 	var none *Gate
-	if leave, waited, over := none.enter(); leave != nil || waited || over {
+	if entered, waited, over := none.enter(); entered || waited || over {
 		t.Fatal("a nil gate held a statement back")
 	}
 
@@ -28,7 +28,7 @@ func TestGate(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			leave, _, over := g.enter()
+			_, _, over := g.enter()
 			if over {
 				overflows.Add(1)
 				return
@@ -38,7 +38,7 @@ func TestGate(t *testing.T) {
 			}
 			time.Sleep(30 * time.Millisecond)
 			running.Add(-1)
-			leave()
+			g.leave()
 		}()
 	}
 	wg.Wait()
@@ -51,23 +51,23 @@ func TestGate(t *testing.T) {
 
 	// Every holder stuck: a waiter runs without a turn after the wait.
 	g = NewGate(1, 50*time.Millisecond)
-	leave, _, _ := g.enter()
+	g.enter()
 	start := time.Now()
-	l2, waited, over := g.enter()
-	if l2 != nil || !waited || !over || time.Since(start) < 50*time.Millisecond {
-		t.Fatalf("stuck holder: leave %v waited %v overflowed %v after %s", l2 != nil, waited, over, time.Since(start))
+	entered, waited, over := g.enter()
+	if entered || !waited || !over || time.Since(start) < 50*time.Millisecond {
+		t.Fatalf("stuck holder: entered %v waited %v overflowed %v after %s", entered, waited, over, time.Since(start))
 	}
 	// A turn given back goes to the next waiter.
 	done := make(chan bool)
 	go func() {
-		l, waited, over := g.enter()
-		if l != nil {
-			l()
+		entered, waited, over := g.enter()
+		if entered {
+			g.leave()
 		}
-		done <- waited && !over && l != nil
+		done <- waited && !over && entered
 	}()
 	time.Sleep(10 * time.Millisecond)
-	leave()
+	g.leave()
 	if !<-done {
 		t.Fatal("the waiter did not get the turn given back")
 	}

@@ -133,8 +133,8 @@ func (s *Session) handleExecute(payload []byte) error {
 		return err
 	}
 	p := st.plan
-	if leave := s.enterGate(p); leave != nil {
-		defer leave()
+	if s.enterGate(p) {
+		defer s.env.Gate.leave()
 	}
 	switch {
 	case p.Shadow:

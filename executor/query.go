@@ -370,8 +370,8 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 			return s.refuse(p.Table, p.Reason, &seq)
 		}
 	}
-	if leave := s.enterGate(plans...); leave != nil {
-		defer leave()
+	if s.enterGate(plans...) {
+		defer s.env.Gate.leave()
 	}
 	if rewrite.SessionCut(plans) >= 0 {
 		if !s.multiStatements() {

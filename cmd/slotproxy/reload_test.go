@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -357,6 +358,32 @@ func TestRestartKeys(t *testing.T) {
 			t.Errorf("changing %s (applied by reloads) is reported as needing a restart: %v", f, keys)
 		case !live[f] && len(keys) != 1:
 			t.Errorf("changing %s: restartKeys = %v, want one key", f, keys)
+		}
+	}
+}
+
+// TestProxyConfigLimits: the file's limits reach the proxy with their
+// meaning kept: max_concurrent_rewrites 0 turns the gate off (the proxy's
+// own 0 would mean its default), and retries 0 turns retries off.
+func TestProxyConfigLimits(t *testing.T) {
+	for _, tc := range []struct {
+		rewrites, wantRewrites int
+		retries, wantRetries   int
+	}{
+		{64, 64, 3, 3},
+		{0, -1, 0, -1},
+		{5, 5, 7, 7},
+	} {
+		cfg := config.Default()
+		cfg.Backend.Address = "127.0.0.1:3306"
+		cfg.Limits.MaxConcurrentRewrites, cfg.Limits.QueueWait, cfg.Retries = tc.rewrites, 3*time.Second, tc.retries
+		pc, err := proxyConfig(cfg, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pc.MaxConcurrentRewrites != tc.wantRewrites || pc.QueueWait != 3*time.Second || pc.MaxRetries != tc.wantRetries {
+			t.Errorf("max_concurrent_rewrites %d, retries %d: proxy got %d, %s, %d; want %d, 3s, %d",
+				tc.rewrites, tc.retries, pc.MaxConcurrentRewrites, pc.QueueWait, pc.MaxRetries, tc.wantRewrites, tc.wantRetries)
 		}
 	}
 }
