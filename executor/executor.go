@@ -13,6 +13,7 @@ package executor
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -81,8 +82,9 @@ type Env struct {
 	// Gate queues rewritten statements of sessions that hold nothing; nil
 	// lets them all run at once.
 	Gate *Gate
-	// OnDDL, when set, is called in a goroutine of its own after DDL on a
-	// ruled table succeeded.
+	// OnDDL, when set, is called by the session after DDL on a ruled table
+	// succeeded and the client has its response, before the session reads
+	// its next command; it returns once the catalog is reloaded.
 	OnDDL func()
 	// GuardWindow, when set, is called between a guard and the statement
 	// it guards at READ COMMITTED in a client's transaction (tests only: it
@@ -214,6 +216,12 @@ func (s *Session) Reset(status uint16) {
 		s.status = status
 	}
 }
+
+// ErrAnswered marks a failure after the client already has its command's
+// whole response (the backend broke while the proxy prepared its own
+// statement for the client's, or cleared slots after a TRUNCATE): the
+// session must end without another answer to that command.
+var ErrAnswered = errors.New("the command was already answered")
 
 // Handle runs one client command (its whole payload, sent by the client in
 // packets packets) and writes the complete response to the client. It
@@ -368,7 +376,9 @@ func (s *Session) NeedsPayload(head []byte, length int) bool {
 // NeedsPayload); head is its first bytes.
 func (s *Session) Relayed(head []byte) {
 	s.commands++
-	s.warnings = nil
+	if len(head) > 0 && !keepsDiagnostics(head[0]) {
+		s.warnings = nil
+	}
 	if len(head) >= 7 && head[0] == mysql.COM_STMT_SEND_LONG_DATA {
 		if st := s.rw.stmts[binary.LittleEndian.Uint32(head[1:])]; st != nil {
 			if i := int(binary.LittleEndian.Uint16(head[5:])); i < st.params {

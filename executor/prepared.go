@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/slotproxy/slotproxy/internal/wire"
@@ -104,7 +105,7 @@ func (s *Session) handlePrepare(rw *rewrite.Rewriter, payload []byte) error {
 		if sql, param, ok := rw.SlotParam(p, s.rewriteSession()); ok {
 			sid, n, errPkt, err := s.prepare([]byte(sql), false)
 			if err != nil {
-				return err
+				return fmt.Errorf("%w: preparing the slotted statement: %w", ErrAnswered, err)
 			}
 			if errPkt == nil && n == params+1 {
 				st.slotStmt, st.slotParam, st.slotted = sid, param, true

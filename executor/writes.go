@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
@@ -116,15 +117,12 @@ func (s *Session) execPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) 
 	return false, s.afterSuccess(p)
 }
 
-// afterSuccess does a plan's follow-up once its statement succeeded.
+// afterSuccess does a plan's follow-up once its statement succeeded and
+// the client has its response.
 func (s *Session) afterSuccess(p rewrite.Plan) error {
 	if p.After != "" {
-		r, err := s.query(p.After)
-		if err != nil {
-			return err
-		}
-		if r.Failed() {
-			s.log.Warn("slot clean-up after the statement failed", "table", p.Table.Qualified(), "err", (&backendError{r.Err}).Error())
+		if err := s.clearAfter(p); err != nil {
+			return fmt.Errorf("%w: %w", ErrAnswered, err)
 		}
 	}
 	for _, name := range p.Temp {
@@ -143,9 +141,46 @@ func (s *Session) afterSuccess(p rewrite.Plan) error {
 		s.env.SchemaChanged()
 	}
 	if p.Reload && s.env.OnDDL != nil {
-		go s.env.OnDDL()
+		// The session's next statement is planned with the new catalog
+		// (a view it just created is read through).
+		s.env.OnDDL()
 	}
 	return nil
+}
+
+// clearAfter runs a plan's slot clean-up (after a TRUNCATE or a DROP
+// TABLE, which committed any open transaction) as a transaction of its
+// own: with autocommit off it would otherwise open a transaction that the
+// client's next ROLLBACK undoes, leaving the slots to count for keys
+// inserted again. A deadlock or lock wait timeout is tried again.
+func (s *Session) clearAfter(p rewrite.Plan) error {
+	for attempt := 1; ; attempt++ {
+		r, err := s.query(p.After)
+		if err != nil {
+			return err
+		}
+		failed := r.Failed()
+		if !s.autocommit() {
+			end := "COMMIT"
+			if failed {
+				end = "ROLLBACK"
+			}
+			c, err := s.query(end)
+			if err != nil {
+				return err
+			}
+			failed = failed || c.Failed()
+		}
+		if !failed {
+			return nil
+		}
+		if attempt >= 3 {
+			s.log.Error("slot clean-up after the statement failed: the table's slots stay until roll-up removes them as orphans",
+				"table", p.Table.Qualified(), "err", (&backendError{r.Err}).Error())
+			return nil
+		}
+		time.Sleep(time.Duration(attempt) * 10 * time.Millisecond)
+	}
 }
 
 // incArgs returns the keys of the records an increment names (canonical
@@ -256,12 +291,12 @@ func (s *Session) execIncrement(p rewrite.Plan, ex *execution, seq *byte, more b
 	inc := p.Increment
 	keys, changed, plain := incArgs(inc, ex)
 	if !plain {
-		if len(inc.TouchParams) > 0 {
-			// A touch column is written on the base row: its slots are
-			// folded first (they may hold a later time).
-			return s.execOnBase(p, ex, seq, more)
-		}
-		return s.execAsWritten(p, ex, seq, more)
+		// A key or a delta the server converts with its own rules ('1e3',
+		// a DOUBLE, a time of a touch column): the statement runs on the
+		// base row, which the record's slots are folded into first, so that
+		// the server computes from the total (in DOUBLE arithmetic, say)
+		// and checks the total against the column's range.
+		return s.execOnBase(p, ex, seq, more)
 	}
 	if s.env.lockedCounters(p.Table) && (s.inTransaction() || !s.autocommit()) {
 		// This table's counters are read after increments in transactions
@@ -1100,8 +1135,12 @@ func (s *Session) saveWarnings() error {
 
 // answerSavedWarnings answers the client's SHOW WARNINGS with the
 // warnings saved for its previous statement, and reports whether it did.
-// Any other command forgets them.
+// Any other command forgets them, but for those that leave the server's
+// diagnostics as they are (keepsDiagnostics).
 func (s *Session) answerSavedWarnings(payload []byte) (bool, error) {
+	if keepsDiagnostics(payload[0]) {
+		return false, nil
+	}
 	saved := s.warnings
 	s.warnings = nil
 	if saved == nil || payload[0] != mysql.COM_QUERY || !isShowWarnings(payload[1:]) {
@@ -1110,6 +1149,14 @@ func (s *Session) answerSavedWarnings(payload []byte) (bool, error) {
 	seq := s.respSeq
 	status := func(uint16) uint16 { return s.status &^ mysql.SERVER_MORE_RESULTS_EXISTS }
 	return true, saved.WriteTo(s.link.Client, &seq, s.link.Caps, status)
+}
+
+// keepsDiagnostics reports whether the command cmd leaves the server's
+// warnings of the statement before it for SHOW WARNINGS: those that get no
+// response (a driver closes its prepared statement between the execution
+// and the client's SHOW WARNINGS).
+func keepsDiagnostics(cmd byte) bool {
+	return cmd == mysql.COM_STMT_CLOSE || cmd == mysql.COM_STMT_SEND_LONG_DATA
 }
 
 // isShowWarnings reports whether sql is exactly SHOW WARNINGS (any case

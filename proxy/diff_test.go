@@ -469,6 +469,8 @@ func render(r *gomysql.Result, err error) string {
 				}
 				if v.Value() == nil {
 					b.WriteString("NULL")
+				} else if bs, ok := v.Value().([]byte); ok {
+					fmt.Fprintf(&b, "%q", bs)
 				} else {
 					fmt.Fprintf(&b, "%v", v.Value())
 				}

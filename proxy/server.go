@@ -78,9 +78,10 @@ type Config struct {
 	Rewriter *rewrite.Rewriter
 	// Metrics, when set, receives the proxy's measurements (NewMetrics).
 	Metrics *Metrics
-	// OnDDL, when set, is called in a goroutine of its own after a DDL
-	// statement on a ruled table succeeded, so the owner can reload the
-	// catalog and call SetRewriter.
+	// OnDDL, when set, is called by the session after a DDL statement on a
+	// ruled table succeeded, before it reads its next command, so the
+	// owner can reload the catalog and call SetRewriter; the session's
+	// next statement is planned with the rewriter set by then.
 	OnDDL func()
 }
 

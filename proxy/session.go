@@ -396,6 +396,10 @@ func (s *session) backendErr(err error) error {
 	if err == nil || !errors.Is(err, wire.ErrServer) || s.isClosed() {
 		return err
 	}
+	if errors.Is(err, executor.ErrAnswered) {
+		// The client has its answer: one command, one response.
+		return fmt.Errorf("%w: %w", errBackendEnded, err)
+	}
 	told := false
 	if errors.Is(err, wire.ErrWrite) {
 		told = s.salvage()

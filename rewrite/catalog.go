@@ -4,6 +4,7 @@
 package rewrite
 
 import (
+	"math/big"
 	"slices"
 	"sort"
 	"strings"
@@ -55,6 +56,12 @@ type Counter struct {
 	// (its type's range, narrowed by CHECK constraints), as decimal
 	// literals; empty means BIGINT's range.
 	Min, Max string
+	// BaseOnly names the CHECK constraints that read the column in a way
+	// that is not a constant bound (c < other_column, an OR): whether a
+	// total meets them is known only on the base row, so increments of
+	// this counter run there (its slots folded first) and are never
+	// slotted.
+	BaseOnly []string
 
 	// Touch: not a counter but a touch column (rules.Rule.Touch), a
 	// DATETIME or TIMESTAMP column that increments assign a time, such as
@@ -79,6 +86,24 @@ func (c *Counter) bounds() (lo, hi string) {
 	}
 	if hi == "" {
 		hi = "9223372036854775807"
+	}
+	return lo, hi
+}
+
+// shareBounds returns the range that slotted increments keep the total in:
+// the counter's range within ±2^53. A delta the server evaluates as a
+// DOUBLE (a DOUBLE or string parameter: c + ? is then computed in
+// floating point) gives the exact sum there, as the slotted increment
+// does; beyond it the statement runs on the base row, rounded as the
+// server rounds it.
+func (c *Counter) shareBounds() (lo, hi string) {
+	lo, hi = c.bounds()
+	exact := big.NewInt(1 << 53)
+	if v, ok := new(big.Int).SetString(lo, 10); ok && v.CmpAbs(exact) > 0 && v.Sign() < 0 {
+		lo = "-" + exact.String()
+	}
+	if v, ok := new(big.Int).SetString(hi, 10); ok && v.Cmp(exact) > 0 {
+		hi = exact.String()
 	}
 	return lo, hi
 }

@@ -51,7 +51,9 @@ type Plan struct {
 	// Original is the statement's own text.
 	Original string
 	// Reason explains a KindOriginal plan for a statement that names a
-	// ruled table (empty when there is nothing to explain).
+	// ruled table, a KindRefused plan's refusal, or why a KindGuarded
+	// plan's increment was not slotted (empty when there is nothing to
+	// explain).
 	Reason string
 	// Table is the ruled table the statement writes, if any.
 	Table *Table
@@ -998,6 +1000,9 @@ func Explain(plans []Plan, err error) string {
 		case KindRefused:
 			fmt.Fprintf(&b, "refused: rule %s.%s: %s\n", p.Table.Schema, p.Table.Name, p.Reason)
 		case KindGuarded:
+			if p.Reason != "" {
+				fmt.Fprintf(&b, "-- %s\n", p.Reason)
+			}
 			fmt.Fprintf(&b, "guard: %s\n", p.Guard.KeysSQL)
 			fmt.Fprintf(&b, "fold: %s\n", strings.Join(p.Table.FoldSQL([]string{"<keys>"}), ";\n      "))
 			for _, g := range p.Guards {

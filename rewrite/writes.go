@@ -200,6 +200,10 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 				why, keys = "the delta of "+in.ctr.Name+" is not an integer literal or a placeholder", nil
 				break
 			}
+			if len(in.ctr.BaseOnly) > 0 {
+				why, keys = "CHECK constraint "+strings.Join(in.ctr.BaseOnly, ", ")+" reads "+in.ctr.Name+" in a way that is not a constant bound", nil
+				break
+			}
 		}
 		zero := true
 		for _, in := range incs {
@@ -251,9 +255,12 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 		}
 		why = "cannot locate the WHERE clause in the statement text"
 	}
-	if touches > 0 {
-		// A time assigned to a touch column outside the slotted path is
-		// an absolute write of it: the slots are folded first.
+	if touches > 0 || counters > 0 {
+		// An increment outside the slotted path runs on the base row,
+		// where the server checks the column's range and constraints: on
+		// the total only once the record's slots are folded into it. A
+		// time assigned to a touch column there is an absolute write of
+		// it: the slots may hold a later one.
 		absolute = true
 	}
 
@@ -266,11 +273,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 		w.visit(s.Order)
 	}
 	if !absolute {
-		p := w.readPlan(start, end)
-		if p.Kind == KindOriginal && p.Reason == "" && counters > 0 {
-			p.Reason = "increment not slotted (" + why + "): applied to the base column"
-		}
-		return p
+		return w.readPlan(start, end)
 	}
 	if w.failed != "" {
 		return w.refused(t, w.failed)
@@ -279,13 +282,17 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 	if w.failed != "" {
 		return w.refused(t, w.failed)
 	}
-	return Plan{
+	p := Plan{
 		Kind:     KindGuarded,
 		Table:    t,
 		SQL:      apply(w.sql, start, end, w.edits),
 		Guard:    g,
 		Restrict: w.restricted(s.Where, ref, t, start, end),
 	}
+	if why != "" {
+		p.Reason = "increment not slotted (" + why + "): the records' slots are folded and it runs on the base row"
+	}
+	return p
 }
 
 // restricted returns the statement sql[start:end], with w's edits, whose
@@ -664,7 +671,7 @@ func (r *Rewriter) slottedIncrement(t *Table, ref *tableRef, ctrs []*Counter, va
 		if c.Touch {
 			return c.touchBounds()
 		}
-		min, max := c.bounds()
+		min, max := c.shareBounds()
 		base := "CAST(" + ref.qual + "." + quoteIdent(c.Name) + " AS DECIMAL(21,0))"
 		return "-((" + base + " - (" + min + ")) DIV 65536)", "(((" + max + ") - " + base + ") DIV 65536)"
 	}

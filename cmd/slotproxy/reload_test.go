@@ -214,6 +214,22 @@ func TestReloadSIGHUP(t *testing.T) {
 	exec("UPDATE repos SET stars = stars + 1 WHERE id = 1")
 	wantState("after DDL", b, s+1)
 
+	// A view created on a connection is read through by that connection's
+	// very next statements, with no wait in between (the exactness
+	// issue's case 5: 3 directly, the base value 1 when the reload came
+	// after the next statement).
+	exec("UPDATE repos SET stars = stars + 2 WHERE id = 1")
+	exec("CREATE OR REPLACE VIEW v_repos AS SELECT id, stars FROM repos")
+	exec("UPDATE v_repos SET stars = stars + 1")
+	var viaView int64
+	if err := conn.QueryRowContext(ctx, "SELECT stars FROM v_repos WHERE id = ?", 1).Scan(&viaView); err != nil {
+		t.Fatal(err)
+	}
+	if b, s := state(); viaView != b+s {
+		t.Errorf("stars through a view created on the same connection: %d, want the total %d (base %d + slots %d)", viaView, b+s, b, s)
+	}
+	exec("DROP VIEW v_repos")
+
 	// A view of the ruled table created through the proxy reloads the
 	// catalog too, which then refuses the writes through it it cannot plan
 	// as writes of the table (a row deleted through a view would leave

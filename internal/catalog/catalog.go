@@ -77,6 +77,8 @@ type table struct {
 	// referenced row changes (ON DELETE CASCADE, ON UPDATE CASCADE or SET
 	// NULL/DEFAULT): "name (ON DELETE CASCADE)".
 	cascades []string
+	// checks are its CHECK constraints.
+	checks []check
 }
 
 // column returns the column called name (ignoring case, as MySQL does), or
@@ -242,7 +244,14 @@ func newTable(t *table, r *rules.Rule, slotsTable string) *rewrite.Table {
 	}
 	for _, rc := range r.Counters {
 		c := t.column(rc.Name)
-		rt.Counters = append(rt.Counters, rewrite.Counter{Name: c.name, Unsigned: c.unsigned() && strings.EqualFold(c.dataType, "bigint")})
+		rg := rangeOf(t, c)
+		rt.Counters = append(rt.Counters, rewrite.Counter{
+			Name:     c.name,
+			Unsigned: c.unsigned() && strings.EqualFold(c.dataType, "bigint"),
+			Min:      rg.lo.String(),
+			Max:      rg.hi.String(),
+			BaseOnly: rg.baseOnly,
+		})
 	}
 	for _, rc := range r.Touch {
 		c := t.column(rc.Name)
@@ -582,6 +591,10 @@ func describe(ctx context.Context, conn *client.Conn, groups []schemaRules) ([]*
 		if on != nil {
 			t.cascades = append(t.cascades, row[2]+" ("+strings.Join(on, ", ")+")")
 		}
+	}
+
+	if err := readChecks(ctx, conn, in, names, tables); err != nil {
+		return nil, err
 	}
 
 	rows, err = exec(ctx, conn, "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA IN "+in+

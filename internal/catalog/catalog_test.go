@@ -220,12 +220,13 @@ func TestLoad(t *testing.T) {
 	want := []*rewrite.Table{{
 		Schema: s, Name: "Pages", Key: "page_id",
 		Columns:    []string{"page_id", "views", "title"},
-		Counters:   []rewrite.Counter{{Name: "views", RecordType: 1}},
+		Counters:   []rewrite.Counter{{Name: "views", RecordType: 1, Min: "-8388608", Max: "8388607"}},
 		SlotsTable: "slotted_counters", Slots: 16, Shadow: true,
 	}, {
 		Schema: s, Name: "repos", Key: "id",
-		Columns:    []string{"id", "name", "Downloads", "stars"},
-		Counters:   []rewrite.Counter{{Name: "Downloads", RecordType: 2}, {Name: "stars", RecordType: 3, Unsigned: true}},
+		Columns: []string{"id", "name", "Downloads", "stars"},
+		Counters: []rewrite.Counter{{Name: "Downloads", RecordType: 2, Min: "-9223372036854775808", Max: "9223372036854775807"},
+			{Name: "stars", RecordType: 3, Unsigned: true, Min: "0", Max: "18446744073709551615"}},
 		SlotsTable: "slotted_counters", Slots: 100,
 	}}
 	if !reflect.DeepEqual(got, want) {
@@ -700,18 +701,27 @@ func TestReloader(t *testing.T) {
 		return rewrite.New(cat, rewrite.Options{}), nil
 	}, func(*rewrite.Rewriter) { applied.Add(1) }, logger)
 
-	// One trigger runs; three more during it coalesce into one more load.
+	// One trigger runs; three more during it coalesce into one more load,
+	// and each returns only once that load, which started after it, ended.
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); r.Trigger() }()
 	<-started
+	var returned atomic.Int32
+	var during sync.WaitGroup
 	for range 3 {
-		r.Trigger() // returns at once: a reload is running
+		during.Add(1)
+		go func() { defer during.Done(); r.Trigger(); returned.Add(1) }()
 	}
+	time.Sleep(50 * time.Millisecond) // the three are waiting
 	release <- struct{}{}
 	<-started
+	if n := returned.Load(); n != 0 {
+		t.Errorf("%d triggers returned before a load that started after them ended", n)
+	}
 	release <- struct{}{}
 	wg.Wait()
+	during.Wait()
 	if loads.Load() != 2 || applied.Load() != 2 {
 		t.Errorf("loads = %d, applied = %d; want 2 and 2", loads.Load(), applied.Load())
 	}
@@ -798,9 +808,9 @@ func TestLoadTouch(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := fmt.Sprintf("%+v", cat.Tables()[0].Counters)
-	want := "[{Name:views RecordType:1 Unsigned:false Min: Max: Touch:false Timestamp:false FSP:0} " +
-		"{Name:updated_at RecordType:2 Unsigned:false Min: Max: Touch:true Timestamp:false FSP:3} " +
-		"{Name:seen_at RecordType:3 Unsigned:false Min: Max: Touch:true Timestamp:true FSP:0}]"
+	want := "[{Name:views RecordType:1 Unsigned:false Min:-2147483648 Max:2147483647 BaseOnly:[] Touch:false Timestamp:false FSP:0} " +
+		"{Name:updated_at RecordType:2 Unsigned:false Min: Max: BaseOnly:[] Touch:true Timestamp:false FSP:3} " +
+		"{Name:seen_at RecordType:3 Unsigned:false Min: Max: BaseOnly:[] Touch:true Timestamp:true FSP:0}]"
 	if got != want {
 		t.Errorf("counters:\n%s\nwant\n%s", got, want)
 	}

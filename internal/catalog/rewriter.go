@@ -23,9 +23,11 @@ type Reloader struct {
 	apply func(*rewrite.Rewriter)
 	log   *slog.Logger
 
-	mu      sync.Mutex
-	running bool // a Trigger is reloading
-	again   bool // another Trigger came in meanwhile: reload once more
+	mu        sync.Mutex
+	done      *sync.Cond // broadcast when a load ends
+	running   bool       // a load is running
+	requested uint64     // Trigger calls so far
+	loaded    uint64     // every call up to this one has had a load that started after it
 }
 
 // NewReloader returns a Reloader that calls load and hands a new rewriter to
@@ -34,39 +36,47 @@ type Reloader struct {
 // is done, Trigger does nothing and a load in progress is cut short.
 func NewReloader(ctx context.Context, load func(context.Context) (*rewrite.Rewriter, error),
 	apply func(*rewrite.Rewriter), logger *slog.Logger) *Reloader {
-	return &Reloader{ctx: ctx, load: load, apply: apply, log: logger}
+	r := &Reloader{ctx: ctx, load: load, apply: apply, log: logger}
+	r.done = sync.NewCond(&r.mu)
+	return r
 }
 
-// Trigger reloads, unless a reload is already running: then that one runs
-// once more when it is done, since it may have read the schema before the
-// DDL that prompted this call. So calls that arrive together cost at most
-// two loads, and the last load starts after the last call. Trigger returns
-// when its reloading is done, or at once when it left it to another.
+// Trigger reloads and returns once a load that started after the call has
+// ended (and its rewriter is applied, unless it failed): a session that
+// ran DDL calls it before reading its next command, so that its next
+// statement is planned with the schema the DDL made. Calls that arrive
+// while a load runs share the one load after it, which reads the schema
+// after all of them.
 func (r *Reloader) Trigger() {
 	r.mu.Lock()
-	if r.running {
-		r.again = true
+	defer r.mu.Unlock()
+	r.requested++
+	mine := r.requested
+	for r.loaded < mine {
+		if r.running {
+			r.done.Wait()
+			continue
+		}
+		r.running = true
+		covers := r.requested
 		r.mu.Unlock()
+		r.loadOnce()
+		r.mu.Lock()
+		r.running = false
+		r.loaded = covers
+		r.done.Broadcast()
+	}
+}
+
+func (r *Reloader) loadOnce() {
+	if r.ctx.Err() != nil {
 		return
 	}
-	r.running = true
-	r.mu.Unlock()
-	for {
-		if r.ctx.Err() == nil {
-			if rw, err := r.load(r.ctx); err != nil {
-				r.log.Error("reloading the catalog after DDL failed; keeping the previous one", "err", err)
-			} else {
-				r.apply(rw)
-				r.log.Info("reloaded the catalog after DDL", "tables", len(rw.Catalog().Tables()))
-			}
-		}
-		r.mu.Lock()
-		if !r.again {
-			r.running = false
-			r.mu.Unlock()
-			return
-		}
-		r.again = false
-		r.mu.Unlock()
+	rw, err := r.load(r.ctx)
+	if err != nil {
+		r.log.Error("reloading the catalog after DDL failed; keeping the previous one", "err", err)
+		return
 	}
+	r.apply(rw)
+	r.log.Info("reloaded the catalog after DDL", "tables", len(rw.Catalog().Tables()))
 }

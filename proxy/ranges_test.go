@@ -1,0 +1,223 @@
+package proxy_test
+
+import (
+	"fmt"
+	"math/big"
+	"strings"
+	"testing"
+
+	"github.com/slotproxy/slotproxy/internal/testdb"
+)
+
+// A counter's column has a range: its integer type's, narrowed by CHECK
+// constraints. Directly, a write past it fails (strict sql_mode: 1264,
+// 1690, 3819/4025) or is clamped with a warning (non-strict); through the
+// proxy a slot row must never take a total where the column cannot, and
+// every statement must answer as directly. The catalog is the real one
+// (catalog.Load on the server's own schema), so the ranges are the ones
+// the proxy reads from the server.
+
+// TestRangeScenarios runs the scenarios of the exactness issue as named:
+// an INT UNSIGNED counter at 1 decremented by 3, an INT counter at
+// 2147483600 incremented by 100, then a DELETE that reads the counters and
+// a roll-up that must fold every record.
+func TestRangeScenarios(t *testing.T) {
+	const plain, ruled = "range_named_plain", "range_named_ruled"
+	cat := loadedSetup(t, plain, ruled, []string{
+		"CREATE TABLE repos (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR(20) NOT NULL DEFAULT '', downloads INT UNSIGNED NOT NULL DEFAULT 0, stars INT NOT NULL DEFAULT 0)",
+		"INSERT INTO repos (id, name, downloads, stars) VALUES (1, 'a', 5, 0), (2, 'b', 1, 2147483600)",
+	}, "table: "+ruled+".repos\nkey: id\ncounters: [downloads, stars]\nslots: 8\n")
+	corpus := []step{
+		text("UPDATE repos SET downloads = downloads - 3 WHERE id = 2"),
+		text("SELECT id, downloads, stars FROM repos ORDER BY id"),
+		text("UPDATE repos SET stars = stars + 100 WHERE id = 2"),
+		text("SELECT id, downloads, stars FROM repos ORDER BY id"),
+		prep("UPDATE repos SET downloads = downloads - ? WHERE id = ?", 3, 2),
+		prep("UPDATE repos SET stars = stars + ? WHERE id = ?", 100, 2),
+		text("UPDATE repos SET downloads = downloads - 1, stars = stars + 47 WHERE id = 2"),
+		text("SELECT id, downloads, stars FROM repos ORDER BY id"),
+		text("UPDATE repos SET stars = stars + 1 WHERE id = 2"),
+		text("UPDATE repos SET downloads = downloads - 1 WHERE id = 2"),
+		text("DELETE FROM repos WHERE downloads >= 1"),
+		text("SELECT id, downloads, stars FROM repos ORDER BY id"),
+		text(touchRollup),
+		text("SELECT id, downloads, stars FROM repos ORDER BY id"),
+	}
+	runDifferential(t, cat, plain, ruled, corpus)
+	assertNoSlots(t, ruled)
+}
+
+// assertNoSlots fails unless roll-up left no slot row in schema: every
+// record the proxy wrote could be folded.
+func assertNoSlots(t *testing.T, schema string) {
+	t.Helper()
+	admin := touchAdmin(t)
+	r, err := admin.Execute("SELECT COUNT(*) FROM " + schema + ".slotted_counters WHERE `count` <> 0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := r.GetInt(0, 0); n != 0 {
+		t.Fatalf("%d slot rows left after a roll-up: records the proxy wrote that cannot be folded", n)
+	}
+}
+
+// integerType is one integer column type and its range.
+type integerType struct {
+	sql    string
+	lo, hi *big.Int
+}
+
+func integerTypes() []integerType {
+	n := func(s string) *big.Int { v, _ := new(big.Int).SetString(s, 10); return v }
+	return []integerType{
+		{"TINYINT", n("-128"), n("127")},
+		{"TINYINT UNSIGNED", n("0"), n("255")},
+		{"SMALLINT", n("-32768"), n("32767")},
+		{"SMALLINT UNSIGNED", n("0"), n("65535")},
+		{"MEDIUMINT", n("-8388608"), n("8388607")},
+		{"MEDIUMINT UNSIGNED", n("0"), n("16777215")},
+		{"INT", n("-2147483648"), n("2147483647")},
+		{"INT UNSIGNED", n("0"), n("4294967295")},
+		{"BIGINT", n("-9223372036854775808"), n("9223372036854775807")},
+		{"BIGINT UNSIGNED", n("0"), n("18446744073709551615")},
+	}
+}
+
+// rangeCorpus takes the counter n of table c past both ends of typ's
+// range: from rows near each end, with text and prepared statements, with
+// slot rows already holding part of the total (so that the base value
+// alone is in range and the total is not), on the slotted path and the
+// base-row path, in strict and non-strict sql_mode.
+func rangeCorpus(typ integerType) []step {
+	add := func(v *big.Int, d int64) string { return new(big.Int).Add(v, big.NewInt(d)).String() }
+	mid := new(big.Int).Rsh(new(big.Int).Add(typ.lo, typ.hi), 1)
+	// A slot takes at most (max - base) / 65536 (see rewrite's
+	// slottedIncrement): three increments of that much, then one that
+	// the base value could take alone but the total cannot.
+	share := new(big.Int).Div(new(big.Int).Sub(typ.hi, mid), big.NewInt(65536))
+	if share.Sign() == 0 {
+		share = big.NewInt(1)
+	}
+	rest := new(big.Int).Sub(new(big.Int).Sub(typ.hi, mid), share) // mid + rest + share = hi
+	steps := []step{
+		text("SELECT id, n FROM c ORDER BY id"),
+		// The low end.
+		text("UPDATE c SET n = n - 3 WHERE id = 1"),
+		prep("UPDATE c SET n = n - ? WHERE id = ?", 3, 1),
+		prep("UPDATE c SET n = n + ? WHERE id = ?", -3, 1),
+		text("UPDATE c SET n = n - 2 WHERE id = 1"),
+		text("UPDATE c SET n = n - 1 WHERE id = 1"),
+		text("SELECT id, n FROM c WHERE id = 1"),
+		text("UPDATE c SET n = n + 1 WHERE id = 1"),
+		// The high end.
+		text("UPDATE c SET n = n + 3 WHERE id = 2"),
+		prep("UPDATE c SET n = n + ? WHERE id = ?", 3, 2),
+		text("UPDATE c SET n = n + 2 WHERE id = 2"),
+		text("UPDATE c SET n = n + 1 WHERE id = 2"),
+		text("UPDATE c SET n = n + 1 WHERE id IN (2, 3)"),
+		text("SELECT id, n FROM c ORDER BY id"),
+		// Slots hold part of the total.
+		text("UPDATE c SET n = n + " + share.String() + " WHERE id = 3"),
+		prep("UPDATE c SET n = n + ? WHERE id = ?", share.String(), 3),
+		text("UPDATE c SET n = n + " + share.String() + " WHERE id = 3"),
+		text("SELECT id, n FROM c WHERE id = 3"),
+		text("UPDATE c SET n = n + " + rest.String() + " WHERE id = 3"),
+		prep("UPDATE c SET n = n + ? WHERE id = ?", rest.String(), 3),
+		text("UPDATE c SET n = n + " + rest.String() + " WHERE id = 3 AND n IS NOT NULL"),
+		text("UPDATE c SET n = n + " + rest.String() + ", name = 'x' WHERE id = 3"),
+		text("SELECT id, n FROM c ORDER BY id"),
+		text("UPDATE c SET n = n - " + share.String() + " WHERE id = 3"),
+		text("UPDATE c SET n = n + " + rest.String() + " WHERE id = 3"),
+		text("SELECT id, n FROM c ORDER BY id"),
+		text(touchRollup),
+		text("SELECT id, n FROM c ORDER BY id"),
+		text("UPDATE c SET n = " + typ.hi.String() + " WHERE id = 3"),
+		text("UPDATE c SET n = n + 1 WHERE id = 3"),
+		// Non-strict: the server clamps and warns.
+		text("SET SESSION sql_mode = ''"),
+		text("UPDATE c SET n = n + 5 WHERE id = 2"),
+		text("SHOW WARNINGS"),
+		text("UPDATE c SET n = n - 5 WHERE id = 1"),
+		text("SHOW WARNINGS"),
+		prep("UPDATE c SET n = n + ? WHERE id = ?", 7, 3),
+		text("SHOW WARNINGS"),
+		text("UPDATE c SET n = n - 1 WHERE id = 3"),
+		text("SELECT id, n FROM c ORDER BY id"),
+		text("SET SESSION sql_mode = DEFAULT"),
+		// Reads and writes of the counters that read the totals.
+		text("DELETE FROM c WHERE n >= " + add(typ.hi, -10)),
+		text("SELECT id, n FROM c ORDER BY id"),
+		text(touchRollup),
+		text("SELECT id, n FROM c ORDER BY id"),
+	}
+	return steps
+}
+
+// TestRangeEveryType runs rangeCorpus for every integer type, signed and
+// unsigned, on a table whose rows start 2 from each end of the range.
+func TestRangeEveryType(t *testing.T) {
+	for i, typ := range integerTypes() {
+		t.Run(strings.ReplaceAll(typ.sql, " ", "_"), func(t *testing.T) {
+			plain, ruled := fmt.Sprintf("range_plain_%d", i), fmt.Sprintf("range_ruled_%d", i)
+			mid := new(big.Int).Rsh(new(big.Int).Add(typ.lo, typ.hi), 1)
+			cat := loadedSetup(t, plain, ruled, []string{
+				"CREATE TABLE c (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR(20) NOT NULL DEFAULT '', n " + typ.sql + " NOT NULL)",
+				fmt.Sprintf("INSERT INTO c (id, n) VALUES (1, %s), (2, %s), (3, %s)",
+					new(big.Int).Add(typ.lo, big.NewInt(2)), new(big.Int).Sub(typ.hi, big.NewInt(2)), mid),
+			}, "table: "+ruled+".c\nkey: id\ncounters: [n]\nslots: 16\n")
+			ctr := cat.Tables()[0].Counters[0]
+			if ctr.Min != typ.lo.String() || ctr.Max != typ.hi.String() {
+				t.Fatalf("catalog range of %s: [%s, %s], want [%s, %s]", typ.sql, ctr.Min, ctr.Max, typ.lo, typ.hi)
+			}
+			runDifferential(t, cat, plain, ruled, rangeCorpus(typ))
+			assertNoSlots(t, ruled)
+			for _, db := range []string{plain, ruled} {
+				_ = testdb.Shared().Exec("DROP DATABASE IF EXISTS " + db)
+			}
+		})
+	}
+}
+
+// TestRangeCheckConstraints: a CHECK constraint that bounds the counter by
+// constants narrows its range; one that reads it otherwise (against
+// another column) keeps its increments on the base row, where the server
+// checks it. MySQL raises 3819, MariaDB 4025, in any sql_mode.
+func TestRangeCheckConstraints(t *testing.T) {
+	const plain, ruled = "range_check_plain", "range_check_ruled"
+	cat := loadedSetup(t, plain, ruled, []string{
+		"CREATE TABLE k (id BIGINT NOT NULL PRIMARY KEY, cap INT NOT NULL, n INT NOT NULL, o INT NOT NULL, " +
+			"CONSTRAINT n_range CHECK (n >= -100000000 AND n <= 100000000), CONSTRAINT o_cap CHECK (o <= cap))",
+		"INSERT INTO k VALUES (1, 10, 99999990, 8), (2, 1000, 0, 0)",
+	}, "table: "+ruled+".k\nkey: id\ncounters: [n, o]\nslots: 8\n")
+	ctrs := cat.Tables()[0].Counters
+	if ctrs[0].Min != "-100000000" || ctrs[0].Max != "100000000" || len(ctrs[0].BaseOnly) != 0 {
+		t.Fatalf("n: %+v, want the range of n_range", ctrs[0])
+	}
+	if strings.Join(ctrs[1].BaseOnly, ",") != "o_cap" {
+		t.Fatalf("o: %+v, want BaseOnly o_cap", ctrs[1])
+	}
+	corpus := []step{
+		text("UPDATE k SET n = n + 11 WHERE id = 1"),
+		text("UPDATE k SET n = n + 10 WHERE id = 1"),
+		text("UPDATE k SET n = n + 1 WHERE id = 1"),
+		text("UPDATE k SET n = n + 1500 WHERE id = 2"),
+		prep("UPDATE k SET n = n + ? WHERE id = ?", 1500, 2),
+		text("UPDATE k SET n = n - 100000000 WHERE id = 2"),
+		text("SELECT id, n, o FROM k ORDER BY id"),
+		text("UPDATE k SET o = o + 2 WHERE id = 1"),
+		text("UPDATE k SET o = o + 3 WHERE id = 1"),
+		prep("UPDATE k SET o = o + ? WHERE id = ?", 5, 2),
+		text("SET SESSION sql_mode = ''"),
+		text("UPDATE k SET o = o + 1 WHERE id = 1"),
+		text("UPDATE k SET n = n + 100000000 WHERE id = 2"),
+		text("SET SESSION sql_mode = DEFAULT"),
+		text("SELECT id, n, o FROM k ORDER BY id"),
+		text(touchRollup),
+		text("SELECT id, n, o FROM k ORDER BY id"),
+	}
+	stats, _ := runDifferential(t, cat, plain, ruled, corpus)
+	if stats.RewrittenWrites == 0 {
+		t.Fatalf("no increment of n was slotted: %+v", stats)
+	}
+	assertNoSlots(t, ruled)
+}
