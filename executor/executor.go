@@ -168,6 +168,15 @@ type Session struct {
 	// its command's number (see txnFresh).
 	commands, beginAt uint64
 	begin             []byte
+	// replay is the open transaction's increments since its BEGIN, for
+	// running it again after a deadlock the proxy caused (replay.go);
+	// steps counts the commands that run statements (stepCommand), and
+	// beginStep is steps at the BEGIN.
+	replay           []replayed
+	steps, beginStep uint64
+	// stmtsInCommand is how many statements the command being handled
+	// has (0 when it is relayed as it is).
+	stmtsInCommand int
 }
 
 // NewSession starts the executor's view of a session whose authentication
@@ -232,6 +241,10 @@ func (s *Session) Handle(rw *rewrite.Rewriter, payload []byte, packets byte) err
 	s.respSeq = packets
 	s.link.Client.SeqShift = 0
 	s.commands++
+	s.stmtsInCommand = 0
+	if stepCommand(payload[0]) {
+		s.steps++
+	}
 	s.settleTransaction()
 	if done, err := s.answerSavedWarnings(payload); done || err != nil {
 		return err
@@ -298,6 +311,8 @@ func (s *Session) noteBegin(sql []byte) {
 	if isBegin(sql) && s.inTransaction() {
 		s.begin = append(s.begin[:0], sql...)
 		s.beginAt = s.commands
+		s.beginStep = s.steps
+		s.replay = nil
 	}
 }
 
@@ -376,6 +391,9 @@ func (s *Session) NeedsPayload(head []byte, length int) bool {
 // NeedsPayload); head is its first bytes.
 func (s *Session) Relayed(head []byte) {
 	s.commands++
+	if len(head) == 0 || stepCommand(head[0]) {
+		s.steps++
+	}
 	if len(head) > 0 && !keepsDiagnostics(head[0]) {
 		s.warnings = nil
 	}

@@ -134,6 +134,7 @@ func (s *Session) handleExecute(payload []byte) error {
 		return err
 	}
 	p := st.plan
+	s.stmtsInCommand = 1
 	if s.enterGate(p) {
 		defer s.env.Gate.leave()
 	}

@@ -59,6 +59,9 @@ func (s *Session) settleTransaction() {
 	if len(s.rw.own) > 0 && !s.inTransaction() {
 		s.rw.own = nil
 	}
+	if len(s.replay) > 0 && !s.inTransaction() {
+		s.replay = nil
+	}
 	if len(s.held) > 0 && !s.inTransaction() {
 		s.releaseSlots()
 	}
@@ -362,6 +365,7 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 	if s.log.Enabled(context.Background(), slog.LevelDebug) {
 		s.log.Debug("rewrite", "sql", string(sql), "plans", len(plans), "kind", plans[0].Kind.String())
 	}
+	s.stmtsInCommand = len(plans)
 	seq := s.respSeq
 	for _, p := range plans {
 		if p.Kind == rewrite.KindRefused && !p.Shadow {

@@ -67,13 +67,24 @@ type heldSlot struct {
 }
 
 // slotFor picks the slot of an increment of t and holds it until the
-// session's transaction ends (rewrite.Session.SlotFor).
+// session's transaction ends (rewrite.Session.SlotFor). A transaction's
+// increments of t all go to the slot its first one picked: one slot row
+// per record, one row lock, so two transactions never each hold a slot row
+// of a record that the other then waits for (a deadlock the server would
+// not raise for the same statements on the base row, where both queue on
+// one lock).
 func (s *Session) slotFor(t *rewrite.Table) int {
 	if t.Slots < 1 {
 		return 0
 	}
+	name := ruleName(t)
+	for _, h := range s.held {
+		if h.rule == name && h.slot < t.Slots {
+			return h.slot
+		}
+	}
 	slot := s.env.slots.pick(t)
-	s.held = append(s.held, heldSlot{ruleName(t), slot})
+	s.held = append(s.held, heldSlot{name, slot})
 	return slot
 }
 

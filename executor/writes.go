@@ -383,6 +383,7 @@ func (s *Session) execIncrement(p rewrite.Plan, ex *execution, seq *byte, more b
 			rowsChanged = matched // every record a non-zero delta names changes
 		}
 		s.incPatch(matched, rowsChanged)(&ok)
+		s.recordIncrement(p, ex, &ok)
 		return false, s.writeOK(ok, seq, more)
 	}
 }
@@ -583,6 +584,11 @@ func (s *Session) execGuardedWith(p rewrite.Plan, ex *execution, seq *byte, more
 				}
 				return st
 			}
+			if p.Increment != nil && !wrapped && len(res.Packets) > 0 {
+				if ok, err := wire.ParseOK(res.Packets[len(res.Packets)-1]); err == nil {
+					s.recordIncrement(p, ex, &ok)
+				}
+			}
 			if err := res.WriteTo(s.link.Client, seq, s.link.Caps, status); err != nil {
 				return false, err
 			}
@@ -591,6 +597,17 @@ func (s *Session) execGuardedWith(p rewrite.Plan, ex *execution, seq *byte, more
 		code := wire.ErrCode(errPkt)
 		if wrapped && s.retry(code, attempt) {
 			continue
+		}
+		if !wrapped && p.Increment != nil && code == mysql.ER_LOCK_DEADLOCK && attempt <= guardAttempts {
+			// An increment on the base row in a transaction that has run
+			// nothing but increments: the transaction runs again (see
+			// replay.go) and the increment with it.
+			if again, err := s.replayTxn(); err != nil || again {
+				if err != nil {
+					return false, err
+				}
+				continue
+			}
 		}
 		return true, s.writeErr(errPkt, seq)
 	}
@@ -1064,8 +1081,11 @@ func (s *Session) foldOwn(tables []*rewrite.Table) (errPkt []byte, err error) {
 			// A key the proxy could not tell: every slotted record.
 			stmts = []string{t.WideLockSQL()}
 			if errPkt, err := s.lockAndFold(rewrite.Plan{Table: t, Guard: &rewrite.Guard{Table: t, KeysSQL: t.WideLockSQL()}}, nil); err != nil || errPkt != nil {
-				if errPkt != nil && wire.ErrCode(errPkt) == mysql.ER_LOCK_DEADLOCK {
+				if isDeadlock(errPkt) {
 					s.env.noteReadAfterIncrement(t, s.log)
+					if again, err := s.replayTxn(); again || err != nil {
+						return nil, err
+					}
 				}
 				return errPkt, err
 			}
@@ -1085,6 +1105,11 @@ func (s *Session) foldOwn(tables []*rewrite.Table) (errPkt []byte, err error) {
 			if r.Failed() {
 				if r.ErrCode == mysql.ER_LOCK_DEADLOCK {
 					s.env.noteReadAfterIncrement(t, s.log)
+					if again, err := s.replayTxn(); again || err != nil {
+						// The increments now hold the base rows: nothing
+						// of the transaction's own is left in slots.
+						return nil, err
+					}
 				}
 				return r.Err, nil
 			}

@@ -1,6 +1,9 @@
 package proxy_test
 
 import (
+	"context"
+	"fmt"
+	"database/sql"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -157,4 +160,103 @@ func newPrepareCutter(t *testing.T, backend string, nth int) *prepareCutter {
 		}
 	}()
 	return pc
+}
+
+// TestHandOuts is the exactness issue's case 2 as named: 4 clients × 5
+// transactions, each BEGIN; UPDATE repos SET stars = stars + 1 WHERE id
+// = ?; SELECT stars FROM repos WHERE id = ?; COMMIT. Directly all 20
+// commit and read 20 distinct values (the second transaction waits for
+// the first); through the proxy too, with prepared and with text
+// statements, on a table whose rule is fresh (no transaction of this
+// proxy has read its counters after an increment before).
+func TestHandOuts(t *testing.T) {
+	for _, params := range []string{"", "interpolateParams=true"} {
+		name := "prepared"
+		if params != "" {
+			name = "text"
+		}
+		t.Run(name, func(t *testing.T) {
+			const plain, ruled = "handout_plain", "handout_ruled"
+			cat := loadedSetup(t, plain, ruled, []string{
+				"CREATE TABLE repos (id BIGINT NOT NULL PRIMARY KEY, stars INT NOT NULL DEFAULT 0)",
+				"INSERT INTO repos (id, stars) VALUES (1, 100)",
+			}, "table: "+ruled+".repos\nkey: id\ncounters: [stars]\nslots: 16\n")
+			p := startProxy(t, func(c *proxy.Config) { c.Rewriter = newRewriter(cat) })
+			run := func(db *sql.DB) (values []int64, failures []string) {
+				var mu sync.Mutex
+				var wg sync.WaitGroup
+				for range 4 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for range 5 {
+							v, err := handOut(db)
+							mu.Lock()
+							if err != nil {
+								failures = append(failures, err.Error())
+							} else {
+								values = append(values, v)
+							}
+							mu.Unlock()
+						}
+					}()
+				}
+				wg.Wait()
+				return values, failures
+			}
+			dsnParams := params
+			direct := openDSN(t, testdb.Shared().DSN(testdb.User, testdb.Password, plain, dsnParams))
+			proxied := openDSN(t, p.dsn(testdb.User, testdb.Password, ruled, dsnParams))
+			for _, side := range []struct {
+				name string
+				db   *sql.DB
+			}{{"direct", direct}, {"proxy", proxied}} {
+				values, failures := run(side.db)
+				if len(failures) > 0 {
+					t.Errorf("%s: %d of 20 hand-outs failed: %v", side.name, len(failures), failures)
+				}
+				seen := map[int64]bool{}
+				for _, v := range values {
+					if seen[v] {
+						t.Errorf("%s: value %d handed out twice", side.name, v)
+					}
+					seen[v] = true
+				}
+				var total int64
+				if err := side.db.QueryRow("SELECT stars FROM repos WHERE id = 1").Scan(&total); err != nil {
+					t.Fatal(err)
+				}
+				if want := 100 + int64(len(values)); total != want {
+					t.Errorf("%s: total %d after %d committed hand-outs, want %d", side.name, total, len(values), want)
+				}
+				t.Logf("%s: %d committed, %d failed", side.name, len(values), len(failures))
+			}
+		})
+	}
+}
+
+// handOut runs one hand-out transaction and returns the value it read.
+func handOut(db *sql.DB) (int64, error) {
+	ctx := context.Background()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN"); err != nil {
+		return 0, err
+	}
+	var v int64
+	_, err = conn.ExecContext(ctx, "UPDATE repos SET stars = stars + 1 WHERE id = ?", 1)
+	if err != nil {
+		err = fmt.Errorf("UPDATE: %w", err)
+	} else if err = conn.QueryRowContext(ctx, "SELECT stars FROM repos WHERE id = ?", 1).Scan(&v); err != nil {
+		err = fmt.Errorf("SELECT: %w", err)
+	}
+	if err != nil {
+		_, _ = conn.ExecContext(ctx, "ROLLBACK")
+		return 0, err
+	}
+	_, err = conn.ExecContext(ctx, "COMMIT")
+	return v, err
 }

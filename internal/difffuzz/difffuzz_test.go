@@ -1,0 +1,178 @@
+package difffuzz_test
+
+import (
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/slotproxy/slotproxy/internal/difffuzz"
+	"github.com/slotproxy/slotproxy/internal/testdb"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m, testdb.Setup) }
+
+// Environment variables of TestDiffFuzz.
+const (
+	// envSeed: the run's seed (sequence i uses seed+i); default the time.
+	envSeed = "DIFFFUZZ_SEED"
+	// envDuration: a long run of that duration (e.g. 30m) that goes on
+	// after a difference and reports every distinct one; default the
+	// bounded run (boundedDuration or boundedSequences, whichever first,
+	// stopping at the first difference).
+	envDuration = "DIFFFUZZ_DURATION"
+	// envSequences bounds the number of sequences.
+	envSequences = "DIFFFUZZ_SEQUENCES"
+	// envStepTimeout: a step not answered by then is blocked (default 1s).
+	envStepTimeout = "DIFFFUZZ_STEP_TIMEOUT"
+	// envShrink: the time budget to shrink one difference (default 2m).
+	envShrink = "DIFFFUZZ_SHRINK"
+	// envAll=1 enables the classes difffuzz.KnownDifferences excludes.
+	envAll = "DIFFFUZZ_ALL"
+)
+
+const (
+	boundedDuration  = 60 * time.Second
+	boundedSequences = 60
+)
+
+// TestDiffFuzz runs generated sequences directly and through the proxy and
+// fails with a shrunk reproducer for each difference.
+func TestDiffFuzz(t *testing.T) {
+	seed := time.Now().UnixNano()
+	if v := os.Getenv(envSeed); v != "" {
+		var err error
+		if seed, err = strconv.ParseInt(v, 10, 64); err != nil {
+			t.Fatalf("%s=%q: %v", envSeed, v, err)
+		}
+	}
+	long := os.Getenv(envDuration) != ""
+	duration := envDurationOr(t, envDuration, boundedDuration)
+	sequences := boundedSequences
+	if long {
+		sequences = 1 << 30
+	}
+	if v := os.Getenv(envSequences); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			t.Fatalf("%s=%q: %v", envSequences, v, err)
+		}
+		sequences = n
+	}
+	cfg := difffuzz.DefaultConfig()
+	if os.Getenv(envAll) != "1" {
+		cfg = cfg.Without(difffuzz.Excluded()...)
+	}
+	server := testdb.Shared()
+	env := &difffuzz.Env{
+		Addr: server.Addr, Version: server.Version,
+		RootUser: server.RootUser, RootPassword: server.RootPassword,
+		User: testdb.User, Password: testdb.Password,
+		Prefix:          "difffuzz",
+		StepTimeout:     envDurationOr(t, envStepTimeout, time.Second),
+		LockWaitTimeout: 2,
+		HangTimeout:     60 * time.Second,
+	}
+	shrinkBudget := envDurationOr(t, envShrink, 2*time.Minute)
+	t.Logf("seed %d (%s=%d), server %s %s, duration %v, at most %d sequences, excluded classes %v",
+		seed, envSeed, seed, server.Flavor, server.Version, duration, sequences, difffuzz.Excluded())
+
+	deadline := time.Now().Add(duration)
+	var (
+		executed, runs int
+		refused        = map[string]int{}
+		refusedExample = map[string]string{}
+		documented     = map[string]int{}
+		found          = map[string]bool{}
+	)
+	for i := 0; i < sequences && time.Now().Before(deadline); i++ {
+		seq := difffuzz.Generate(seed+int64(i), cfg)
+		out, err := difffuzz.Run(t.Context(), env, seq)
+		if err != nil {
+			t.Fatalf("sequence seed %d: %v", seed+int64(i), err)
+		}
+		runs++
+		executed += out.Executed
+		for _, r := range out.Refused {
+			refused[r.Reason]++
+			refusedExample[r.Reason] = r.Step.SQL
+		}
+		for _, d := range out.Documented {
+			documented[d]++
+		}
+		if out.Stopped != "" {
+			documented["sequence stopped: "+out.Stopped]++
+		}
+		if out.Diff == nil {
+			continue
+		}
+		key := out.Diff.Kind + " " + classOf(seq, out.Diff)
+		if found[key] {
+			t.Logf("sequence seed %d: again a %s difference (%s), not shrunk", seq.Seed, out.Diff.Kind, classOf(seq, out.Diff))
+			continue
+		}
+		found[key] = true
+		t.Logf("sequence seed %d: %s difference at step %d; shrinking (budget %v)", seq.Seed, out.Diff.Kind, out.Diff.Step+1, shrinkBudget)
+		small, smallOut := difffuzz.Shrink(t.Context(), env, seq, out, shrinkBudget, t.Logf)
+		t.Errorf("difference (%s):\n%s", key, difffuzz.Reproducer(env, small, smallOut))
+		if !long {
+			break
+		}
+	}
+	t.Logf("%d sequences, %d statements executed on each side (%d refused), seed %d", runs, executed, total(refused), seed)
+	for _, reason := range sortedKeys(refused) {
+		t.Logf("refused %4d × %s (e.g. %s)", refused[reason], reason, refusedExample[reason])
+	}
+	for _, d := range sortedKeys(documented) {
+		t.Logf("documented %4d × %s", documented[d], d)
+	}
+	if runs > 0 && executed == 0 {
+		t.Fatal("no statement was executed")
+	}
+}
+
+// classOf names the class of the step a difference is at ("end" for the
+// checks at the end of a sequence).
+func classOf(seq *difffuzz.Sequence, d *difffuzz.Difference) string {
+	if d.Step < 0 {
+		return "end"
+	}
+	return string(seq.Steps[d.Step].Class)
+}
+
+func envDurationOr(t *testing.T, name string, def time.Duration) time.Duration {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", name, v, err)
+	}
+	return d
+}
+
+func total(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+func sortedKeys(m map[string]int) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int {
+		if m[a] != m[b] {
+			return m[b] - m[a]
+		}
+		return strings.Compare(a, b)
+	})
+	return keys
+}

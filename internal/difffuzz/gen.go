@@ -1,0 +1,450 @@
+package difffuzz
+
+import (
+	"fmt"
+	"math/big"
+	"math/rand/v2"
+	"slices"
+	"strings"
+)
+
+// Class is a statement class the generator can produce. Each class has a
+// weight in Config.Weights; weight 0 turns it off.
+type Class string
+
+// The statement classes. Increments (the Inc classes) are what the proxy
+// slots; the others are planned around them (reads with slots, guarded
+// writes) or pass through.
+const (
+	IncKey      Class = "inc-key"      // UPDATE t SET c = c ± n WHERE id = k, n small
+	IncRange    Class = "inc-range"    // the same with n near the column's range, so totals cross its ends
+	IncIn       Class = "inc-in"       // ... WHERE id IN (k1, k2, ...)
+	IncMulti    Class = "inc-multi"    // several counters in one SET
+	IncPrepared Class = "inc-prepared" // UPDATE t SET c = c + ? WHERE id = ?, prepared
+	IncSpelling Class = "inc-spelling" // COALESCE(c, 0) + n, IFNULL, n + c, parentheses, qualified names
+	IncCond     Class = "inc-cond"     // WHERE id = k AND c < 100, AND c IS NOT NULL
+	ReadPoint   Class = "read-point"   // SELECT id, c FROM t WHERE id = k (text or prepared)
+	ReadStar    Class = "read-star"    // SELECT * FROM t ORDER BY id
+	ReadAgg     Class = "read-agg"     // SUM, MAX, COUNT, GROUP BY
+	ReadOrder   Class = "read-order"   // ORDER BY a counter
+	ReadWhere   Class = "read-where"   // WHERE on a counter
+	ReadJoin    Class = "read-join"    // two tables joined
+	ReadSub     Class = "read-sub"     // subqueries
+	ReadView    Class = "read-view"    // through the table's view
+	ReadLock    Class = "read-lock"    // FOR UPDATE, LOCK IN SHARE MODE
+	WriteAbs    Class = "write-abs"    // UPDATE t SET c = v
+	Insert      Class = "insert"       // INSERT of new keys
+	Reinsert    Class = "reinsert"     // INSERT of deleted keys
+	Upsert      Class = "upsert"       // INSERT ... ON DUPLICATE KEY UPDATE c = c + 1
+	Replace     Class = "replace"      // REPLACE
+	DeleteKey   Class = "delete-key"   // DELETE ... WHERE id = k
+	DeleteCond  Class = "delete-cond"  // DELETE ... WHERE <counter condition>
+	Truncate    Class = "truncate"     // TRUNCATE TABLE
+	ViewDDL     Class = "view-ddl"     // CREATE OR REPLACE VIEW, DROP VIEW
+	TxBegin     Class = "tx-begin"     // BEGIN, START TRANSACTION
+	TxCommit    Class = "tx-commit"    // COMMIT
+	TxRollback  Class = "tx-rollback"  // ROLLBACK
+	TxSavepoint Class = "tx-savepoint" // SAVEPOINT, ROLLBACK TO SAVEPOINT, RELEASE SAVEPOINT
+	Autocommit  Class = "autocommit"   // SET autocommit = 0 / 1
+	Isolation   Class = "isolation"    // SET SESSION TRANSACTION ISOLATION LEVEL ...
+	SQLMode     Class = "sql-mode"     // SET SESSION sql_mode = '' / DEFAULT
+	Warnings    Class = "warnings"     // SHOW WARNINGS
+	Multi       Class = "multi"        // several statements in one COM_QUERY
+	Rollup      Class = "rollup"       // a roll-up pass of the ruled schema (no client statement)
+)
+
+// Classes is every class, in the order the generator draws them.
+var Classes = []Class{
+	IncKey, IncRange, IncIn, IncMulti, IncPrepared, IncSpelling, IncCond,
+	ReadPoint, ReadStar, ReadAgg, ReadOrder, ReadWhere, ReadJoin, ReadSub, ReadView, ReadLock,
+	WriteAbs, Insert, Reinsert, Upsert, Replace, DeleteKey, DeleteCond, Truncate, ViewDDL,
+	TxBegin, TxCommit, TxRollback, TxSavepoint, Autocommit, Isolation, SQLMode, Warnings, Multi, Rollup,
+}
+
+// IsIncrement reports whether c generates counter increments the proxy
+// slots (which, by design, do not wait for each other).
+func (c Class) IsIncrement() bool { return strings.HasPrefix(string(c), "inc-") }
+
+// Config is what the generator produces: the weight of each class and the
+// length of a sequence.
+type Config struct {
+	// Weights of the classes; a class missing or at 0 is never generated.
+	Weights map[Class]int
+	// MinConns and MaxConns bound the number of connection pairs.
+	MinConns, MaxConns int
+	// MinSteps and MaxSteps bound the number of steps of a sequence.
+	MinSteps, MaxSteps int
+}
+
+// DefaultConfig has every class enabled.
+func DefaultConfig() Config {
+	return Config{
+		Weights: map[Class]int{
+			IncKey: 10, IncRange: 3, IncIn: 4, IncMulti: 3, IncPrepared: 5, IncSpelling: 3, IncCond: 3,
+			ReadPoint: 5, ReadStar: 4, ReadAgg: 3, ReadOrder: 2, ReadWhere: 3, ReadJoin: 2, ReadSub: 2, ReadView: 2, ReadLock: 2,
+			WriteAbs: 3, Insert: 3, Reinsert: 2, Upsert: 3, Replace: 2, DeleteKey: 2, DeleteCond: 1, Truncate: 1, ViewDDL: 1,
+			TxBegin: 5, TxCommit: 3, TxRollback: 2, TxSavepoint: 2, Autocommit: 1, Isolation: 2, SQLMode: 1, Warnings: 2, Multi: 2, Rollup: 2,
+		},
+		MinConns: 2, MaxConns: 4,
+		MinSteps: 30, MaxSteps: 70,
+	}
+}
+
+// Without returns a copy of c with the classes turned off.
+func (c Config) Without(classes ...Class) Config {
+	w := make(map[Class]int, len(c.Weights))
+	for k, v := range c.Weights {
+		if !slices.Contains(classes, k) {
+			w[k] = v
+		}
+	}
+	c.Weights = w
+	return c
+}
+
+// Step is one statement of a sequence, on one connection pair.
+type Step struct {
+	Conn  int
+	Class Class
+	SQL   string
+	// Args, when non-nil, make the step a prepared statement (go-mysql
+	// prepares when Execute gets arguments).
+	Args []any
+	// Multi: SQL is several statements in one COM_QUERY.
+	Multi bool
+}
+
+// String is the step as a reproducer prints it.
+func (s Step) String() string {
+	out := fmt.Sprintf("[c%d] %s", s.Conn, s.SQL)
+	if s.Class == Rollup {
+		out = fmt.Sprintf("[admin] -- roll-up pass of the ruled schema")
+	}
+	if s.Args != nil {
+		out += fmt.Sprintf("  -- prepared, args %v", s.Args)
+	}
+	if s.Multi {
+		out += "  -- one COM_QUERY (multi-statement)"
+	}
+	return out
+}
+
+// Sequence is a generated test case: a schema, a number of connection
+// pairs and the steps.
+type Sequence struct {
+	Seed   int64
+	Schema *Schema
+	Conns  int
+	Steps  []Step
+}
+
+// Generate makes the sequence of seed under cfg.
+func Generate(seed int64, cfg Config) *Sequence {
+	r := rand.New(rand.NewPCG(uint64(seed), uint64(seed)^0x9e3779b97f4a7c15))
+	s := GenSchema(r)
+	g := &gen{r: r, s: s, cfg: cfg, keys: map[string]*keySet{}, conns: cfg.MinConns + r.IntN(cfg.MaxConns-cfg.MinConns+1)}
+	for _, t := range s.Tables {
+		ks := &keySet{next: int64(len(t.Rows) + 1)}
+		for i := range t.Rows {
+			ks.live = append(ks.live, int64(i+1))
+		}
+		g.keys[t.Name] = ks
+	}
+	seq := &Sequence{Seed: seed, Schema: s, Conns: g.conns}
+	n := cfg.MinSteps + r.IntN(cfg.MaxSteps-cfg.MinSteps+1)
+	var classes []Class
+	var weights []int
+	for _, c := range Classes {
+		if w := cfg.Weights[c]; w > 0 {
+			classes = append(classes, c)
+			weights = append(weights, w)
+		}
+	}
+	if len(classes) == 0 {
+		return seq
+	}
+	for range n {
+		if r.IntN(10) >= 6 {
+			g.conn = r.IntN(g.conns)
+		}
+		c := classes[pickWeighted(r, weights)]
+		st := g.step(c)
+		st.Conn, st.Class = g.conn, c
+		seq.Steps = append(seq.Steps, st)
+	}
+	return seq
+}
+
+// keySet is the generator's rough idea of a table's keys (statements may
+// fail; it only steers the choice towards keys that matter).
+type keySet struct {
+	live    []int64
+	deleted []int64
+	next    int64
+}
+
+type gen struct {
+	r     *rand.Rand
+	s     *Schema
+	cfg   Config
+	keys  map[string]*keySet
+	conns int
+	conn  int
+}
+
+func (g *gen) table() *Table { return pick(g.r, g.s.Tables) }
+
+func (g *gen) counter(t *Table) *Column { return pick(g.r, t.Counters) }
+
+// key is mostly an existing key, sometimes a deleted or missing one.
+func (g *gen) key(t *Table) int64 {
+	ks := g.keys[t.Name]
+	switch n := g.r.IntN(10); {
+	case n < 7 && len(ks.live) > 0:
+		return pick(g.r, ks.live)
+	case n < 9 && len(ks.deleted) > 0:
+		return pick(g.r, ks.deleted)
+	default:
+		return ks.next + int64(g.r.IntN(3))
+	}
+}
+
+func (g *gen) keys2(t *Table) []int64 {
+	n := 2 + g.r.IntN(2)
+	var out []int64
+	for range n {
+		k := g.key(t)
+		if !slices.Contains(out, k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// delta is an increment's amount: small, or near the column's range.
+func (g *gen) delta(c *Column, big bool) *big.Int {
+	if !big {
+		return newInt(int64(1 + g.r.IntN(3)))
+	}
+	lo, hi := c.Type.Range()
+	span := new(bigInt).Sub(hi, lo)
+	switch g.r.IntN(4) {
+	case 0:
+		return hi
+	case 1:
+		return new(bigInt).Rsh(span, 1)
+	case 2:
+		return new(bigInt).Sub(hi, newInt(int64(g.r.IntN(3))))
+	default:
+		return span
+	}
+}
+
+type bigInt = big.Int
+
+func newInt(v int64) *big.Int { return big.NewInt(v) }
+
+// arg is v as a prepared statement parameter.
+func arg(v *big.Int) any {
+	if v.IsInt64() {
+		return v.Int64()
+	}
+	return v.Uint64()
+}
+
+func (g *gen) incExpr(c *Column, n *big.Int) string {
+	if g.r.IntN(3) == 0 {
+		return fmt.Sprintf("%s = %s - %s", c.Name, c.Name, n)
+	}
+	return fmt.Sprintf("%s = %s + %s", c.Name, c.Name, n)
+}
+
+func joinInts(ks []int64) string {
+	var s []string
+	for _, k := range ks {
+		s = append(s, fmt.Sprint(k))
+	}
+	return strings.Join(s, ", ")
+}
+
+func (g *gen) step(c Class) Step {
+	t := g.table()
+	col := g.counter(t)
+	switch c {
+	case IncKey:
+		return Step{SQL: fmt.Sprintf("UPDATE %s SET %s WHERE id = %d", t.Name, g.incExpr(col, g.delta(col, false)), g.key(t))}
+	case IncRange:
+		return Step{SQL: fmt.Sprintf("UPDATE %s SET %s WHERE id = %d", t.Name, g.incExpr(col, g.delta(col, true)), g.key(t))}
+	case IncIn:
+		return Step{SQL: fmt.Sprintf("UPDATE %s SET %s WHERE id IN (%s)", t.Name, g.incExpr(col, g.delta(col, g.r.IntN(4) == 0)), joinInts(g.keys2(t)))}
+	case IncMulti:
+		var sets []string
+		for _, cc := range t.Counters {
+			if len(sets) == 0 || g.r.IntN(2) == 0 {
+				sets = append(sets, g.incExpr(cc, g.delta(cc, g.r.IntN(5) == 0)))
+			}
+		}
+		return Step{SQL: fmt.Sprintf("UPDATE %s SET %s WHERE id = %d", t.Name, strings.Join(sets, ", "), g.key(t))}
+	case IncPrepared:
+		n := g.delta(col, g.r.IntN(4) == 0)
+		if g.r.IntN(3) == 0 {
+			return Step{SQL: fmt.Sprintf("UPDATE %s SET %s = %s + ? WHERE id IN (?, ?)", t.Name, col.Name, col.Name), Args: []any{arg(n), g.key(t), g.key(t)}}
+		}
+		op := pick(g.r, []string{"+", "-"})
+		return Step{SQL: fmt.Sprintf("UPDATE %s SET %s = %s %s ? WHERE id = ?", t.Name, col.Name, col.Name, op), Args: []any{arg(n), g.key(t)}}
+	case IncSpelling:
+		n := g.delta(col, false)
+		form := pick(g.r, []string{
+			"`%[1]s`.`%[2]s` = COALESCE(`%[1]s`.`%[2]s`, 0) + %[3]s",
+			"%[2]s = IFNULL(%[2]s, 0) + %[3]s",
+			"%[2]s = %[3]s + %[2]s",
+			"%[2]s = (%[1]s.%[2]s + %[3]s)",
+			"`%[2]s`=`%[2]s`+ %[3]s",
+		})
+		return Step{SQL: fmt.Sprintf("UPDATE `%s` SET "+form+" WHERE `%s`.`id` = %d", t.Name, t.Name, col.Name, n, t.Name, g.key(t))}
+	case IncCond:
+		cond := pick(g.r, []string{col.Name + " < 100", col.Name + " IS NOT NULL", col.Name + " > 0", "name IS NULL"})
+		if !t.HasName && strings.HasPrefix(cond, "name") {
+			cond = col.Name + " IS NOT NULL"
+		}
+		return Step{SQL: fmt.Sprintf("UPDATE %s SET %s WHERE id = %d AND %s", t.Name, g.incExpr(col, g.delta(col, false)), g.key(t), cond)}
+	case ReadPoint:
+		if g.r.IntN(2) == 0 {
+			return Step{SQL: fmt.Sprintf("SELECT id, %s FROM %s WHERE id = ?", col.Name, t.Name), Args: []any{g.key(t)}}
+		}
+		return Step{SQL: fmt.Sprintf("SELECT %s, id FROM %s WHERE id = %d", col.Name, t.Name, g.key(t))}
+	case ReadStar:
+		if g.r.IntN(3) == 0 {
+			return Step{SQL: fmt.Sprintf("SELECT * FROM %s WHERE id IN (%s) ORDER BY id", t.Name, joinInts(g.keys2(t)))}
+		}
+		return Step{SQL: fmt.Sprintf("SELECT * FROM %s ORDER BY id", t.Name)}
+	case ReadAgg:
+		return Step{SQL: pick(g.r, []string{
+			fmt.Sprintf("SELECT SUM(%[1]s), MAX(%[1]s), MIN(%[1]s), COUNT(%[1]s), COUNT(*) FROM %[2]s", col.Name, t.Name),
+			fmt.Sprintf("SELECT id %% 2 AS g, SUM(%[1]s) AS s, MAX(%[1]s), COUNT(*) FROM %[2]s GROUP BY id %% 2 ORDER BY g", col.Name, t.Name),
+			fmt.Sprintf("SELECT %[1]s, COUNT(*) FROM %[2]s GROUP BY %[1]s ORDER BY %[1]s", col.Name, t.Name),
+			fmt.Sprintf("SELECT AVG(%[1]s), SUM(%[1]s) + 1 FROM %[2]s WHERE id <= %[3]d", col.Name, t.Name, g.key(t)),
+		})}
+	case ReadOrder:
+		return Step{SQL: fmt.Sprintf("SELECT id, %[1]s FROM %[2]s ORDER BY %[1]s %[3]s, id LIMIT %[4]d", col.Name, t.Name, pick(g.r, []string{"ASC", "DESC"}), 1+g.r.IntN(4))}
+	case ReadWhere:
+		return Step{SQL: pick(g.r, []string{
+			fmt.Sprintf("SELECT id, %[1]s FROM %[2]s WHERE %[1]s > %[3]d ORDER BY id", col.Name, t.Name, g.r.IntN(10)),
+			fmt.Sprintf("SELECT id FROM %[2]s WHERE %[1]s IS NULL ORDER BY id", col.Name, t.Name),
+			fmt.Sprintf("SELECT id, %[1]s FROM %[2]s WHERE %[1]s BETWEEN 0 AND 100 ORDER BY id", col.Name, t.Name),
+			fmt.Sprintf("SELECT COUNT(*) FROM %[2]s WHERE %[1]s = %[3]d", col.Name, t.Name, g.r.IntN(5)),
+		})}
+	case ReadJoin:
+		u := g.table()
+		uc := g.counter(u)
+		return Step{SQL: fmt.Sprintf("SELECT a.id, a.%s, b.%s FROM %s a JOIN %s b ON a.id = b.id ORDER BY a.id", col.Name, uc.Name, t.Name, u.Name)}
+	case ReadSub:
+		u := g.table()
+		uc := g.counter(u)
+		return Step{SQL: pick(g.r, []string{
+			fmt.Sprintf("SELECT id FROM %[2]s WHERE %[1]s = (SELECT MAX(%[1]s) FROM %[2]s) ORDER BY id", col.Name, t.Name),
+			fmt.Sprintf("SELECT (SELECT SUM(%[1]s) FROM %[2]s) AS s", col.Name, t.Name),
+			fmt.Sprintf("SELECT id, %s FROM %s WHERE id IN (SELECT id FROM %s WHERE %s > 0) ORDER BY id", col.Name, t.Name, u.Name, uc.Name),
+			fmt.Sprintf("SELECT x.id, x.%[1]s FROM (SELECT id, %[1]s FROM %[2]s) x ORDER BY x.id", col.Name, t.Name),
+		})}
+	case ReadView:
+		return Step{SQL: pick(g.r, []string{
+			fmt.Sprintf("SELECT * FROM %s ORDER BY id", t.View()),
+			fmt.Sprintf("SELECT SUM(%s) FROM %s", t.Counters[0].Name, t.View()),
+			fmt.Sprintf("SELECT * FROM %s WHERE id = %d", t.View(), g.key(t)),
+		})}
+	case ReadLock:
+		return Step{SQL: fmt.Sprintf("SELECT id, %s FROM %s WHERE id = %d %s", col.Name, t.Name, g.key(t), pick(g.r, []string{"FOR UPDATE", "LOCK IN SHARE MODE"}))}
+	case WriteAbs:
+		lo, hi := col.Bounds()
+		v := nearValue(g.r, lo, hi)
+		if g.r.IntN(8) == 0 {
+			return Step{SQL: fmt.Sprintf("UPDATE %s SET %s = %s", t.Name, col.Name, v)}
+		}
+		return Step{SQL: fmt.Sprintf("UPDATE %s SET %s = %s WHERE id = %d", t.Name, col.Name, v, g.key(t))}
+	case Insert:
+		ks := g.keys[t.Name]
+		k := ks.next
+		ks.next++
+		ks.live = append(ks.live, k)
+		return Step{SQL: g.insertSQL("INSERT INTO", t, col, k)}
+	case Reinsert:
+		ks := g.keys[t.Name]
+		k := g.key(t)
+		if len(ks.deleted) > 0 {
+			k = pick(g.r, ks.deleted)
+		}
+		return Step{SQL: g.insertSQL("INSERT INTO", t, col, k)}
+	case Upsert:
+		return Step{SQL: g.insertSQL("INSERT INTO", t, col, g.key(t)) + fmt.Sprintf(" ON DUPLICATE KEY UPDATE %s = %s + 1", col.Name, col.Name)}
+	case Replace:
+		return Step{SQL: g.insertSQL("REPLACE INTO", t, col, g.key(t))}
+	case DeleteKey:
+		k := g.key(t)
+		ks := g.keys[t.Name]
+		if i := slices.Index(ks.live, k); i >= 0 {
+			ks.live = slices.Delete(ks.live, i, i+1)
+			ks.deleted = append(ks.deleted, k)
+		}
+		return Step{SQL: fmt.Sprintf("DELETE FROM %s WHERE id = %d", t.Name, k)}
+	case DeleteCond:
+		return Step{SQL: fmt.Sprintf("DELETE FROM %s WHERE %s %s", t.Name, col.Name, pick(g.r, []string{"> 10", "< 0", "IS NULL", "= 0"}))}
+	case Truncate:
+		ks := g.keys[t.Name]
+		ks.deleted = append(ks.deleted, ks.live...)
+		ks.live = nil
+		return Step{SQL: "TRUNCATE TABLE " + t.Name}
+	case ViewDDL:
+		if g.r.IntN(3) == 0 {
+			return Step{SQL: "DROP VIEW IF EXISTS " + t.View()}
+		}
+		return Step{SQL: fmt.Sprintf("CREATE OR REPLACE VIEW %s AS SELECT id, %s FROM %s", t.View(), t.Counters[0].Name, t.Name)}
+	case TxBegin:
+		return Step{SQL: pick(g.r, []string{"BEGIN", "START TRANSACTION"})}
+	case TxCommit:
+		return Step{SQL: "COMMIT"}
+	case TxRollback:
+		return Step{SQL: "ROLLBACK"}
+	case TxSavepoint:
+		return Step{SQL: pick(g.r, []string{"SAVEPOINT sp1", "SAVEPOINT sp1", "ROLLBACK TO SAVEPOINT sp1", "RELEASE SAVEPOINT sp1"})}
+	case Autocommit:
+		return Step{SQL: pick(g.r, []string{"SET autocommit = 0", "SET autocommit = 1"})}
+	case Isolation:
+		return Step{SQL: "SET SESSION TRANSACTION ISOLATION LEVEL " + pick(g.r, []string{"READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE", "READ UNCOMMITTED"})}
+	case SQLMode:
+		return Step{SQL: pick(g.r, []string{"SET SESSION sql_mode = ''", "SET SESSION sql_mode = DEFAULT"})}
+	case Warnings:
+		return Step{SQL: "SHOW WARNINGS"}
+	case Multi:
+		parts := []string{}
+		for range 2 + g.r.IntN(2) {
+			sub := pick(g.r, []Class{IncKey, IncRange, ReadPoint, ReadStar, WriteAbs, Insert, DeleteKey, Warnings})
+			if g.cfg.Weights[sub] == 0 {
+				sub = ReadStar
+			}
+			st := g.step(sub)
+			if st.Args != nil {
+				st = g.step(ReadStar)
+			}
+			parts = append(parts, st.SQL)
+		}
+		return Step{SQL: strings.Join(parts, "; "), Multi: true}
+	case Rollup:
+		return Step{}
+	}
+	panic(fmt.Sprintf("difffuzz: no generator for class %q", c))
+}
+
+// insertSQL is verb (INSERT INTO, REPLACE INTO) of one row with key k and
+// a value for col (and sometimes a name, which may collide with the unique
+// key).
+func (g *gen) insertSQL(verb string, t *Table, col *Column, k int64) string {
+	lo, hi := col.Bounds()
+	cols := []string{"id", col.Name}
+	vals := []string{fmt.Sprint(k), nearValue(g.r, lo, hi).String()}
+	if t.HasName && g.r.IntN(2) == 0 {
+		cols = append(cols, "name")
+		vals = append(vals, fmt.Sprintf("'n%d'", 1+g.r.IntN(8)))
+	}
+	return fmt.Sprintf("%s %s (%s) VALUES (%s)", verb, t.Name, strings.Join(cols, ", "), strings.Join(vals, ", "))
+}

@@ -1,0 +1,501 @@
+package difffuzz
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/slotproxy/slotproxy/internal/catalog"
+	"github.com/slotproxy/slotproxy/internal/rollup"
+	"github.com/slotproxy/slotproxy/proxy"
+	"github.com/slotproxy/slotproxy/rewrite"
+	"github.com/slotproxy/slotproxy/rules"
+)
+
+// slotsTable is the slot table's name in the ruled schema.
+const slotsTable = "slotted_counters"
+
+// Env is the server the fuzzer runs against and how it runs.
+type Env struct {
+	// Addr is the server's HOST:PORT; Version its version string.
+	Addr, Version string
+	// RootUser and RootPassword: the admin account (schemas, migrate,
+	// catalog loads, roll-up).
+	RootUser, RootPassword string
+	// User and Password: the account the step connections use.
+	User, Password string
+	// Prefix names the schemas: Prefix_plain and Prefix_ruled.
+	Prefix string
+	// StepTimeout: a step that has not answered by then is blocked.
+	StepTimeout time.Duration
+	// LockWaitTimeout is innodb_lock_wait_timeout (seconds) of every step
+	// connection, so that blocked steps end.
+	LockWaitTimeout int
+	// HangTimeout: a step that has not answered by then is hung (a
+	// difference when the other side answered).
+	HangTimeout time.Duration
+	// Logger receives the proxy's logs; nil discards them.
+	Logger *slog.Logger
+}
+
+func (e *Env) plain() string { return e.Prefix + "_plain" }
+func (e *Env) ruled() string { return e.Prefix + "_ruled" }
+
+// Refusal is a step the proxy refused by design (error 1235, "slotproxy:").
+type Refusal struct {
+	Reason string
+	Step   Step
+}
+
+// Difference is what one side saw and the other did not.
+type Difference struct {
+	// Step is the index of the step in the sequence, -1 for the checks at
+	// the end of the sequence.
+	Step int
+	// Stmt is the step's SQL, or the check's description.
+	Stmt   string
+	Kind   string
+	Direct string
+	Proxy  string
+}
+
+// Same reports whether d and o are the same kind of difference on the same
+// statement (what shrinking keeps).
+func (d *Difference) Same(o *Difference) bool {
+	return d != nil && o != nil && d.Kind == o.Kind && d.Stmt == o.Stmt
+}
+
+// Outcome is what running a sequence found.
+type Outcome struct {
+	// Executed counts the steps run on both sides; Refused those the
+	// proxy refused (run on neither).
+	Executed int
+	Refused  []Refusal
+	// Documented are the documented differences seen (limits.md,
+	// "Inherent to the pattern"), which are not failures; Stopped says
+	// why the sequence ended early after one of them changed the state.
+	Documented []string
+	Stopped    string
+	// Diff is the first difference, nil when none.
+	Diff *Difference
+}
+
+// run is one sequence in flight.
+type run struct {
+	env  *Env
+	seq  *Sequence
+	out  *Outcome
+	srv  *proxy.Server
+	addr string
+
+	admin  *client.Conn // roll-up and checks
+	twins  []*twin
+	roller rollup.Roller
+
+	// documentedWait is the step a documented wait is pending for (the
+	// direct side blocked, the proxy's increment did not), -1 if none.
+	documentedWait int
+	stop           bool
+}
+
+// twin is one connection pair: the proxied side (index 0) and the direct
+// side (index 1), and the step in flight on them.
+type twin struct {
+	conns   [2]*client.Conn
+	pending [2]chan obs
+	got     [2]*obs
+	step    int // the step in flight, -1 if none
+}
+
+const (
+	proxySide  = 0
+	directSide = 1
+)
+
+// Run runs seq from scratch: fresh schemas, a proxy, its connections.
+// The error is for the harness (a server that cannot be reached, DDL that
+// fails); differences are in the outcome.
+func Run(ctx context.Context, env *Env, seq *Sequence) (*Outcome, error) {
+	r := &run{env: env, seq: seq, out: &Outcome{}, documentedWait: -1}
+	admin, err := client.Connect(env.Addr, env.RootUser, env.RootPassword, "")
+	if err != nil {
+		return nil, fmt.Errorf("admin connection: %w", err)
+	}
+	defer admin.Close()
+	r.admin = admin
+	cat, set, err := r.setup(ctx)
+	if err != nil {
+		return nil, err
+	}
+	stopProxy, err := r.startProxy(ctx, cat, set)
+	if err != nil {
+		return nil, err
+	}
+	defer stopProxy()
+	defer r.closeTwins()
+	for range seq.Conns {
+		t, err := r.connect()
+		if err != nil {
+			return nil, err
+		}
+		r.twins = append(r.twins, t)
+	}
+	for i, st := range seq.Steps {
+		if r.stop || r.out.Diff != nil {
+			break
+		}
+		if err := r.step(ctx, i, st); err != nil {
+			return nil, fmt.Errorf("step %d %s: %w", i+1, st, err)
+		}
+	}
+	for _, t := range r.twins {
+		r.settle(t)
+	}
+	if r.out.Diff != nil {
+		return r.out, nil
+	}
+	return r.out, r.finish(ctx)
+}
+
+// setup creates both schemas and migrates the ruled one.
+func (r *run) setup(ctx context.Context) (*rewrite.Catalog, *rules.Set, error) {
+	for _, db := range []string{r.env.plain(), r.env.ruled()} {
+		stmts := append([]string{"DROP DATABASE IF EXISTS " + db, "CREATE DATABASE " + db, "USE " + db}, r.seq.Schema.DDL()...)
+		for _, s := range stmts {
+			if _, err := r.admin.Execute(s); err != nil {
+				return nil, nil, fmt.Errorf("setup %s: %s: %w", db, s, err)
+			}
+		}
+	}
+	var rs []*rules.Rule
+	for i, text := range r.seq.Schema.Rules(r.env.ruled()) {
+		rule, err := rules.Parse(fmt.Sprintf("rule%d.yaml", i+1), []byte(text))
+		if err != nil {
+			return nil, nil, fmt.Errorf("rule %q: %w", text, err)
+		}
+		rs = append(rs, rule)
+	}
+	set, err := rules.NewSet(rs...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("rules: %w", err)
+	}
+	if err := catalog.Migrate(ctx, r.admin, set, slotsTable, io.Discard); err != nil {
+		return nil, nil, fmt.Errorf("migrate: %w", err)
+	}
+	cat, err := catalog.Load(ctx, r.admin, set, slotsTable)
+	if err != nil {
+		return nil, nil, fmt.Errorf("load catalog: %w", err)
+	}
+	return cat, set, nil
+}
+
+// startProxy starts a proxy with cat on a loopback port, reloading its
+// catalog after DDL as slotproxy serve does.
+func (r *run) startProxy(ctx context.Context, cat *rewrite.Catalog, set *rules.Set) (stop func(), err error) {
+	logger := r.env.Logger
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	loader, err := client.Connect(r.env.Addr, r.env.RootUser, r.env.RootPassword, "")
+	if err != nil {
+		return nil, fmt.Errorf("loader connection: %w", err)
+	}
+	var loaderMu sync.Mutex
+	load := func(ctx context.Context) (*rewrite.Rewriter, error) {
+		loaderMu.Lock()
+		defer loaderMu.Unlock()
+		c, err := catalog.Load(ctx, loader, set, slotsTable)
+		if err != nil {
+			return nil, err
+		}
+		return catalog.NewRewriter(c, r.env.Version), nil
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	var reloader *catalog.Reloader
+	srv, err := proxy.NewServer(proxy.Config{
+		Backend:  r.env.Addr,
+		Rewriter: catalog.NewRewriter(cat, r.env.Version),
+		Logger:   logger,
+		OnDDL:    func() { reloader.Trigger() },
+	})
+	if err != nil {
+		cancel()
+		loader.Close()
+		return nil, fmt.Errorf("proxy: %w", err)
+	}
+	reloader = catalog.NewReloader(rctx, load, srv.SetRewriter, logger)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		cancel()
+		loader.Close()
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	r.srv, r.addr = srv, ln.Addr().String()
+	return func() {
+		cancel()
+		_ = srv.Close()
+		<-done
+		loaderMu.Lock()
+		loader.Close()
+		loaderMu.Unlock()
+	}, nil
+}
+
+// connect opens a connection pair with multi-statements and a short lock
+// wait.
+func (r *run) connect() (*twin, error) {
+	t := &twin{step: -1}
+	multi := func(c *client.Conn) error { return c.SetCapability(mysql.CLIENT_MULTI_STATEMENTS) }
+	for side, at := range [2][2]string{{r.addr, r.env.ruled()}, {r.env.Addr, r.env.plain()}} {
+		c, err := client.Connect(at[0], r.env.User, r.env.Password, at[1], multi)
+		if err != nil {
+			t.close()
+			return nil, fmt.Errorf("connect to %s: %w", at[0], err)
+		}
+		t.conns[side] = c
+		if _, err := c.Execute(fmt.Sprintf("SET SESSION innodb_lock_wait_timeout = %d", r.env.LockWaitTimeout)); err != nil {
+			t.close()
+			return nil, fmt.Errorf("lock wait timeout: %w", err)
+		}
+	}
+	return t, nil
+}
+
+func (t *twin) close() {
+	for _, c := range t.conns {
+		if c != nil {
+			_ = c.Close()
+		}
+	}
+}
+
+func (r *run) closeTwins() {
+	for _, t := range r.twins {
+		t.close()
+	}
+	// Pending goroutines end once their connections are closed.
+	for _, t := range r.twins {
+		for side := range t.pending {
+			if t.pending[side] != nil {
+				<-t.pending[side]
+			}
+		}
+	}
+}
+
+// step runs step i: first through the proxy, then (unless refused)
+// directly, each waiting up to StepTimeout.
+func (r *run) step(ctx context.Context, i int, st Step) error {
+	if st.Class == Rollup {
+		s, err := r.roller.Once(ctx, r.admin, r.srv.Rewriter().Catalog(), rollup.Options{})
+		if err != nil || s.Unfoldable > 0 {
+			r.out.Diff = &Difference{Step: i, Stmt: st.SQL, Kind: KindRollup, Proxy: fmt.Sprintf("roll-up: %+v, %v", s, err)}
+		}
+		return nil
+	}
+	t := r.twins[st.Conn]
+	r.settle(t)
+	if r.stop || r.out.Diff != nil {
+		return nil
+	}
+	t.step = i
+	r.start(t, proxySide, st)
+	r.wait(t, proxySide, r.env.StepTimeout)
+	if p := t.got[proxySide]; p != nil {
+		if reason := p.refusal(); reason != "" {
+			r.out.Refused = append(r.out.Refused, Refusal{Reason: reason, Step: st})
+			t.got[proxySide], t.step = nil, -1
+			return nil
+		}
+		if p.refusedLater() {
+			// Part of the query ran through the proxy: the two sides can
+			// no longer be compared.
+			r.out.Refused = append(r.out.Refused, Refusal{Reason: "multi-statement query refused after its first statement", Step: st})
+			r.stopBecause("a multi-statement query was refused in part")
+			t.got[proxySide], t.step = nil, -1
+			return nil
+		}
+	}
+	r.start(t, directSide, st)
+	r.wait(t, directSide, r.env.StepTimeout)
+	r.out.Executed++
+	if t.got[proxySide] != nil && t.got[directSide] != nil {
+		r.compare(t)
+	} else if t.got[proxySide] != nil && st.Class.IsIncrement() && r.documentedWait < 0 {
+		// The direct increment waits for a row lock that the proxy's
+		// slotted increment does not take: by design (limits.md, "Waits
+		// and deadlocks"). Its result is compared when it comes.
+		r.documentedWait = i
+		r.out.Documented = append(r.out.Documented, "an increment blocked directly, not through the proxy")
+	}
+	return nil
+}
+
+// start runs st on one side of t in a goroutine.
+func (r *run) start(t *twin, side int, st Step) {
+	ch := make(chan obs, 1)
+	t.pending[side], t.got[side] = ch, nil
+	c := t.conns[side]
+	go func() { ch <- execute(c, st) }()
+}
+
+// wait waits up to d for the pending step of one side; a step that takes
+// longer is marked blocked and collected later.
+func (r *run) wait(t *twin, side int, d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case o := <-t.pending[side]:
+		t.pending[side], t.got[side] = nil, &o
+		return true
+	case <-timer.C:
+		return false
+	}
+}
+
+// settle collects the step in flight on t (waiting up to HangTimeout for
+// each side) and compares it.
+func (r *run) settle(t *twin) {
+	if t.step < 0 {
+		return
+	}
+	for side := range t.pending {
+		if t.pending[side] == nil {
+			continue
+		}
+		if !r.wait(t, side, r.env.HangTimeout) {
+			r.setDiff(t.step, KindHung, fmt.Sprintf("side %d did not answer within %v", side, r.env.HangTimeout), "")
+			r.stopBecause("a step hung")
+			return
+		}
+		t.got[side].blocked = true
+	}
+	r.compare(t)
+}
+
+// compare compares the collected results of t's step.
+func (r *run) compare(t *twin) {
+	i := t.step
+	p, d := *t.got[proxySide], *t.got[directSide]
+	t.got, t.step = [2]*obs{}, -1
+	rename := func(s string) string { return strings.ReplaceAll(s, r.env.plain(), r.env.ruled()) }
+	if r.stop {
+		return
+	}
+	kind := kindOf(p, d, rename)
+	if i == r.documentedWait {
+		r.documentedWait = -1
+		d.blocked, p.blocked = false, false
+		if kindOf(p, d, rename) != "" {
+			r.stopBecause(fmt.Sprintf("step %d, an increment that waited directly and not through the proxy, then answered differently (documented)", i+1))
+		}
+		return
+	}
+	if kind == "" {
+		return
+	}
+	if r.documentedWait >= 0 {
+		r.stopBecause(fmt.Sprintf("step %d differed while step %d waited directly and not through the proxy (documented)", i+1, r.documentedWait+1))
+		return
+	}
+	st := r.seq.Steps[i]
+	r.out.Diff = &Difference{Step: i, Stmt: st.SQL, Kind: kind, Direct: rename(d.String()), Proxy: p.String()}
+}
+
+func (r *run) setDiff(i int, kind, direct, proxy string) {
+	if r.out.Diff == nil {
+		r.out.Diff = &Difference{Step: i, Stmt: r.seq.Steps[i].SQL, Kind: kind, Direct: direct, Proxy: proxy}
+	}
+}
+
+func (r *run) stopBecause(why string) {
+	if !r.stop {
+		r.stop, r.out.Stopped = true, why
+	}
+}
+
+// finish ends every transaction and checks the end state: the tables'
+// contents on both sides, no orphan slot rows, and the contents again
+// after a roll-up.
+func (r *run) finish(ctx context.Context) error {
+	for _, t := range r.twins {
+		for _, c := range t.conns {
+			if _, err := c.Execute("ROLLBACK"); err != nil {
+				return fmt.Errorf("final rollback: %w", err)
+			}
+		}
+	}
+	if err := r.checkOrphans(); err != nil || r.out.Diff != nil {
+		return err
+	}
+	if r.stop {
+		return nil
+	}
+	check, err := r.connect()
+	if err != nil {
+		return err
+	}
+	defer check.close()
+	if err := r.compareTables(check, KindFinal, "final contents"); err != nil || r.out.Diff != nil {
+		return err
+	}
+	s, err := r.roller.Once(ctx, r.admin, r.srv.Rewriter().Catalog(), rollup.Options{})
+	if err != nil || s.Unfoldable > 0 {
+		r.out.Diff = &Difference{Step: -1, Stmt: "final roll-up", Kind: KindRollup, Proxy: fmt.Sprintf("roll-up: %+v, %v", s, err)}
+		return nil
+	}
+	return r.compareTables(check, KindRollup, "contents after a roll-up")
+}
+
+// compareTables compares SELECT * of every table on both sides of check.
+func (r *run) compareTables(check *twin, kind, what string) error {
+	for _, tb := range r.seq.Schema.Tables {
+		q := fmt.Sprintf("SELECT * FROM %s ORDER BY id", tb.Name)
+		var o [2]obs
+		for side, c := range check.conns {
+			o[side] = execute(c, Step{SQL: q})
+			if len(o[side].results) > 0 && o[side].results[0].other != "" {
+				return fmt.Errorf("%s: %s", q, o[side].results[0].other)
+			}
+		}
+		rename := func(s string) string { return strings.ReplaceAll(s, r.env.plain(), r.env.ruled()) }
+		if k := kindOf(o[proxySide], o[directSide], rename); k != "" {
+			r.out.Diff = &Difference{Step: -1, Stmt: what + ": " + q, Kind: kind, Direct: rename(o[directSide].String()), Proxy: o[proxySide].String()}
+			return nil
+		}
+	}
+	return nil
+}
+
+// checkOrphans finds slot rows whose base row does not exist.
+func (r *run) checkOrphans() error {
+	cat := r.srv.Rewriter().Catalog()
+	for _, tb := range cat.Tables() {
+		var types []string
+		for _, c := range tb.Counters {
+			types = append(types, fmt.Sprint(c.RecordType))
+		}
+		q := fmt.Sprintf("SELECT s.record_type, s.record_id, s.slot, s.count FROM %[1]s.%[2]s s WHERE s.record_type IN (%[3]s) AND NOT EXISTS (SELECT 1 FROM %[1]s.%[4]s b WHERE b.id = s.record_id) ORDER BY 1, 2, 3",
+			r.env.ruled(), slotsTable, strings.Join(types, ", "), tb.Name)
+		res, err := r.admin.Execute(q)
+		if err != nil {
+			return fmt.Errorf("orphan check: %w", err)
+		}
+		if len(res.Values) > 0 {
+			o := obs{results: []result{observe(res, nil)}}
+			r.out.Diff = &Difference{Step: -1, Stmt: "slot rows without a base row in " + tb.Name, Kind: KindOrphan, Proxy: o.String(), Direct: "(none: no slots)"}
+			return nil
+		}
+	}
+	return nil
+}
