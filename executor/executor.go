@@ -175,8 +175,9 @@ type Session struct {
 	replay           []replayed
 	steps, beginStep uint64
 	// stmtsInCommand is how many statements the command being handled
-	// has (0 when it is relayed as it is).
-	stmtsInCommand int
+	// has (0 when it is relayed as it is), and stmtIndex the position of
+	// the one running (0 for the first, and for a single one).
+	stmtsInCommand, stmtIndex int
 }
 
 // NewSession starts the executor's view of a session whose authentication
@@ -241,7 +242,7 @@ func (s *Session) Handle(rw *rewrite.Rewriter, payload []byte, packets byte) err
 	s.respSeq = packets
 	s.link.Client.SeqShift = 0
 	s.commands++
-	s.stmtsInCommand = 0
+	s.stmtsInCommand, s.stmtIndex = 0, 0
 	if stepCommand(payload[0]) {
 		s.steps++
 	}
@@ -282,6 +283,12 @@ func (s *Session) autocommitted() bool { return s.autocommit() && !s.inTransacti
 // deadlock or lock wait timeout in it loses no earlier work of the
 // client's, so the proxy may run it again (after that BEGIN: restartTxn).
 func (s *Session) txnFresh() bool {
+	if s.stmtIndex > 0 {
+		// Statements of the same command ran before it in the
+		// transaction (INSERT …; UPDATE … in one query): running the
+		// transaction again from its BEGIN would lose them.
+		return false
+	}
 	if !s.inTransaction() {
 		return !s.autocommit()
 	}

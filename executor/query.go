@@ -36,16 +36,17 @@ type rewriteState struct {
 	// (rewrite.Session.TempTables).
 	temp []string
 	// own are the records the open transaction incremented (slotted),
-	// by table: reading one of their counters takes their lock first.
-	own map[*rewrite.Table]map[string]bool
+	// by rule name (schema.table: the rule's identity, which a catalog
+	// reload keeps): reading one of their counters takes their lock first.
+	own map[string]map[string]bool
 	// privOK: when the privileges of each statement shape were last checked.
 	privOK map[string]time.Time
 	// COM_SET_OPTION turned multi-statements on or off after the handshake.
 	multiOn, multiOff bool
 	// locked are the ruled tables the session holds LOCK TABLES locks on
-	// (true: WRITE), from a LOCK TABLES that succeeded until a statement
-	// that releases them (rewrite.EndsTableLocks).
-	locked map[*rewrite.Table]bool
+	// (true: WRITE), by rule name, from a LOCK TABLES that succeeded until
+	// a statement that releases them (rewrite.EndsTableLocks).
+	locked map[string]bool
 }
 
 // tablesLocked reports whether the session holds LOCK TABLES locks on
@@ -473,6 +474,7 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 	}
 	for i, p := range plans {
 		more := i < len(plans)-1
+		s.stmtIndex = i
 		failed, err := s.execPlan(p, nil, &seq, more)
 		if err != nil {
 			return err
@@ -500,6 +502,7 @@ func (s *Session) execCut(rw *rewrite.Rewriter, plans []rewrite.Plan, seq *byte)
 			if err != nil || failed {
 				return err // an error ends a multi-statement query
 			}
+			s.stmtIndex++
 		}
 		if cut < 0 {
 			return nil

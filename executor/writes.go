@@ -72,7 +72,7 @@ func (s *Session) execPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) 
 	if p.Shadow {
 		s.countShadow(p)
 	}
-	if write, ok := s.rw.locked[p.Table]; ok && !p.Shadow {
+	if write, ok := s.rw.locked[ruleName(p.Table)]; ok && p.Table != nil && !p.Shadow {
 		switch {
 		case p.Kind == rewrite.KindIncrement && write:
 			// The table is the session's alone until it unlocks it:
@@ -132,9 +132,9 @@ func (s *Session) afterSuccess(p rewrite.Plan) error {
 		}
 	}
 	if p.Locks != nil {
-		s.rw.locked = map[*rewrite.Table]bool{}
+		s.rw.locked = map[string]bool{}
 		for _, l := range p.Locks {
-			s.rw.locked[l.Table] = l.Write
+			s.rw.locked[ruleName(l.Table)] = l.Write
 		}
 	}
 	if p.Reload {
@@ -425,14 +425,15 @@ func (s *Session) execOnBase(p rewrite.Plan, ex *execution, seq *byte, more bool
 // of t with the given keys ("" for a key the proxy cannot tell: then every
 // slotted record of t counts as its own).
 func (s *Session) noteOwnIncrement(t *rewrite.Table, keys []string) {
+	name := ruleName(t)
 	if s.rw.own == nil {
-		s.rw.own = map[*rewrite.Table]map[string]bool{}
+		s.rw.own = map[string]map[string]bool{}
 	}
-	if s.rw.own[t] == nil {
-		s.rw.own[t] = map[string]bool{}
+	if s.rw.own[name] == nil {
+		s.rw.own[name] = map[string]bool{}
 	}
 	for _, k := range keys {
-		s.rw.own[t][k] = true // "" marks an unknown key
+		s.rw.own[name][k] = true // "" marks an unknown key
 	}
 }
 
@@ -1072,7 +1073,7 @@ func (s *Session) foldOwn(tables []*rewrite.Table) (errPkt []byte, err error) {
 		return nil, nil
 	}
 	for _, t := range tables {
-		keys := s.rw.own[t]
+		keys := s.rw.own[ruleName(t)]
 		if len(keys) == 0 {
 			continue
 		}

@@ -18,8 +18,10 @@ import (
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/slotproxy/slotproxy/internal/catalog"
 	"github.com/slotproxy/slotproxy/internal/testdb"
 	"github.com/slotproxy/slotproxy/proxy"
+	"github.com/slotproxy/slotproxy/rules"
 )
 
 // TestTruncateAutocommitOff is the exactness issue's case 4 as named: with
@@ -367,4 +369,63 @@ func TestHotRecordDeadlocks(t *testing.T) {
 	if got := total(openDSN(t, testdb.Shared().DSN(testdb.User, testdb.Password, plain, ""))); got != direct.committed {
 		t.Errorf("total directly %d, committed increments %d", got, direct.committed)
 	}
+}
+
+// TestOwnIncrementsSurviveReload: a transaction that incremented a record
+// and then reads it takes the record's lock, as directly the UPDATE did,
+// even when the catalog was reloaded in between (any DDL through the
+// proxy reloads it). The session once kept its increments by the table's
+// pointer, which a reload replaces: the read then took no lock, and two
+// hand-outs could read the same value.
+func TestOwnIncrementsSurviveReload(t *testing.T) {
+	const plain, ruled = "reload_own_plain", "reload_own_ruled"
+	ddl := []string{
+		"CREATE TABLE repos (id BIGINT NOT NULL PRIMARY KEY, stars INT NOT NULL DEFAULT 0)",
+		"INSERT INTO repos (id, stars) VALUES (1, 10)",
+	}
+	rule := "table: " + ruled + ".repos\nkey: id\ncounters: [stars]\nslots: 4\n"
+	cat := loadedSetup(t, plain, ruled, ddl, rule)
+	p := startProxy(t, func(c *proxy.Config) { c.Rewriter = newRewriter(cat) })
+	ctx := context.Background()
+	conn, err := p.open(t, "").Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	mustExec(t, conn, "USE "+ruled)
+	mustExec(t, conn, "BEGIN")
+	mustExec(t, conn, "UPDATE repos SET stars = stars + 1 WHERE id = 1")
+	// The catalog as a reload builds it: the same rules, new tables.
+	r, err := rules.Parse("rule.yaml", []byte(rule))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := rules.NewSet(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reloaded, err := catalog.Load(ctx, touchAdmin(t), set, "slotted_counters")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.srv.SetRewriter(newRewriter(reloaded))
+	if got := queryString(t, conn, "SELECT stars FROM repos WHERE id = 1"); got != "11" {
+		t.Fatalf("the transaction reads %s, want 11", got)
+	}
+	// Another transaction, directly: the record is locked exclusively.
+	other, err := directDB(t, "").Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	mustExec(t, other, "SET SESSION innodb_lock_wait_timeout = 1")
+	mustExec(t, other, "BEGIN")
+	var v int
+	err = other.QueryRowContext(ctx, "SELECT stars FROM "+ruled+".repos WHERE id = 1 LOCK IN SHARE MODE").Scan(&v)
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) || me.Number != 1205 {
+		t.Errorf("a shared lock of the record the transaction incremented and read: %v, want lock wait timeout 1205 (it holds the row's exclusive lock, as directly)", err)
+	}
+	mustExec(t, other, "ROLLBACK")
+	mustExec(t, conn, "COMMIT")
 }
