@@ -149,6 +149,28 @@ func TestReadCommittedGuardedWrites(t *testing.T) {
 		t.Fatalf("total %d after it was set to 0, want 0", v)
 	}
 
+	// The same for a DELETE: the row that appeared is left alone with its
+	// increment, rather than deleted with its slot rows left behind for a
+	// key inserted again to inherit.
+	late = func() {
+		exec(b, "INSERT INTO repos (id, name) VALUES (97, 'gone')")
+		exec(b, "UPDATE repos SET downloads = downloads + 4 WHERE id = 97")
+	}
+	inWindow.Store(&late)
+	exec(a, "BEGIN")
+	if r := exec(a, "DELETE FROM repos WHERE name = 'gone'"); r.AffectedRows != 0 {
+		t.Fatalf("DELETE affected %d, want 0 (the row appeared after the guard)", r.AffectedRows)
+	}
+	exec(a, "COMMIT")
+	if v := total(97); v != 4 {
+		t.Fatalf("total of the row that appeared during the DELETE %d, want 4", v)
+	}
+	exec(a, "DELETE FROM repos WHERE name = 'gone'")
+	exec(a, "INSERT INTO repos (id, name) VALUES (97, 'again')")
+	if v := total(97); v != 0 {
+		t.Fatalf("a key deleted and inserted again has total %d, want 0", v)
+	}
+
 	// A one-shot SET TRANSACTION: its transaction is weak, the next is not.
 	exec(a, "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
 	exec(a, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED")

@@ -73,9 +73,11 @@ type Plan struct {
 	// slots were folded, as if it had run when the guard did. Empty when
 	// the statement has no WHERE clause of a single table.
 	Restrict string
-	// Delete: a KindGuarded plan of a DELETE (no RETURNING): rows it finds
-	// only as it runs can leave slot rows behind but never change a total
-	// (no base row reads them, and inserting the key clears them).
+	// Delete: a KindGuarded plan of a DELETE (no RETURNING). At READ
+	// COMMITTED in a transaction, one that cannot be narrowed to the keys
+	// its guard locked runs as usual: rows it finds only as it runs can
+	// leave slot rows behind, which never change a total (no base row
+	// reads them) and which roll-up deletes.
 	Delete bool
 	// Reload: DDL on Table; reload its column list.
 	Reload bool

@@ -373,6 +373,7 @@ func (r *Rewriter) delete(s *ast.DeleteStmt, w *reads, start, end int) Plan {
 		Guard:      g,
 		Invalidate: true,
 		Delete:     true,
+		Restrict:   w.restricted(s.Where, &sc.refs[0], t, start, end),
 	}
 }
 
