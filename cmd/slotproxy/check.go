@@ -14,6 +14,7 @@ import (
 
 	"github.com/slotproxy/slotproxy/internal/catalog"
 	"github.com/slotproxy/slotproxy/internal/config"
+	"github.com/slotproxy/slotproxy/rewrite"
 	"github.com/slotproxy/slotproxy/rules"
 )
 
@@ -28,7 +29,9 @@ func runCheck(args []string, stdout, _ io.Writer) error {
 			"single-column integer primary key as its key, and every counter is an\n"+
 			"integer column. Nothing is written to the database (the checks run in a\n"+
 			"read-only transaction): counters without a record type yet are noted,\n"+
-			"serve registers them when it starts.\n\n"+
+			"serve registers them when it starts. Records whose total (base plus\n"+
+			"slots) is outside the counter column's range are reported, with how to\n"+
+			"repair them (roll-up cannot fold them).\n\n"+
 			"Each problem is printed on stdout as FILE:LINE: PROBLEM, with what to do;\n"+
 			"if there is none, check prints \"ok: N rules, M counters\". The exit status\n"+
 			"is 0 when everything is fine, 1 when problems were found and 2 for a wrong\n"+
@@ -110,10 +113,18 @@ func check(ctx context.Context, path string, backend *string) checkResult {
 		return res
 	}
 	defer conn.Quit()
-	unregistered, err := loadReadOnly(ctx, conn, set, cfg.SlotsTable)
+	cat, unregistered, err := loadReadOnly(ctx, conn, set, cfg.SlotsTable)
 	if err != nil {
 		res.problems = append(res.problems, ruleProblems(err)...)
 		return res
+	}
+	if cat != nil {
+		found, err := unfoldable(conn, cat)
+		if err != nil {
+			res.problems = append(res.problems, path+": "+oneLine(err))
+			return res
+		}
+		res.problems = append(res.problems, found...)
 	}
 	if len(unregistered) > 0 {
 		res.notes = append(res.notes, fmt.Sprintf("%d counters have no record type yet (%s); serve registers them when it starts, or run slotproxy migrate",
@@ -156,23 +167,70 @@ func rollupEvery(interval time.Duration, set *rules.Set) time.Duration {
 // loadReadOnly runs catalog.Load's checks of set against the schema without
 // writing: catalog.Load registers the record types of counters that have
 // none, so it runs in a read-only transaction, where that INSERT fails
-// (after every check has passed). It returns the counters without a record
-// type, as schema.table.column, or Load's problems.
-func loadReadOnly(ctx context.Context, conn *client.Conn, set *rules.Set, slotsTable string) ([]string, error) {
+// (after every check has passed). It returns the catalog when every
+// counter has a record type, else the counters without one, as
+// schema.table.column; or Load's problems.
+func loadReadOnly(ctx context.Context, conn *client.Conn, set *rules.Set, slotsTable string) (*rewrite.Catalog, []string, error) {
 	if _, err := conn.Execute("START TRANSACTION READ ONLY"); err != nil {
-		return nil, fmt.Errorf("starting a read-only transaction: %w", err)
+		return nil, nil, fmt.Errorf("starting a read-only transaction: %w", err)
 	}
 	defer conn.Execute("ROLLBACK")
-	_, err := catalog.Load(ctx, conn, set, slotsTable)
+	cat, err := catalog.Load(ctx, conn, set, slotsTable)
 	var me *mysql.MyError
 	switch {
 	case err == nil:
-		return nil, nil
+		return cat, nil, nil
 	case errors.As(err, &me) && me.Code == mysql.ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION:
-		return unregisteredCounters(conn, set)
+		unregistered, err := unregisteredCounters(conn, set)
+		return nil, unregistered, err
 	default:
-		return nil, err
+		return nil, nil, err
 	}
+}
+
+// maxUnfoldable bounds the records check names per counter.
+const maxUnfoldable = 10
+
+// unfoldable finds the records whose total (base value plus slot rows) is
+// outside the counter's range: roll-up cannot fold them, and reads return
+// a value the column cannot hold. This proxy never writes such a total
+// (each slot keeps within its share of the range); versions before it,
+// which gave every counter BIGINT's range, could. Each is reported with
+// how to repair it.
+func unfoldable(conn *client.Conn, cat *rewrite.Catalog) ([]string, error) {
+	var out []string
+	for _, t := range cat.Tables() {
+		for _, c := range t.Counters {
+			if c.Touch || c.Min == "" || c.Max == "" {
+				continue
+			}
+			key, col := quoteIdent(t.Key), quoteIdent(c.Name)
+			q := fmt.Sprintf("SELECT t.%s, t.%s, SUM(s.`count`), CAST(t.%s AS DECIMAL(65,0)) + SUM(s.`count`) AS total FROM %s AS t JOIN %s AS s "+
+				"ON s.`record_type` = %d AND s.`record_id` = t.%s GROUP BY t.%s, t.%s HAVING total < %s OR total > %s ORDER BY t.%s LIMIT %d",
+				key, col, col, t.Qualified(), t.QualifiedSlots(), c.RecordType, key, key, col, c.Min, c.Max, key, maxUnfoldable+1)
+			r, err := conn.Execute(q)
+			if err != nil {
+				return nil, fmt.Errorf("reading the totals of %s.%s: %w", t.Qualified(), c.Name, err)
+			}
+			for i := range r.Values {
+				if i == maxUnfoldable {
+					out = append(out, fmt.Sprintf("%s.%s.%s: more records outside the range; repair these and check again", t.Schema, t.Name, c.Name))
+					break
+				}
+				id, _ := r.GetString(i, 0)
+				base, _ := r.GetString(i, 1)
+				slots, _ := r.GetString(i, 2)
+				total, _ := r.GetString(i, 3)
+				out = append(out, fmt.Sprintf("%s.%s.%s: record %s = %s totals %s (base %s, slots %s), outside the column's range [%s, %s]: "+
+					"roll-up cannot fold it. Repair: set the value you want through the proxy (UPDATE %s SET %s = VALUE WHERE %s = %s folds the slots and sets it), "+
+					"or drop its slot rows: DELETE FROM %s WHERE record_type = %d AND record_id = %s",
+					t.Schema, t.Name, c.Name, t.Key, id, total, base, slots, c.Min, c.Max,
+					t.Qualified(), col, key, id, t.QualifiedSlots(), c.RecordType, id))
+			}
+			r.Close()
+		}
+	}
+	return out, nil
 }
 
 // unregisteredCounters lists the counters of set that have no entry in the

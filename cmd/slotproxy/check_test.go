@@ -75,6 +75,28 @@ func TestCheck(t *testing.T) {
 		check(t, 0, "ok: 1 rules, 2 counters\n")
 	})
 
+	// A total outside the column's range, as versions that gave every
+	// counter BIGINT's range could leave: named, with the repair.
+	t.Run("unfoldable record", func(t *testing.T) {
+		conn, err := sql.Open("mysql", db.RootDSN(schema, ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		var rt int
+		if err := conn.QueryRow("SELECT record_type FROM slotproxy_record_types WHERE table_name = 'repos' AND column_name = 'stars'").Scan(&rt); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Exec("INSERT INTO slotted_counters (record_type, record_id, slot, count) VALUES (?, 2, 0, -3), (?, 2, 1, 1)", rt, rt); err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Exec("DELETE FROM slotted_counters WHERE record_type = ?", rt)
+		q := "`" + schema + "`"
+		check(t, 1, fmt.Sprintf("%s.repos.stars: record id = 2 totals -2 (base 0, slots -2), outside the column's range [0, 4294967295]: "+
+			"roll-up cannot fold it. Repair: set the value you want through the proxy (UPDATE %s.`repos` SET `stars` = VALUE WHERE `id` = 2 folds the slots and sets it), "+
+			"or drop its slot rows: DELETE FROM %s.`slotted_counters` WHERE record_type = %d AND record_id = 2\n", schema, q, q, rt))
+	})
+
 	t.Run("varchar counter and missing table", func(t *testing.T) {
 		writeRule("repos.yaml", fmt.Sprintf("# the repos table\ntable: %s.repos\nkey: id\ncounters:\n  - downloads\n  - name\n", schema))
 		writeRule("users.yaml", fmt.Sprintf("table: %s.users\nkey: id\ncounters: [logins]\n", schema))
