@@ -257,7 +257,7 @@ func (s *Session) Handle(rw *rewrite.Rewriter, payload []byte, packets byte) err
 	case mysql.COM_STMT_PREPARE:
 		err = s.handlePrepare(rw, payload)
 	case mysql.COM_STMT_EXECUTE:
-		err = s.handleExecute(payload)
+		err = s.handleExecute(rw, payload)
 	default:
 		err = s.handleOther(payload)
 	}

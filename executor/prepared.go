@@ -24,6 +24,10 @@ type stmtInfo struct {
 	longVals [][]byte
 	// origCols are a rewritten read's own column definitions (nil: unknown).
 	origCols [][]byte
+	// rw is the rewriter the statement was planned with: the catalog's
+	// epoch. A write planned with another catalog than the current one is
+	// planned again at its next execution (executeReplanned).
+	rw *rewrite.Rewriter
 	// slotStmt, when slotted, is the proxy's own preparation of an
 	// increment's upsert with the slot as parameter slotParam (see
 	// rewrite.Rewriter.SlotParam): each execution picks a slot of its own
@@ -99,7 +103,7 @@ func (s *Session) handlePrepare(rw *rewrite.Rewriter, payload []byte) error {
 	if s.rw.stmts == nil {
 		s.rw.stmts = map[uint32]*stmtInfo{}
 	}
-	st := &stmtInfo{plan: p, params: params, origCols: orig}
+	st := &stmtInfo{plan: p, params: params, origCols: orig, rw: rw}
 	s.rw.stmts[id] = st
 	if p.Kind == rewrite.KindIncrement && !p.Shadow {
 		if sql, param, ok := rw.SlotParam(p, s.rewriteSession()); ok {
@@ -123,7 +127,7 @@ func (s *Session) closeStmt(id uint32) {
 	_, _ = s.link.Backend.WritePacket(binary.LittleEndian.AppendUint32([]byte{mysql.COM_STMT_CLOSE}, id), 0)
 }
 
-func (s *Session) handleExecute(payload []byte) error {
+func (s *Session) handleExecute(rw *rewrite.Rewriter, payload []byte) error {
 	var st *stmtInfo
 	if len(payload) >= 5 && len(s.rw.stmts) > 0 {
 		st = s.rw.stmts[binary.LittleEndian.Uint32(payload[1:])]
@@ -135,6 +139,11 @@ func (s *Session) handleExecute(payload []byte) error {
 	}
 	p := st.plan
 	s.stmtsInCommand = 1
+	if st.rw != rw && rw != nil && (p.Kind == rewrite.KindIncrement || p.Kind == rewrite.KindGuarded) {
+		if done, err := s.executeReplanned(rw, st, payload); done || err != nil {
+			return err
+		}
+	}
 	if s.enterGate(p) {
 		defer s.env.Gate.leave()
 	}
@@ -186,4 +195,79 @@ func (s *Session) handleExecute(payload []byte) error {
 	seq := s.respSeq
 	_, err = s.execPlan(p, ex, &seq, false)
 	return err
+}
+
+// executeReplanned plans a prepared write again with the current catalog
+// rw, which replaced the one it was prepared with (a reload: a rule
+// removed, set to shadow, given other slots or counters). When the plan is
+// the same, the statement goes on as prepared (done false) and is not
+// planned again. Otherwise this execution runs the client's statement by
+// the new plan, with the client's parameters, on statements the proxy
+// prepares itself: as written when the table is no longer ruled, else on
+// the base row after its records' slots are folded (exact for any plan;
+// the client prepares the statement again to have it slotted).
+func (s *Session) executeReplanned(rw *rewrite.Rewriter, st *stmtInfo, payload []byte) (done bool, err error) {
+	old := st.plan
+	plans, err := s.plan(rw, []byte(old.Original))
+	if err != nil && !errors.As(err, new(*rewrite.UnparsedError)) {
+		return false, err
+	}
+	var p rewrite.Plan
+	switch {
+	case err == nil && plans == nil: // it names no ruled table any more
+		p = rewrite.Plan{Kind: rewrite.KindOriginal, SQL: old.Original, Original: old.Original}
+	case err != nil || len(plans) != 1:
+		p = rewrite.Plan{Kind: rewrite.KindRefused, Table: old.Table, Original: old.Original,
+			Reason: "a prepared statement that can no longer be planned as one statement: prepare it again"}
+	default:
+		p = plans[0]
+	}
+	if s.samePlan(st.rw, old, rw, p) {
+		st.rw = rw
+		return false, nil
+	}
+	ep, err := parseExecute(payload, st.params, st.types, st.longData)
+	ep.longVals = st.longVals
+	st.resetLongData()
+	if err != nil {
+		return true, err
+	}
+	if len(ep.types) == 2*st.params && (len(st.types) == 0 || &ep.types[0] != &st.types[0]) {
+		st.types = bytes.Clone(ep.types)
+	}
+	ex := &execution{payload: payload, params: ep, stmtID: binary.LittleEndian.Uint32(payload[1:])}
+	seq := s.respSeq
+	switch {
+	case p.Kind == rewrite.KindRefused && !p.Shadow:
+		return true, s.refuse(p.Table, p.Reason, &seq)
+	case p.Shadow || p.Kind == rewrite.KindOriginal || p.Kind == rewrite.KindRead:
+		if p.Shadow {
+			s.countShadow(p)
+		}
+		_, err := s.execAsWritten(p, ex, &seq, false)
+		return true, err
+	case p.Kind == rewrite.KindIncrement:
+		_, err := s.execOnBase(p, ex, &seq, false)
+		return true, err
+	default: // guarded
+		sql := p.SQL
+		_, err := s.execGuardedWith(p, ex, &seq, false, func() ([]byte, []byte, error) { return s.statementPacket(sql, ex) })
+		return true, err
+	}
+}
+
+// samePlan reports whether plan a (by rewriter ra) and plan b (by rb) of
+// one statement run the same SQL, but for the slot an increment's plan
+// picked.
+func (s *Session) samePlan(ra *rewrite.Rewriter, a rewrite.Plan, rb *rewrite.Rewriter, b rewrite.Plan) bool {
+	if a.Kind != b.Kind || a.Shadow != b.Shadow || ruleName(a.Table) != ruleName(b.Table) {
+		return false
+	}
+	if a.Kind != rewrite.KindIncrement {
+		return a.SQL == b.SQL
+	}
+	sess := s.rewriteSession()
+	sa, oka := ra.SlotSentinelSQL(a, sess)
+	sb, okb := rb.SlotSentinelSQL(b, sess)
+	return oka && okb && sa == sb
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/slotproxy/slotproxy/internal/catalog"
 	"github.com/slotproxy/slotproxy/internal/testdb"
 	"github.com/slotproxy/slotproxy/proxy"
+	"github.com/slotproxy/slotproxy/rewrite"
 	"github.com/slotproxy/slotproxy/rules"
 )
 
@@ -428,4 +429,78 @@ func TestOwnIncrementsSurviveReload(t *testing.T) {
 	}
 	mustExec(t, other, "ROLLBACK")
 	mustExec(t, conn, "COMMIT")
+}
+
+// TestPreparedAcrossReload: a prepared increment is planned again when the
+// catalog changed since it was prepared. With the same rules it stays
+// slotted; once its rule is in shadow mode it writes the base column, as
+// a statement prepared afterwards does (it once went on writing slot rows
+// with the plan of its PREPARE).
+func TestPreparedAcrossReload(t *testing.T) {
+	const plain, ruled = "prep_reload_plain", "prep_reload_ruled"
+	ddl := []string{
+		"CREATE TABLE repos (id BIGINT NOT NULL PRIMARY KEY, stars INT NOT NULL DEFAULT 0)",
+		"INSERT INTO repos (id, stars) VALUES (1, 10)",
+	}
+	rule := "table: " + ruled + ".repos\nkey: id\ncounters: [stars]\nslots: 4\n"
+	cat := loadedSetup(t, plain, ruled, ddl, rule)
+	p := startProxy(t, func(c *proxy.Config) { c.Rewriter = newRewriter(cat) })
+	load := func(text string) *rewrite.Catalog {
+		t.Helper()
+		r, err := rules.Parse("rule.yaml", []byte(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		set, err := rules.NewSet(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := catalog.Load(t.Context(), touchAdmin(t), set, "slotted_counters")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	admin := touchAdmin(t)
+	state := func() (base, slots int64) {
+		t.Helper()
+		r, err := admin.Execute("SELECT stars, (SELECT COALESCE(SUM(count), 0) FROM " + ruled + ".slotted_counters WHERE record_id = 1) FROM " + ruled + ".repos WHERE id = 1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		base, _ = r.GetInt(0, 0)
+		slots, _ = r.GetInt(0, 1)
+		return base, slots
+	}
+	c, err := client.Connect(p.addr, testdb.User, testdb.Password, ruled, func(c *client.Conn) error { return c.SetCollation("utf8mb4_general_ci") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	stmt, err := c.Prepare("UPDATE repos SET stars = stars + ? WHERE id = ?")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stmt.Close()
+	inc := func(want0, want1 int64, when string) {
+		t.Helper()
+		b0, s0 := state()
+		if _, err := stmt.Execute(1, 1); err != nil {
+			t.Fatal(err)
+		}
+		if b, s := state(); b-b0 != want0 || s-s0 != want1 {
+			t.Errorf("%s: base +%d, slots +%d; want +%d and +%d", when, b-b0, s-s0, want0, want1)
+		}
+	}
+	inc(0, 1, "prepared and executed")
+	p.srv.SetRewriter(newRewriter(load(rule)))
+	inc(0, 1, "after a reload with the same rules")
+	inc(0, 1, "again")
+	p.srv.SetRewriter(newRewriter(load(rule + "mode: shadow\n")))
+	inc(1, 0, "after its rule was set to shadow mode")
+	if r, err := c.Execute("SELECT stars FROM repos WHERE id = 1"); err != nil {
+		t.Fatal(err)
+	} else if v, _ := r.GetInt(0, 0); v != 11 {
+		t.Errorf("shadow mode reads the base column: %d, want 11", v)
+	}
 }

@@ -279,6 +279,22 @@ func substitute(s string, lits []string, slot string) string {
 	}
 }
 
+// SlotSentinelSQL returns the increment plan p's SQL planned again with a
+// sentinel for its slot: the same text for two plans of one statement
+// that differ only in the slot they picked (a prepared statement's plan
+// before and after a catalog reload, say).
+func (r *Rewriter) SlotSentinelSQL(p Plan, sess Session) (string, bool) {
+	if p.Kind != KindIncrement {
+		return "", false
+	}
+	slot, _ := strconv.Atoi(slotSentinel)
+	plans, err := r.rewrite(p.Original, sess, func(int) int { return slot })
+	if err != nil || len(plans) != 1 || plans[0].Kind != KindIncrement {
+		return "", false
+	}
+	return plans[0].SQL, true
+}
+
 // SlotParam returns the slotted upsert of increment plan p (planned for
 // sess) with its slot as a parameter, so that each execution of a prepared
 // increment can pick its own slot: sql takes the client's parameters and
@@ -289,12 +305,10 @@ func (r *Rewriter) SlotParam(p Plan, sess Session) (sql string, param int, ok bo
 	if p.Kind != KindIncrement || sess.Charset != "" && !strings.EqualFold(sess.Charset, "utf8mb4") && !strings.EqualFold(sess.Charset, "utf8mb3") && !strings.EqualFold(sess.Charset, "utf8") {
 		return "", 0, false
 	}
-	slot, _ := strconv.Atoi(slotSentinel)
-	plans, err := r.rewrite(p.Original, sess, func(int) int { return slot })
-	if err != nil || len(plans) != 1 || plans[0].Kind != KindIncrement {
+	s, ok := r.SlotSentinelSQL(p, sess)
+	if !ok {
 		return "", 0, false
 	}
-	s := plans[0].SQL
 	i := strings.Index(s, slotSentinel)
 	if i < 0 || strings.Count(s, slotSentinel) != 1 {
 		return "", 0, false
