@@ -644,7 +644,7 @@ type guardMode struct {
 // not lock can appear, with increments in its slots, before the
 // statement writes it.
 func (s *Session) guardModeFor(p rewrite.Plan, ex *execution, wrapped bool) (guardMode, string, error) {
-	if s.tablesLocked() || p.Increment != nil {
+	if s.tablesLocked() || p.Increment != nil || p.Reload {
 		// LOCK TABLES: nobody else writes the table. An increment run on
 		// the base row adds to whatever it finds: a slot it did not fold
 		// still counts.

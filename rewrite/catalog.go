@@ -56,11 +56,12 @@ type Counter struct {
 	// (its type's range, narrowed by CHECK constraints), as decimal
 	// literals; empty means BIGINT's range.
 	Min, Max string
-	// BaseOnly names the CHECK constraints that read the column in a way
-	// that is not a constant bound (c < other_column, an OR): whether a
-	// total meets them is known only on the base row, so increments of
-	// this counter run there (its slots folded first) and are never
-	// slotted.
+	// BaseOnly says why the counter's increments run on the base row (its
+	// slots folded first) and are never slotted: a CHECK constraint that
+	// reads the column in a way that is not a constant bound (c <
+	// other_column, an OR), where only the base row can tell whether a
+	// total meets it; or, after a reload, a side effect of the table that
+	// slotted increments would go around (see catalog.LoadDegrading).
 	BaseOnly []string
 
 	// Touch: not a counter but a touch column (rules.Rule.Touch), a

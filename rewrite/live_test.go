@@ -180,7 +180,11 @@ func liveStatements(p Plan) []string {
 	case KindGuarded:
 		out = append(out, p.Guard.KeysSQL)
 		out = append(out, p.Table.FoldSQL([]string{"1", "2"})...)
-		out = append(out, p.SQL)
+		if !p.Reload {
+			// DDL (ALTER TABLE) is the client's own statement, and no
+			// ROLLBACK undoes it.
+			out = append(out, p.SQL)
+		}
 	}
 	if p.After != "" {
 		out = append(out, p.After)

@@ -207,8 +207,12 @@ func (t *Table) FoldSQL(keys []string) []string {
 		fmt.Fprintf(&set, "%s = %s + COALESCE((SELECT SUM(%s.`count`) FROM %s AS %s WHERE %s.`record_type` = %d AND %s.`record_id` = `_t`.%s), 0)",
 			col, col, sp, t.QualifiedSlots(), sp, sp, c.RecordType, sp, quoteIdent(t.Key))
 	}
+	// Only rows with slot rows are written: an UPDATE of the others would
+	// change nothing but still fire the table's UPDATE triggers.
+	sp := spAlias(0)
 	return []string{
-		fmt.Sprintf("UPDATE %s AS `_t` SET %s WHERE `_t`.%s IN (%s)", t.Qualified(), set.String(), quoteIdent(t.Key), in),
+		fmt.Sprintf("UPDATE %s AS `_t` SET %s WHERE `_t`.%s IN (%s) AND EXISTS (SELECT 1 FROM %s AS %s WHERE %s.`record_type` IN (%s) AND %s.`record_id` = `_t`.%s)",
+			t.Qualified(), set.String(), quoteIdent(t.Key), in, t.QualifiedSlots(), sp, sp, t.recordTypes(), sp, quoteIdent(t.Key)),
 		fmt.Sprintf("DELETE FROM %s WHERE `record_type` IN (%s) AND `record_id` IN (%s)", t.QualifiedSlots(), t.recordTypes(), in),
 	}
 }
@@ -585,7 +589,15 @@ func (r *Rewriter) plan(st ast.StmtNode, sql string, start, end int, sess Sessio
 		}
 		return r.shadow(p)
 	case *ast.AlterTableStmt:
-		return r.ddl(sess, s.Table)
+		p := r.ddl(sess, s.Table)
+		if p.Table != nil && !p.Table.Shadow {
+			// It may add a column computed from a counter, which the
+			// server computes from the row: the table's slots are folded
+			// into its rows first, so that it computes from the totals.
+			p.Kind, p.SQL, p.Guard = KindGuarded, sql[start:end], wideGuard(p.Table, "FOR UPDATE")
+			p.Reason = "ALTER TABLE of a ruled table: every slotted record is folded first, and the catalog is reloaded after it"
+		}
+		return r.shadow(p)
 	case *ast.CreateIndexStmt:
 		return r.ddl(sess, s.Table)
 	case *ast.DropIndexStmt:

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/slotproxy/slotproxy/internal/catalog"
@@ -47,8 +48,11 @@ func adminConfig(cmd, path string, backend *string) (*config.Config, *rules.Set,
 
 // loadRewriter connects to the backend as the admin account, checks set
 // against the live schema, and returns a rewriter for it and the backend's
-// version.
-func loadRewriter(ctx context.Context, cfg *config.Config, set *rules.Set) (*rewrite.Rewriter, string, error) {
+// version. With log set (a reload of a running proxy), a table whose
+// schema gained a side effect that slotted increments would go around is
+// not refused: its increments run on the base row, and each such problem
+// is logged as an error (catalog.LoadDegrading).
+func loadRewriter(ctx context.Context, cfg *config.Config, set *rules.Set, log *slog.Logger) (*rewrite.Rewriter, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, schemaTimeout)
 	defer cancel()
 	conn, err := catalog.Connect(ctx, cfg)
@@ -56,7 +60,16 @@ func loadRewriter(ctx context.Context, cfg *config.Config, set *rules.Set) (*rew
 		return nil, "", err
 	}
 	defer conn.Close()
-	cat, err := catalog.Load(ctx, conn, set, cfg.SlotsTable)
+	var cat *rewrite.Catalog
+	if log == nil {
+		cat, err = catalog.Load(ctx, conn, set, cfg.SlotsTable)
+	} else {
+		var notes []string
+		cat, notes, err = catalog.LoadDegrading(ctx, conn, set, cfg.SlotsTable)
+		for _, n := range notes {
+			log.Error("a ruled table's schema changed", "problem", n)
+		}
+	}
 	if err != nil {
 		return nil, "", err
 	}

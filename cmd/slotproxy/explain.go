@@ -43,7 +43,7 @@ func runExplain(args []string, stdout, _ io.Writer) error {
 			*db = ""
 		}
 	}
-	rw, _, err := loadRewriter(context.Background(), cfg, set)
+	rw, _, err := loadRewriter(context.Background(), cfg, set, nil)
 	if err != nil {
 		return err
 	}

@@ -40,7 +40,7 @@ func (l *live) config() *config.Config { return l.cfg.Load() }
 func (l *live) afterDDL(ctx context.Context) (*rewrite.Rewriter, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	rw, _, err := loadRewriter(ctx, l.config(), l.set)
+	rw, _, err := loadRewriter(ctx, l.config(), l.set, l.log)
 	if err != nil {
 		return nil, err
 	}
@@ -80,7 +80,7 @@ func (l *live) reload(ctx context.Context) {
 	}
 	eff := *cur
 	eff.Rules, eff.SlotsTable, eff.Admin = next.Rules, next.SlotsTable, next.Admin
-	rw, _, err := loadRewriter(ctx, &eff, set)
+	rw, _, err := loadRewriter(ctx, &eff, set, l.log)
 	if err != nil {
 		// The same problems, with the same hints, as slotproxy check.
 		l.log.Error("reload failed; keeping the previous rules", "err", strings.Join(ruleProblems(err), "; "))

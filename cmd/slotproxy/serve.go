@@ -102,7 +102,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		rw, version, err := loadRewriter(ctx, cfg, set)
+		rw, version, err := loadRewriter(ctx, cfg, set, nil)
 		if err != nil {
 			return err
 		}

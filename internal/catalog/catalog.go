@@ -134,13 +134,31 @@ func (s *schema) lookup(name string) (t *table, ambiguous bool) {
 // registry is reported at the first rule of its schema. Other failures
 // (the connection, a query) are returned on their own.
 func Load(ctx context.Context, conn *client.Conn, set *rules.Set, slotsTable string) (*rewrite.Catalog, error) {
+	cat, _, err := load(ctx, conn, set, slotsTable, false)
+	return cat, err
+}
+
+// LoadDegrading is Load for a proxy that is running: a ruled table whose
+// schema gained what slotted increments would go around (an UPDATE
+// trigger, a column set ON UPDATE CURRENT_TIMESTAMP, a generated column of
+// a counter, a cascading foreign key) is not refused, which would leave
+// the proxy slotting it with the rules it had: its counters' increments run
+// on the base row instead, after their records' slots are folded, so the
+// server fires, moves and computes what it does directly. Each such
+// problem is returned as a note (FILE:LINE: PROBLEM), to be logged.
+func LoadDegrading(ctx context.Context, conn *client.Conn, set *rules.Set, slotsTable string) (*rewrite.Catalog, []string, error) {
+	return load(ctx, conn, set, slotsTable, true)
+}
+
+func load(ctx context.Context, conn *client.Conn, set *rules.Set, slotsTable string, degrade bool) (*rewrite.Catalog, []string, error) {
 	groups := bySchema(set)
 	schemas, err := describe(ctx, conn, groups)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var (
 		problems []*rules.Error
+		notes    []string
 		tables   = make([][]*rewrite.Table, len(groups)) // per schema
 		others   = map[string][]string{}
 	)
@@ -149,9 +167,21 @@ func Load(ctx context.Context, conn *client.Conn, set *rules.Set, slotsTable str
 		checkSchema(s, g.rules, slotsTable, &problems)
 		ruled := map[*table]bool{}
 		for _, r := range g.rules {
-			if t := checkRule(s, r, slotsTable, &problems); t != nil {
+			var bypass []*rules.Error
+			side := &problems
+			if degrade {
+				side = &bypass
+			}
+			if t := checkRule(s, r, slotsTable, &problems, side); t != nil {
 				ruled[t] = true
-				tables[i] = append(tables[i], newTable(t, r, slotsTable))
+				nt := newTable(t, r, slotsTable)
+				for _, b := range bypass {
+					notes = append(notes, b.Error()+"; until then its increments run on the base row")
+					for j := range nt.Counters {
+						nt.Counters[j].BaseOnly = append(nt.Counters[j].BaseOnly, b.Msg)
+					}
+				}
+				tables[i] = append(tables[i], nt)
 			}
 		}
 		for _, t := range s.tables {
@@ -173,23 +203,23 @@ func Load(ctx context.Context, conn *client.Conn, set *rules.Set, slotsTable str
 		for i, p := range problems {
 			errs[i] = p
 		}
-		return nil, errors.Join(errs...)
+		return nil, nil, errors.Join(errs...)
 	}
 	// Register record types only once everything checks out, so that a
 	// typo in a rule does not leave a registry entry behind.
 	var all []*rewrite.Table
 	for i, s := range schemas {
 		if err := assignTypes(ctx, conn, s.name, tables[i]); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		all = append(all, tables[i]...)
 	}
 	if err := fillUniqueKeys(ctx, conn, all); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cat := rewrite.NewCatalog(all, others)
 	if err := addViews(ctx, conn, cat, schemas); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// With lower_case_table_names 1 or 2 the server compares table names
 	// case-insensitively, and so must the rewriter.
@@ -198,7 +228,7 @@ func Load(ctx context.Context, conn *client.Conn, set *rules.Set, slotsTable str
 			cat.FoldCase = true
 		}
 	}
-	return cat, nil
+	return cat, notes, nil
 }
 
 // addViews gives cat the definitions of the views of the ruled schemas,
@@ -344,7 +374,9 @@ func hasShape(t *table, key []string, more ...string) bool {
 
 // checkRule checks r against s and returns its table, or nil after
 // reporting what is wrong.
-func checkRule(s *schema, r *rules.Rule, slotsTable string, problems *[]*rules.Error) *table {
+// Problems of the table's side effects (checkSideEffects) go to side,
+// which may be problems itself; they do not make it return nil.
+func checkRule(s *schema, r *rules.Rule, slotsTable string, problems, side *[]*rules.Error) *table {
 	ok := true
 	report := func(line int, format string, args ...any) {
 		*problems = append(*problems, &rules.Error{File: r.File, Line: line, Msg: fmt.Sprintf(format, args...)})
@@ -403,7 +435,13 @@ func checkRule(s *schema, r *rules.Rule, slotsTable string, problems *[]*rules.E
 		}
 	}
 	if r.Mode != rules.ModeShadow {
-		checkSideEffects(t, r, report)
+		n := len(*side)
+		checkSideEffects(t, r, func(line int, format string, args ...any) {
+			*side = append(*side, &rules.Error{File: r.File, Line: line, Msg: fmt.Sprintf(format, args...)})
+		})
+		if side == problems && len(*side) > n {
+			ok = false
+		}
 	}
 	if !ok {
 		return nil

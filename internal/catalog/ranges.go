@@ -45,7 +45,7 @@ func (c *column) typeRange() (lo, hi string) {
 // only the base row can decide whether a total is allowed.
 type counterRange struct {
 	lo, hi   *big.Int
-	baseOnly []string // the names of such constraints
+	baseOnly []string // why: one reason per such constraint
 }
 
 // rangeOf returns the range of column c of t.
@@ -56,7 +56,7 @@ func rangeOf(t *table, c *column) counterRange {
 		expr, err := parseCheck(chk.clause)
 		if err != nil {
 			if mentions(chk.clause, c.name) {
-				r.baseOnly = append(r.baseOnly, chk.name)
+				r.baseOnly = append(r.baseOnly, "CHECK constraint "+chk.name+" may read "+c.name+" and does not parse")
 			}
 			continue
 		}
@@ -64,7 +64,7 @@ func rangeOf(t *table, c *column) counterRange {
 			continue
 		}
 		if !r.narrow(expr, c.name) {
-			r.baseOnly = append(r.baseOnly, chk.name)
+			r.baseOnly = append(r.baseOnly, "CHECK constraint "+chk.name+" reads "+c.name+" in a way that is not a constant bound")
 		}
 	}
 	return r
