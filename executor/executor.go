@@ -401,6 +401,12 @@ func (s *Session) Relayed(head []byte) {
 	if len(head) == 0 || stepCommand(head[0]) {
 		s.steps++
 	}
+	if len(head) > 0 && head[0] == mysql.COM_QUERY {
+		// A query too large to plan, relayed from a spool: it may have
+		// changed the default database or sql_mode (a multi-statement
+		// query), which the next planned statement reads again.
+		s.rw.infoKnown = false
+	}
 	if len(head) > 0 && !keepsDiagnostics(head[0]) {
 		s.warnings = nil
 	}

@@ -93,6 +93,10 @@ func (s *session) bigCommand(rw *rewrite.Rewriter, cmd byte, h wire.Header) erro
 		return s.ex.Refuse(packets, "a statement of %d bytes that names a ruled table is larger than limits.max_statement_bytes (%d); the proxy cannot plan it", size, limit)
 	}
 	s.metrics().statement(PathPassThrough, "")
+	// The executor counts it (a statement of the transaction: one it runs
+	// again after a deadlock must not skip it) and reads the session's
+	// state again after it.
+	s.ex.Relayed([]byte{cmd})
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -502,5 +503,58 @@ func TestPreparedAcrossReload(t *testing.T) {
 		t.Fatal(err)
 	} else if v, _ := r.GetInt(0, 0); v != 11 {
 		t.Errorf("shadow mode reads the base column: %d, want 11", v)
+	}
+}
+
+// TestLargeStatementKeepsSessionState: a query over
+// limits.max_statement_bytes that names no ruled table is relayed from a
+// spool without being planned; it still counts as the session's command,
+// and what it may have changed (here the default database, by a USE in a
+// multi-statement query) is read again before the next statement is
+// planned. The proxy once planned the next increment for the database
+// before it, slotting it into a table the client did not name.
+func TestLargeStatementKeepsSessionState(t *testing.T) {
+	setupDiffSchemas(t)
+	p := startProxy(t, func(c *proxy.Config) {
+		c.Rewriter = newRewriter(diffCatalog())
+		c.MaxStatementBytes = 4096
+	})
+	c, err := client.Connect(p.addr, testdb.User, testdb.Password, ruledSchema, func(c *client.Conn) error {
+		return c.SetCapability(gomysql.CLIENT_MULTI_STATEMENTS)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	admin := touchAdmin(t)
+	value := func(schema string) int64 {
+		t.Helper()
+		r, err := admin.Execute("SELECT downloads FROM " + schema + ".repos WHERE id = 1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, _ := r.GetInt(0, 0)
+		return v
+	}
+	if _, err := c.Execute("UPDATE repos SET downloads = downloads + 1 WHERE id = 1"); err != nil {
+		t.Fatal(err)
+	}
+	big := "SELECT '" + strings.Repeat("x", 8192) + "'; USE " + plainSchema
+	if _, err := c.ExecuteMultiple(big, func(*gomysql.Result, error) {}); err != nil {
+		t.Fatal(err)
+	}
+	before := value(plainSchema)
+	if _, err := c.Execute("UPDATE repos SET downloads = downloads + 1 WHERE id = 1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := value(plainSchema); got != before+1 {
+		t.Errorf("%s.repos downloads %d after an increment in that database, want %d", plainSchema, got, before+1)
+	}
+	r, err := admin.Execute("SELECT COALESCE(SUM(count), 0) FROM " + ruledSchema + ".slotted_counters WHERE record_id = 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := r.GetInt(0, 0); n != 1 {
+		t.Errorf("slots of %s.repos 1 hold %d, want 1 (only the increment made there)", ruledSchema, n)
 	}
 }
