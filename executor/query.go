@@ -35,6 +35,9 @@ type rewriteState struct {
 	// temp are the session's temporary tables named like ruled tables
 	// (rewrite.Session.TempTables).
 	temp []string
+	// sqlStmts are the writes of ruled tables prepared with SQL's PREPARE,
+	// by name (lower case): their EXECUTEs are guarded (sqlPrepared).
+	sqlStmts map[string]*rewrite.Plan
 	// own are the records the open transaction incremented (slotted),
 	// by rule name (schema.table: the rule's identity, which a catalog
 	// reload keeps): reading one of their counters takes their lock first.
@@ -341,6 +344,11 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 			s.rw.weakAt, s.rw.weakTx = s.commands, false
 		}
 	}()
+	if len(s.rw.sqlStmts) > 0 && maybeSQLPrepared(sql) {
+		if done, err := s.sqlPrepared(rw, sql, payload); done || err != nil {
+			return err
+		}
+	}
 	if s.tablesLocked() && rewrite.EndsTableLocks(sql) {
 		s.rw.locked = nil
 	}
@@ -389,7 +397,7 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 	// Reads only: one rewritten query, relayed as usual.
 	simple := true
 	for _, p := range plans {
-		if !p.Shadow && p.Kind != rewrite.KindRead && (p.Kind != rewrite.KindOriginal || p.After != "" || p.Invalidate || p.Reload || p.Temp != nil || p.Locks != nil) {
+		if !p.Shadow && p.Kind != rewrite.KindRead && (p.Kind != rewrite.KindOriginal || p.After != "" || p.Invalidate || p.Reload || p.Temp != nil || p.Locks != nil || p.Prepares != nil) {
 			simple = false
 		}
 		if p.Locking && !p.Shadow {

@@ -120,6 +120,9 @@ func (s *Session) execPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) 
 // afterSuccess does a plan's follow-up once its statement succeeded and
 // the client has its response.
 func (s *Session) afterSuccess(p rewrite.Plan) error {
+	if p.Prepares != nil {
+		s.notePrepared(p.Prepares.Name, p.Prepares.Write)
+	}
 	if p.After != "" {
 		if err := s.clearAfter(p); err != nil {
 			return fmt.Errorf("%w: %w", ErrAnswered, err)

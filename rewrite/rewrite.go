@@ -55,6 +55,9 @@ type Plan struct {
 	// plan's increment was not slotted (empty when there is nothing to
 	// explain).
 	Reason string
+	// Prepares is set for a PREPARE name FROM 'text' of a ruled table:
+	// what the session keeps for the EXECUTEs of name (see Prepares).
+	Prepares *Prepares
 	// Table is the ruled table the statement writes, if any.
 	Table *Table
 	// Increment is set for KindIncrement.
@@ -520,7 +523,7 @@ const RestrictKeys = "/*slotproxy:keys*/"
 // Changed reports whether any plan differs from sending the text as is.
 func Changed(plans []Plan) bool {
 	for i, p := range plans {
-		if p.Kind != KindOriginal || p.After != "" || p.Invalidate || p.Reload || p.Temp != nil || p.Locks != nil {
+		if p.Kind != KindOriginal || p.After != "" || p.Invalidate || p.Reload || p.Temp != nil || p.Locks != nil || p.Prepares != nil {
 			return true
 		}
 		if p.ChangesSession && i < len(plans)-1 {
@@ -781,20 +784,28 @@ func (r *Rewriter) prepareStmt(s *ast.PrepareStmt, sess Session, slot func(int) 
 	}
 	plans, err := r.rewrite(s.SQLText, sess, slot)
 	var ue *UnparsedError
+	other := Plan{Kind: KindOriginal, Prepares: &Prepares{Name: strings.ToLower(s.Name)}}
 	switch {
 	case errors.As(err, &ue):
 		return Plan{Kind: KindRefused, Table: ue.Table, Reason: "PREPARE … FROM a statement slotproxy cannot parse: " + ue.Reason()}
 	case err != nil || len(plans) != 1 || !Changed(plans):
-		return Plan{Kind: KindOriginal}
+		return other
 	}
 	ip := plans[0]
 	if ip.Shadow {
-		return Plan{Kind: KindOriginal}
+		return other
 	}
-	if ip.Kind == KindIncrement {
-		// Its EXECUTEs run the increment as written, on the base row:
-		// exact, as directly, only not slotted.
-		return Plan{Kind: KindOriginal, Reason: "PREPARE … FROM an increment: its executions run on the base row (use the driver's prepared statements to have them slotted)"}
+	name := strings.ToLower(s.Name)
+	if ip.Kind == KindIncrement || ip.Kind == KindGuarded && len(ip.Guards) == 0 && ip.Guard != nil {
+		// Its EXECUTEs fold the records it may write first, then run as
+		// written: exact, as directly (an increment only not slotted).
+		w := ip
+		if ip.Kind == KindIncrement {
+			w = Plan{Kind: KindGuarded, Table: ip.Table, SQL: ip.Original, Original: ip.Original, Guard: ip.Increment.Guard}
+		}
+		w.Restrict = ""
+		return Plan{Kind: KindOriginal, Table: ip.Table, Prepares: &Prepares{Name: name, Write: &w},
+			Reason: "PREPARE … FROM a write of counters: each EXECUTE folds the records it may write first, then runs it on the base rows (use the driver's prepared statements to have increments slotted)"}
 	}
 	if ip.Kind == KindRead && !ip.Locking {
 		return Plan{Kind: KindRead, Reads: ip.Reads, Table: ip.Table,

@@ -1,0 +1,92 @@
+package executor
+
+import (
+	"github.com/slotproxy/slotproxy/internal/wire"
+	"github.com/slotproxy/slotproxy/rewrite"
+)
+
+// SQL-level prepared statements (see rewrite.Prepares): the session keeps
+// the plan of each write of a ruled table prepared with PREPARE, and an
+// EXECUTE of it folds the records it may write before it runs, as a
+// guarded write whose statement is the EXECUTE.
+
+// notePrepared keeps w (nil: forgets) as the write prepared as name.
+func (s *Session) notePrepared(name string, w *rewrite.Plan) {
+	if w == nil {
+		delete(s.rw.sqlStmts, name)
+		return
+	}
+	if s.rw.sqlStmts == nil {
+		s.rw.sqlStmts = map[string]*rewrite.Plan{}
+	}
+	s.rw.sqlStmts[name] = w
+}
+
+// maybeSQLPrepared reports whether sql may start with PREPARE, EXECUTE,
+// DEALLOCATE or DROP: a cheap test before rewrite.SQLPrepared.
+func maybeSQLPrepared(sql []byte) bool {
+	for _, c := range sql {
+		switch c {
+		case ' ', '\t', '\r', '\n', '(':
+			continue
+		case 'p', 'P', 'e', 'E', 'd', 'D', '/', '#', '-':
+			return true
+		}
+		return false
+	}
+	return false
+}
+
+// sqlPrepared handles a query that names a statement prepared with PREPARE
+// while the session keeps writes so prepared: an EXECUTE of one runs as a
+// guarded write (done true); a PREPARE or DEALLOCATE of a name that names
+// no ruled table, relayed as it is, forgets the write kept under the name
+// (done true). Anything else is left to the caller.
+func (s *Session) sqlPrepared(rw *rewrite.Rewriter, sql, payload []byte) (done bool, err error) {
+	if err := s.ensureSessionInfo(); err != nil {
+		return false, nil // planned as usual, which reports it
+	}
+	verb, name, using := rewrite.SQLPrepared(string(sql), s.rewriteSession())
+	w := s.rw.sqlStmts[name]
+	switch {
+	case w == nil:
+		return false, nil
+	case verb == rewrite.ExecuteVerb:
+		g := *w.Guard
+		bound, ok := rewrite.BindVars(g.KeysSQL, s.rewriteSession(), pick(using, g.KeysParams))
+		if !ok {
+			return false, nil // the server's own error for a wrong USING list
+		}
+		g.KeysSQL, g.KeysParams, g.Keys = bound, nil, nil
+		p := *w
+		p.Guard, p.Original = &g, string(sql)
+		seq := s.respSeq
+		s.stmtsInCommand = 1
+		_, err := s.execGuardedWith(p, nil, &seq, false, func() ([]byte, []byte, error) { return payload, nil, nil })
+		return true, err
+	case verb == rewrite.PrepareVerb || verb == rewrite.DeallocateVerb:
+		if rw.Catalog().Mentions(string(sql)) {
+			return false, nil // planned: the PREPARE's plan keeps what it prepares
+		}
+		// Another statement under the name, or none.
+		s.env.metrics().Statement(PathPassThrough, "")
+		res, err := s.forward(payload, wire.Results, nil)
+		if err == nil && (!res.Failed() || verb == rewrite.DeallocateVerb) {
+			s.notePrepared(name, nil)
+		}
+		return true, err
+	}
+	return false, nil
+}
+
+// pick returns the variables of the placeholders at indexes idx.
+func pick(vars []string, idx []int) []string {
+	out := make([]string, 0, len(idx))
+	for _, i := range idx {
+		if i < 0 || i >= len(vars) {
+			return nil
+		}
+		out = append(out, vars[i])
+	}
+	return out
+}
