@@ -26,10 +26,10 @@ type Prepares struct {
 type SQLPrepareVerb uint8
 
 const (
-	NotPrepared SQLPrepareVerb = iota
-	PrepareVerb                // PREPARE name FROM …
-	ExecuteVerb                // EXECUTE name [USING @a, …]
-	DeallocateVerb             // DEALLOCATE PREPARE name, DROP PREPARE name
+	NotPrepared    SQLPrepareVerb = iota
+	PrepareVerb                   // PREPARE name FROM …
+	ExecuteVerb                   // EXECUTE name [USING @a, …]
+	DeallocateVerb                // DEALLOCATE PREPARE name, DROP PREPARE name
 )
 
 // SQLPrepared reads a statement's verb on SQL-level prepared statements,
