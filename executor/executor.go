@@ -160,20 +160,12 @@ type Session struct {
 	// warnings is the SHOW WARNINGS response saved for the client's last
 	// statement (see saveWarnings), or nil.
 	warnings *wire.Buffer
-	// held are the slots this session's increments took (Env.slots) since
-	// its transaction began, released when it ends.
-	held []heldSlot
-	// commands counts the commands Handle and Relayed saw; begin is the
-	// BEGIN or START TRANSACTION that opened the transaction, and beginAt
-	// its command's number (see txnFresh).
-	commands, beginAt uint64
-	begin             []byte
-	// replay is the open transaction's increments since its BEGIN, for
-	// running it again after a deadlock the proxy caused (replay.go);
-	// steps counts the commands that run statements (stepCommand), and
-	// beginStep is steps at the BEGIN.
-	replay           []replayed
-	steps, beginStep uint64
+	// commands counts the commands Handle and Relayed saw; steps counts
+	// those that run statements (stepCommand).
+	commands, steps uint64
+	// txn is the open transaction's state, reset in one place
+	// (settleTransaction) when it ends.
+	txn txnState
 	// stmtsInCommand is how many statements the command being handled
 	// has (0 when it is relayed as it is), and stmtIndex the position of
 	// the one running (0 for the first, and for a single one).
@@ -219,12 +211,32 @@ func (s *Session) Observe(res wire.Result) {
 // dropped its prepared statements and variables); status is the status of
 // the authentication's OK.
 func (s *Session) Reset(status uint16) {
-	s.releaseSlots() // the transaction, if any, was rolled back
+	s.endTransaction() // the transaction, if any, was rolled back
 	s.rw = rewriteState{}
 	s.rolledBack = false
 	if status != 0 {
 		s.status = status
 	}
+}
+
+// txnState is what the session knows of its open transaction: how it
+// began, what it wrote through the proxy, what it holds. Records and slots
+// are kept by rule name (schema.table), which outlives catalog reloads.
+type txnState struct {
+	// begin is the BEGIN or START TRANSACTION that opened it; beginAt and
+	// beginStep are the session's commands and steps at it (txnFresh,
+	// replayable).
+	begin              []byte
+	beginAt, beginStep uint64
+	// replay is its increments since begin, for running it again after a
+	// deadlock the proxy caused (replay.go).
+	replay []replayed
+	// own are the records it incremented in slots, by rule name and key
+	// ("" for a key the proxy could not tell): reading one of their
+	// counters takes their lock first (foldOwn).
+	own map[string]map[string]bool
+	// held are the slots its increments took (Env.slots), one per rule.
+	held []heldSlot
 }
 
 // ErrAnswered marks a failure after the client already has its command's
@@ -262,8 +274,8 @@ func (s *Session) Handle(rw *rewrite.Rewriter, payload []byte, packets byte) err
 		err = s.handleOther(payload)
 	}
 	s.link.Client.SeqShift = 0
-	if len(s.held) > 0 && !s.inTransaction() {
-		s.releaseSlots() // autocommit increments: theirs ended with them
+	if !s.inTransaction() {
+		s.endTransaction() // autocommit statements: theirs ended with them
 	}
 	return err
 }
@@ -292,7 +304,7 @@ func (s *Session) txnFresh() bool {
 	if !s.inTransaction() {
 		return !s.autocommit()
 	}
-	return s.begin != nil && s.beginAt == s.commands-1
+	return s.txn.begin != nil && s.txn.beginAt == s.commands-1
 }
 
 // restartTxn prepares another attempt of a statement that failed first in
@@ -300,10 +312,10 @@ func (s *Session) txnFresh() bool {
 // (autocommitted): the transaction that BEGIN opened is opened again. errPkt
 // is the ERR of that BEGIN.
 func (s *Session) restartTxn(autocommitted bool) (errPkt []byte, err error) {
-	if autocommitted || s.begin == nil || s.beginAt != s.commands-1 {
+	if autocommitted || s.txn.begin == nil || s.txn.beginAt != s.commands-1 {
 		return nil, nil
 	}
-	r, err := s.query(string(s.begin))
+	r, err := s.query(string(s.txn.begin))
 	if err != nil {
 		return nil, err
 	}
@@ -316,10 +328,10 @@ func (s *Session) restartTxn(autocommitted bool) (errPkt []byte, err error) {
 // noteBegin remembers a statement that opened a transaction (see txnFresh).
 func (s *Session) noteBegin(sql []byte) {
 	if isBegin(sql) && s.inTransaction() {
-		s.begin = append(s.begin[:0], sql...)
-		s.beginAt = s.commands
-		s.beginStep = s.steps
-		s.replay = nil
+		s.txn.begin = append(s.txn.begin[:0], sql...)
+		s.txn.beginAt = s.commands
+		s.txn.beginStep = s.steps
+		s.txn.replay = nil
 	}
 }
 

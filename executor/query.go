@@ -38,10 +38,6 @@ type rewriteState struct {
 	// sqlStmts are the writes of ruled tables prepared with SQL's PREPARE,
 	// by name (lower case): their EXECUTEs are guarded (sqlPrepared).
 	sqlStmts map[string]*rewrite.Plan
-	// own are the records the open transaction incremented (slotted),
-	// by rule name (schema.table: the rule's identity, which a catalog
-	// reload keeps): reading one of their counters takes their lock first.
-	own map[string]map[string]bool
 	// privOK: when the privileges of each statement shape were last checked.
 	privOK map[string]time.Time
 	// COM_SET_OPTION turned multi-statements on or off after the handshake.
@@ -60,14 +56,8 @@ func (s *Session) tablesLocked() bool { return len(s.rw.locked) > 0 }
 // settleTransaction forgets the records the transaction incremented once
 // it ended.
 func (s *Session) settleTransaction() {
-	if len(s.rw.own) > 0 && !s.inTransaction() {
-		s.rw.own = nil
-	}
-	if len(s.replay) > 0 && !s.inTransaction() {
-		s.replay = nil
-	}
-	if len(s.held) > 0 && !s.inTransaction() {
-		s.releaseSlots()
+	if !s.inTransaction() {
+		s.endTransaction()
 	}
 	if s.rw.weakAt != 0 && s.rw.weakAt < s.commands {
 		switch {

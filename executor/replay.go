@@ -42,7 +42,7 @@ const maxReplayed = 16
 // it is the only statement of its command and every command of the
 // transaction since its BEGIN was one (see replayable).
 func (s *Session) recordIncrement(p rewrite.Plan, ex *execution, ok *wire.OK) {
-	if !s.inTransaction() || s.stmtsInCommand != 1 || len(s.replay) >= maxReplayed || !s.replayable() {
+	if !s.inTransaction() || s.stmtsInCommand != 1 || len(s.txn.replay) >= maxReplayed || !s.replayable() {
 		return
 	}
 	if ex != nil {
@@ -51,14 +51,14 @@ func (s *Session) recordIncrement(p rewrite.Plan, ex *execution, ok *wire.OK) {
 		}
 		ex = ex.clone()
 	}
-	s.replay = append(s.replay, replayed{plan: p, ex: ex, affected: ok.Affected, warnings: ok.Warnings, command: s.commands})
+	s.txn.replay = append(s.txn.replay, replayed{plan: p, ex: ex, affected: ok.Affected, warnings: ok.Warnings, command: s.commands})
 }
 
 // replayable reports whether the open transaction (or the one the server
 // just rolled back) was its BEGIN and the recorded increments only, the
 // command running now being the next that runs a statement.
 func (s *Session) replayable() bool {
-	return s.begin != nil && s.stmtsInCommand == 1 && s.steps-s.beginStep == uint64(len(s.replay))+1
+	return s.txn.begin != nil && s.stmtsInCommand == 1 && s.steps-s.txn.beginStep == uint64(len(s.txn.replay))+1
 }
 
 // stepCommand reports whether a command may run a statement, or change
@@ -82,15 +82,15 @@ func (s *Session) replayTxn() (bool, error) {
 	if !s.replayable() {
 		return false, nil
 	}
-	steps := s.replay
-	s.replay = nil
-	s.rw.own = nil
+	steps := s.txn.replay
+	s.txn.replay = nil
+	s.txn.own = nil
 	s.releaseSlots()
 	for attempt := 1; ; attempt++ {
 		same, deadlocked, err := s.replayOnce(steps)
 		if err != nil || same {
 			if same {
-				s.replay = steps
+				s.txn.replay = steps
 				s.env.Stats.Retries.Add(1)
 				s.env.metrics().Retry()
 			}
@@ -111,7 +111,7 @@ const maxReplays = 5
 // transaction is rolled back, and deadlocked says whether a deadlock did
 // it.
 func (s *Session) replayOnce(steps []replayed) (same, deadlocked bool, err error) {
-	r, err := s.query(string(s.begin))
+	r, err := s.query(string(s.txn.begin))
 	if err != nil || r.Failed() {
 		return false, false, err
 	}

@@ -78,24 +78,36 @@ func (s *Session) slotFor(t *rewrite.Table) int {
 		return 0
 	}
 	name := ruleName(t)
-	for _, h := range s.held {
+	for _, h := range s.txn.held {
 		if h.rule == name && h.slot < t.Slots {
 			return h.slot
 		}
 	}
 	slot := s.env.slots.pick(t)
-	s.held = append(s.held, heldSlot{name, slot})
+	s.txn.held = append(s.txn.held, heldSlot{name, slot})
 	return slot
 }
 
 // releaseSlots gives back the slots the session holds.
 func (s *Session) releaseSlots() {
-	for _, h := range s.held {
+	for _, h := range s.txn.held {
 		s.env.slots.release(h.rule, h.slot)
 	}
-	s.held = s.held[:0]
+	s.txn.held = s.txn.held[:0]
 }
 
 // Close releases what the session holds in the Env; call it once the
 // session has ended.
 func (s *Session) Close() { s.releaseSlots() }
+
+// endTransaction resets what the session knew of its transaction, which
+// has ended (committed, rolled back, or never begun): the one place that
+// does (see txnState).
+func (s *Session) endTransaction() {
+	if len(s.txn.held) > 0 {
+		s.releaseSlots()
+	}
+	if s.txn.begin != nil || s.txn.own != nil || s.txn.replay != nil {
+		s.txn = txnState{held: s.txn.held[:0]}
+	}
+}

@@ -429,14 +429,14 @@ func (s *Session) execOnBase(p rewrite.Plan, ex *execution, seq *byte, more bool
 // slotted record of t counts as its own).
 func (s *Session) noteOwnIncrement(t *rewrite.Table, keys []string) {
 	name := ruleName(t)
-	if s.rw.own == nil {
-		s.rw.own = map[string]map[string]bool{}
+	if s.txn.own == nil {
+		s.txn.own = map[string]map[string]bool{}
 	}
-	if s.rw.own[name] == nil {
-		s.rw.own[name] = map[string]bool{}
+	if s.txn.own[name] == nil {
+		s.txn.own[name] = map[string]bool{}
 	}
 	for _, k := range keys {
-		s.rw.own[name][k] = true // "" marks an unknown key
+		s.txn.own[name][k] = true // "" marks an unknown key
 	}
 }
 
@@ -1073,11 +1073,11 @@ func isInteger(b []byte) bool {
 // read sees the latest totals. errPkt is an error to report instead of
 // running the read.
 func (s *Session) foldOwn(tables []*rewrite.Table) (errPkt []byte, err error) {
-	if len(s.rw.own) == 0 || !s.inTransaction() {
+	if len(s.txn.own) == 0 || !s.inTransaction() {
 		return nil, nil
 	}
 	for _, t := range tables {
-		keys := s.rw.own[ruleName(t)]
+		keys := s.txn.own[ruleName(t)]
 		if len(keys) == 0 {
 			continue
 		}

@@ -211,8 +211,9 @@ func (t *Table) FoldSQL(keys []string) []string {
 			col, col, sp, t.QualifiedSlots(), sp, sp, c.RecordType, sp, quoteIdent(t.Key))
 	}
 	// Only rows with slot rows are written: an UPDATE of the others would
-	// change nothing but still fire the table's UPDATE triggers.
-	sp := spAlias(0)
+	// change nothing but still fire the table's UPDATE triggers. (An alias
+	// of its own: LOCK TABLES locks each alias once per statement.)
+	sp := spAlias(len(t.Counters))
 	return []string{
 		fmt.Sprintf("UPDATE %s AS `_t` SET %s WHERE `_t`.%s IN (%s) AND EXISTS (SELECT 1 FROM %s AS %s WHERE %s.`record_type` IN (%s) AND %s.`record_id` = `_t`.%s)",
 			t.Qualified(), set.String(), quoteIdent(t.Key), in, t.QualifiedSlots(), sp, sp, t.recordTypes(), sp, quoteIdent(t.Key)),
