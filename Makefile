@@ -16,7 +16,7 @@ ifeq ($(shell command -v go 2>/dev/null),)
 export PATH := /usr/local/go/bin:$(PATH)
 endif
 
-.PHONY: build run test fuzz demo bench-orm history
+.PHONY: build run test fuzz demo bench-orm history fuzz-diff
 
 # Fuzz targets: package and name. "make test" runs each for FUZZTIME;
 # "make fuzz FUZZTIME=10m" for a long run.
@@ -78,3 +78,14 @@ history:
 	@if [ "$(SERVER)" = mysql ]; then scripts/deps.sh >/dev/null; else scripts/deps.sh --no-mysql >/dev/null; fi
 	SLOTPROXY_TEST_SERVER=$(SERVER) HISTORY_DURATION=$(HISTORY_DURATION) HISTORY_SEED=$(HISTORY_SEED) HISTORY_WORKERS=$(HISTORY_WORKERS) \
 		go test -count=1 -timeout 0 -run TestHistoryLong -v ./internal/history
+
+# make fuzz-diff: the differential fuzzer (internal/difffuzz): generated
+# statements directly and through the proxy, every answer compared, against
+# SERVER (mariadb or mysql) for DIFFFUZZ_DURATION (default 30m); it goes on
+# after a difference and prints a shrunk reproducer for each distinct one.
+# DIFFFUZZ_SEED (default: the time), DIFFFUZZ_ALL=1 (also the classes with
+# known differences).
+DIFFFUZZ_DURATION ?= 30m
+fuzz-diff:
+	@if [ "$(SERVER)" = mysql ]; then scripts/deps.sh >/dev/null; else scripts/deps.sh --no-mysql >/dev/null; fi
+	SLOTPROXY_TEST_SERVER=$(SERVER) DIFFFUZZ_DURATION=$(DIFFFUZZ_DURATION) go test -count=1 -timeout 0 -run TestDiffFuzz -v ./internal/difffuzz

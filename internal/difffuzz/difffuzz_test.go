@@ -35,7 +35,7 @@ const (
 
 const (
 	boundedDuration  = 60 * time.Second
-	boundedSequences = 60
+	boundedSequences = 100
 )
 
 // TestDiffFuzz runs generated sequences directly and through the proxy and
@@ -63,7 +63,7 @@ func TestDiffFuzz(t *testing.T) {
 	}
 	cfg := difffuzz.DefaultConfig()
 	if os.Getenv(envAll) != "1" {
-		cfg = cfg.Without(difffuzz.Excluded()...)
+		cfg = difffuzz.Bounded(cfg)
 	}
 	server := testdb.Shared()
 	env := &difffuzz.Env{
@@ -76,8 +76,8 @@ func TestDiffFuzz(t *testing.T) {
 		HangTimeout:     60 * time.Second,
 	}
 	shrinkBudget := envDurationOr(t, envShrink, 2*time.Minute)
-	t.Logf("seed %d (%s=%d), server %s %s, duration %v, at most %d sequences, excluded classes %v",
-		seed, envSeed, seed, server.Flavor, server.Version, duration, sequences, difffuzz.Excluded())
+	t.Logf("seed %d (%s=%d), server %s %s, duration %v, at most %d sequences, excluded classes %v, interleaved transactions %v",
+		seed, envSeed, seed, server.Flavor, server.Version, duration, sequences, difffuzz.Excluded(), cfg.Interleave)
 
 	deadline := time.Now().Add(duration)
 	var (

@@ -49,7 +49,9 @@ const (
 	Isolation   Class = "isolation"    // SET SESSION TRANSACTION ISOLATION LEVEL ...
 	SQLMode     Class = "sql-mode"     // SET SESSION sql_mode = '' / DEFAULT
 	Warnings    Class = "warnings"     // SHOW WARNINGS
-	Multi       Class = "multi"        // several statements in one COM_QUERY
+	Multi       Class = "multi"        // several writes in one COM_QUERY
+	MultiWarn   Class = "multi-warn"   // several writes and SHOW WARNINGS in one COM_QUERY
+	MultiRead   Class = "multi-read"   // several statements in one COM_QUERY, reads among them
 	Rollup      Class = "rollup"       // a roll-up pass of the ruled schema (no client statement)
 )
 
@@ -58,7 +60,7 @@ var Classes = []Class{
 	IncKey, IncRange, IncIn, IncMulti, IncPrepared, IncSpelling, IncCond,
 	ReadPoint, ReadStar, ReadAgg, ReadOrder, ReadWhere, ReadJoin, ReadSub, ReadView, ReadLock,
 	WriteAbs, Insert, Reinsert, Upsert, Replace, DeleteKey, DeleteCond, Truncate, ViewDDL,
-	TxBegin, TxCommit, TxRollback, TxSavepoint, Autocommit, Isolation, SQLMode, Warnings, Multi, Rollup,
+	TxBegin, TxCommit, TxRollback, TxSavepoint, Autocommit, Isolation, SQLMode, Warnings, Multi, MultiWarn, MultiRead, Rollup,
 }
 
 // IsIncrement reports whether c generates counter increments the proxy
@@ -74,6 +76,18 @@ type Config struct {
 	MinConns, MaxConns int
 	// MinSteps and MaxSteps bound the number of steps of a sequence.
 	MinSteps, MaxSteps int
+	// Interleave lets a connection run while another one has a
+	// transaction open (lock waits, deadlocks). When false, the generator
+	// ends a connection's transaction (COMMIT) before it moves to another
+	// connection, so transactions never overlap.
+	Interleave bool
+	// IsolationInTx lets SET SESSION TRANSACTION ISOLATION LEVEL run
+	// while the connection's transaction is open (it applies to the next
+	// one). When false, the generator commits first.
+	IsolationInTx bool
+	// RepeatWarnings lets SHOW WARNINGS follow SHOW WARNINGS on one
+	// connection. When false, the second one is not generated.
+	RepeatWarnings bool
 }
 
 // DefaultConfig has every class enabled.
@@ -83,10 +97,11 @@ func DefaultConfig() Config {
 			IncKey: 10, IncRange: 3, IncIn: 4, IncMulti: 3, IncPrepared: 5, IncSpelling: 3, IncCond: 3,
 			ReadPoint: 5, ReadStar: 4, ReadAgg: 3, ReadOrder: 2, ReadWhere: 3, ReadJoin: 2, ReadSub: 2, ReadView: 2, ReadLock: 2,
 			WriteAbs: 3, Insert: 3, Reinsert: 2, Upsert: 3, Replace: 2, DeleteKey: 2, DeleteCond: 1, Truncate: 1, ViewDDL: 1,
-			TxBegin: 5, TxCommit: 3, TxRollback: 2, TxSavepoint: 2, Autocommit: 1, Isolation: 2, SQLMode: 1, Warnings: 2, Multi: 2, Rollup: 2,
+			TxBegin: 5, TxCommit: 3, TxRollback: 2, TxSavepoint: 2, Autocommit: 1, Isolation: 2, SQLMode: 1, Warnings: 2, Multi: 2, MultiWarn: 2, MultiRead: 2, Rollup: 2,
 		},
 		MinConns: 2, MaxConns: 4,
 		MinSteps: 30, MaxSteps: 70,
+		Interleave: true, IsolationInTx: true, RepeatWarnings: true,
 	}
 }
 
@@ -163,16 +178,59 @@ func Generate(seed int64, cfg Config) *Sequence {
 	if len(classes) == 0 {
 		return seq
 	}
+	g.tx = make([]txState, g.conns)
 	for range n {
 		if r.IntN(10) >= 6 {
-			g.conn = r.IntN(g.conns)
+			next := r.IntN(g.conns)
+			if next != g.conn && !cfg.Interleave && g.tx[g.conn].open() {
+				seq.Steps = append(seq.Steps, Step{Conn: g.conn, Class: TxCommit, SQL: "COMMIT"})
+				g.tx[g.conn].inTx = false
+			}
+			g.conn = next
 		}
 		c := classes[pickWeighted(r, weights)]
+		if c == Isolation && !cfg.IsolationInTx && g.tx[g.conn].open() {
+			seq.Steps = append(seq.Steps, Step{Conn: g.conn, Class: TxCommit, SQL: "COMMIT"})
+			g.tx[g.conn].inTx = false
+		}
+		if c == Warnings && !cfg.RepeatWarnings && g.tx[g.conn].last == Warnings {
+			continue
+		}
 		st := g.step(c)
 		st.Conn, st.Class = g.conn, c
+		g.tx[g.conn].track(st)
 		seq.Steps = append(seq.Steps, st)
 	}
 	return seq
+}
+
+// txState is the generator's idea of a connection's transaction.
+type txState struct {
+	inTx          bool // BEGIN or START TRANSACTION ran
+	autocommitOff bool // SET autocommit = 0 ran
+	last          Class
+}
+
+// open reports whether the connection may hold a transaction's locks.
+func (t *txState) open() bool { return t.inTx || t.autocommitOff }
+
+func (t *txState) track(st Step) {
+	t.last = st.Class
+	switch {
+	case st.SQL == "BEGIN" || st.SQL == "START TRANSACTION":
+		t.inTx = true
+	case st.SQL == "COMMIT" || st.SQL == "ROLLBACK" || st.Class == Truncate || st.Class == ViewDDL:
+		t.inTx = false
+	case st.SQL == "SET autocommit = 0":
+		t.autocommitOff = true
+	case st.SQL == "SET autocommit = 1":
+		// Commits only a transaction that autocommit = 0 opened; one
+		// opened by BEGIN stays open.
+		if t.autocommitOff {
+			t.inTx = false
+		}
+		t.autocommitOff = false
+	}
 }
 
 // keySet is the generator's rough idea of a table's keys (statements may
@@ -190,6 +248,7 @@ type gen struct {
 	keys  map[string]*keySet
 	conns int
 	conn  int
+	tx    []txState
 }
 
 func (g *gen) table() *Table { return pick(g.r, g.s.Tables) }
@@ -301,7 +360,8 @@ func (g *gen) step(c Class) Step {
 			"%[2]s = (%[1]s.%[2]s + %[3]s)",
 			"`%[2]s`=`%[2]s`+ %[3]s",
 		})
-		return Step{SQL: fmt.Sprintf("UPDATE `%s` SET "+form+" WHERE `%s`.`id` = %d", t.Name, t.Name, col.Name, n, t.Name, g.key(t))}
+		set := fmt.Sprintf(form, t.Name, col.Name, n)
+		return Step{SQL: fmt.Sprintf("UPDATE `%s` SET %s WHERE `%s`.`id` = %d", t.Name, set, t.Name, g.key(t))}
 	case IncCond:
 		cond := pick(g.r, []string{col.Name + " < 100", col.Name + " IS NOT NULL", col.Name + " > 0", "name IS NULL"})
 		if !t.HasName && strings.HasPrefix(cond, "name") {
@@ -415,18 +475,28 @@ func (g *gen) step(c Class) Step {
 		return Step{SQL: pick(g.r, []string{"SET SESSION sql_mode = ''", "SET SESSION sql_mode = DEFAULT"})}
 	case Warnings:
 		return Step{SQL: "SHOW WARNINGS"}
-	case Multi:
-		parts := []string{}
+	case Multi, MultiWarn, MultiRead:
+		subs := []Class{IncKey, IncRange, WriteAbs, Insert, DeleteKey}
+		if c != Multi {
+			subs = append(subs, Warnings)
+		}
+		if c == MultiRead {
+			subs = append(subs, ReadPoint, ReadStar, ReadAgg)
+		}
+		var parts []string
 		for range 2 + g.r.IntN(2) {
-			sub := pick(g.r, []Class{IncKey, IncRange, ReadPoint, ReadStar, WriteAbs, Insert, DeleteKey, Warnings})
+			sub := pick(g.r, subs)
 			if g.cfg.Weights[sub] == 0 {
-				sub = ReadStar
+				sub = IncKey
 			}
 			st := g.step(sub)
-			if st.Args != nil {
-				st = g.step(ReadStar)
+			for st.Args != nil {
+				st = g.step(sub)
 			}
 			parts = append(parts, st.SQL)
+		}
+		if c == MultiRead {
+			parts[g.r.IntN(len(parts))] = g.step(ReadStar).SQL
 		}
 		return Step{SQL: strings.Join(parts, "; "), Multi: true}
 	case Rollup:

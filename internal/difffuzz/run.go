@@ -263,7 +263,9 @@ func (r *run) connect() (*twin, error) {
 			return nil, fmt.Errorf("connect to %s: %w", at[0], err)
 		}
 		t.conns[side] = c
-		if _, err := c.Execute(fmt.Sprintf("SET SESSION innodb_lock_wait_timeout = %d", r.env.LockWaitTimeout)); err != nil {
+		// Row locks and metadata locks (TRUNCATE, DDL) alike.
+		q := fmt.Sprintf("SET SESSION innodb_lock_wait_timeout = %d, SESSION lock_wait_timeout = %d", r.env.LockWaitTimeout, r.env.LockWaitTimeout)
+		if _, err := c.Execute(q); err != nil {
 			t.close()
 			return nil, fmt.Errorf("lock wait timeout: %w", err)
 		}
@@ -374,7 +376,9 @@ func (r *run) settle(t *twin) {
 			continue
 		}
 		if !r.wait(t, side, r.env.HangTimeout) {
-			r.setDiff(t.step, KindHung, fmt.Sprintf("side %d did not answer within %v", side, r.env.HangTimeout), "")
+			states := [2]string{"(not waited for)", "(not waited for)"}
+			states[side] = fmt.Sprintf("no answer within %v", r.env.HangTimeout)
+			r.setDiff(t.step, KindHung, states[directSide], states[proxySide])
 			r.stopBecause("a step hung")
 			return
 		}
