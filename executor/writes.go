@@ -69,6 +69,21 @@ func (s *Session) incPatch(matched, changed uint64) func(*wire.OK) {
 // packets from *seq. ex, when set, is the client's COM_STMT_EXECUTE of a
 // prepared plan. It reports whether the client got an ERR.
 func (s *Session) execPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) (bool, error) {
+	if ex == nil && p.Kind == rewrite.KindOriginal && isShowWarnings([]byte(p.Original)) {
+		if saved := s.warnings; saved != nil {
+			// SHOW WARNINGS after a statement of the same query whose
+			// warnings the proxy's own statements cleared on the server.
+			status := func(uint16) uint16 {
+				if more {
+					return s.status | mysql.SERVER_MORE_RESULTS_EXISTS
+				}
+				return s.status &^ mysql.SERVER_MORE_RESULTS_EXISTS
+			}
+			return false, saved.WriteTo(s.link.Client, seq, s.link.Caps, status)
+		}
+	} else {
+		s.warnings = nil // they were the statement before this one's
+	}
 	if p.Shadow {
 		s.countShadow(p)
 	}
@@ -1172,10 +1187,12 @@ func (s *Session) answerSavedWarnings(payload []byte) (bool, error) {
 		return false, nil
 	}
 	saved := s.warnings
-	s.warnings = nil
 	if saved == nil || payload[0] != mysql.COM_QUERY || !isShowWarnings(payload[1:]) {
+		s.warnings = nil
 		return false, nil
 	}
+	// SHOW WARNINGS leaves the diagnostics as they are: a second one
+	// shows them again.
 	seq := s.respSeq
 	status := func(uint16) uint16 { return s.status &^ mysql.SERVER_MORE_RESULTS_EXISTS }
 	return true, saved.WriteTo(s.link.Client, &seq, s.link.Caps, status)

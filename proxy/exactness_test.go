@@ -611,3 +611,29 @@ func TestSQLPrepareWrites(t *testing.T) {
 	}
 	runDifferential(t, cat, plain, ruled, corpus)
 }
+
+// TestWarningsAfterFoldedWrites: the differential fuzzer's findings on
+// SHOW WARNINGS after a statement the proxy ran with statements of its own
+// (a fold, its COMMIT), which clear the server's diagnostics: a second
+// SHOW WARNINGS shows them again, as directly (MySQL seed
+// 1795620622330056406), and so does a SHOW WARNINGS later in the same
+// multi-statement query (MySQL seed 6166).
+func TestWarningsAfterFoldedWrites(t *testing.T) {
+	const plain, ruled = "warn_plain", "warn_ruled"
+	cat := loadedSetup(t, plain, ruled, []string{
+		"CREATE TABLE t1 (id BIGINT NOT NULL PRIMARY KEY, c1 MEDIUMINT UNSIGNED NULL, c2 TINYINT UNSIGNED NULL)",
+		"INSERT INTO t1 (id, c1, c2) VALUES (1, 0, 2), (3, 5, 2)",
+	}, "table: "+ruled+".t1\nkey: id\ncounters: [c1, c2]\nslots: 4\n")
+	corpus := []step{
+		text("UPDATE t1 SET c1 = c1 - 1 WHERE id IN (1)"),
+		text("SHOW WARNINGS"),
+		text("SHOW WARNINGS"),
+		text("SET SESSION sql_mode = ''"),
+		multi("UPDATE t1 SET c2 = 254 WHERE id = 3; UPDATE t1 SET c2 = c2 + 253 WHERE id = 3; SHOW WARNINGS"),
+		text("SHOW WARNINGS"),
+		multi("UPDATE t1 SET c2 = c2 + 1 WHERE id = 3; SHOW WARNINGS; SELECT c2 FROM t1 WHERE id = 3"),
+		text("SET SESSION sql_mode = DEFAULT"),
+		text("SELECT id, c1, c2 FROM t1 ORDER BY id"),
+	}
+	runDifferential(t, cat, plain, ruled, corpus)
+}

@@ -80,22 +80,6 @@ proxy:  OK affected=0 insert_id=0 warnings=0 in_trans=true
 DELETE FROM t2 WHERE c2 > 10 with c2 TINYINT UNSIGNED rows 11 and 17: direct affected=2, proxy affected=0)`,
 	},
 	{
-		// SHOW WARNINGS a second time after an increment that failed with
-		// 1690 (run on the base row): directly the error is listed again
-		// (SHOW WARNINGS does not clear the diagnostics area), through
-		// the proxy the second list is empty. MySQL.
-		Feature: FeatureRepeatWarning,
-		Reproducer: `seed 1795620622330056406, MySQL 9.7.4
-CREATE TABLE t1 (id INT NOT NULL PRIMARY KEY, c1 MEDIUMINT UNSIGNED NOT NULL DEFAULT 0, c2 INT UNSIGNED NOT NULL DEFAULT 0, c3 TINYINT NULL, name VARCHAR(20) NULL, UNIQUE KEY uk_t1_name (name));
-INSERT INTO t1 (id, c1, c2, c3, name) VALUES (1, 0, 17, 124, 'n1'), (2, 16777212, 0, -125, 'n2'), (3, 15, 0, -128, 'n3'), (4, 3, 4, 5, 'n4'), (5, 9, 1, NULL, 'n5');
-rule: table: difffuzz_ruled.t1 / key: id / counters: [c1, c2] / slots: 11
-  1 [c0] UPDATE t1 SET c1 = c1 - 1 WHERE id IN (1)
-  2 [c0] SHOW WARNINGS
-  3 [c0] SHOW WARNINGS
-direct: rows=("Error",1690,"BIGINT UNSIGNED value is out of range in '(` + "`difffuzz_ruled`.`t1`.`c1`" + ` - 1)'")
-proxy:  rows=   (step 2 matched: both list the 1690)`,
-	},
-	{
 		// A conditional increment past the column's range (run on the
 		// base row after a fold) names the wrong row in its 1264 message.
 		Class: IncCond,
@@ -122,22 +106,6 @@ rule: table: difffuzz_ruled.t2 / key: id / counters: [c1] / slots: 4
   2 [c1] INSERT INTO t2 (id, c1, name) VALUES (1, 18, 'n4') ON DUPLICATE KEY UPDATE c1 = c1 + 1
 direct: OK affected=2 insert_id=0 warnings=0 in_trans=false
 proxy:  ERR 1264 (22003) Out of range value for column 'c1' at row 1`,
-	},
-	{
-		// In non-strict mode, SHOW WARNINGS in the same multi-statement
-		// query as an increment past the range (clipped, warning 1264)
-		// lists nothing through the proxy; the OK packet's warning count
-		// is right.
-		Class: MultiWarn,
-		Reproducer: `seed 6166, MySQL 9.7.4
-CREATE TABLE t1 (id BIGINT NOT NULL PRIMARY KEY, c1 TINYINT UNSIGNED NULL);
-INSERT INTO t1 (id, c1) VALUES (1, 2), (2, 13);
-rule: table: difffuzz_ruled.t1 / key: id / counters: [c1] / slots: 5
-  1 [c0] SET SESSION sql_mode = ''
-  2 [c0] INSERT INTO t1 (id, c1) VALUES (3, 2)
-  3 [c0] UPDATE t1 SET c1 = 254 WHERE id = 3; UPDATE t1 SET c1 = c1 + 253 WHERE id = 3; SHOW WARNINGS  -- one COM_QUERY
-direct: OK affected=1 | OK affected=1 warnings=1 | cols=[Level,Code,Message] rows=("Warning",1264,"Out of range value for column 'c1' at row 1")
-proxy:  OK affected=1 | OK affected=1 warnings=1 | cols=[Level,Code,Message] rows=`,
 	},
 }
 
