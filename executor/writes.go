@@ -682,21 +682,22 @@ func (s *Session) guardModeFor(p rewrite.Plan, ex *execution, wrapped bool) (gua
 	refusal := "the transaction runs at " + level + ", where InnoDB takes no gap locks, so rows this write finds only as it runs " +
 		"could hold increments the proxy did not fold. Run it at REPEATABLE READ or SERIALIZABLE, in autocommit, or name its rows by key (" +
 		keyName(p) + " = value or IN (values))"
-	if p.Delete && (p.Guard == nil || len(p.Guards) > 0 || len(p.Guard.Keys) == 0 && p.Restrict == "") {
+	narrowable := p.Guard != nil && len(p.Guards) == 0 && (len(p.Guard.Keys) > 0 || p.Restrict != "" && !p.Guard.Wide)
+	if p.Delete && !narrowable {
 		// A DELETE the proxy cannot narrow to the rows its guard locked
 		// (no WHERE clause, several tables) runs as usual: a row it finds
 		// only as it runs leaves slot rows without a base row, which no
 		// total reads and roll-up deletes (docs/limits.md).
 		return guardMode{}, "", nil
 	}
-	if p.Guard == nil || len(p.Guards) > 0 {
+	if !narrowable {
+		// Its guard locks the slotted records only (a WHERE clause that
+		// reads counters only, or none): rows it finds as it runs could
+		// hold increments the guard did not fold.
 		return guardMode{}, refusal, nil
 	}
 	if len(p.Guard.Keys) == 0 {
-		if p.Restrict != "" {
-			return guardMode{restrict: true}, "", nil
-		}
-		return guardMode{}, refusal, nil
+		return guardMode{restrict: true}, "", nil
 	}
 	keys := make([]string, 0, len(p.Guard.Keys))
 	for _, k := range p.Guard.Keys {

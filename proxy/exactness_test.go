@@ -637,3 +637,32 @@ func TestWarningsAfterFoldedWrites(t *testing.T) {
 	}
 	runDifferential(t, cat, plain, ruled, corpus)
 }
+
+// TestDeleteByCounterAtReadCommitted: the differential fuzzer's finding
+// (MariaDB seed 1795620621551642180, MySQL seed 6001): a DELETE by a
+// condition on a counter, in a transaction at READ COMMITTED or READ
+// UNCOMMITTED, deleted nothing through the proxy.
+func TestDeleteByCounterAtReadCommitted(t *testing.T) {
+	const plain, ruled = "delrc_plain", "delrc_ruled"
+	cat := loadedSetup(t, plain, ruled, []string{
+		"CREATE TABLE t1 (id INT NOT NULL PRIMARY KEY, c1 TINYINT UNSIGNED NOT NULL DEFAULT 0, c3 BIGINT NOT NULL DEFAULT 0, " +
+			"CONSTRAINT chk_t1_c3 CHECK (c3 >= -1000 AND c3 <= 100000))",
+		"INSERT INTO t1 (id, c1, c3) VALUES (1, 6, 7), (2, 0, 8), (3, 8, -999), (4, 2, 0), (5, 11, 3), (6, 17, 5)",
+	}, "table: "+ruled+".t1\nkey: id\ncounters: [c1, c3]\nslots: 9\n")
+	corpus := []step{
+		text("UPDATE t1 SET c3 = c3 - 3 WHERE id = 5"),
+		text("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"),
+		text("START TRANSACTION"),
+		text("DELETE FROM t1 WHERE c3 = 0"),
+		text("SELECT id, c1, c3 FROM t1 ORDER BY id"),
+		text("COMMIT"),
+		text("BEGIN"),
+		text("SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED"),
+		text("DELETE FROM t1 WHERE c1 > 10"),
+		text("SELECT id, c1, c3 FROM t1 ORDER BY id"),
+		text("ROLLBACK"),
+		text("SELECT id, c1, c3 FROM t1 ORDER BY id"),
+		text("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ"),
+	}
+	runDifferential(t, cat, plain, ruled, corpus)
+}

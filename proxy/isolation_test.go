@@ -86,6 +86,10 @@ func TestReadCommittedGuardedWrites(t *testing.T) {
 	exec(a, "BEGIN")
 	exec(a, "UPDATE repos SET downloads = downloads + 1 WHERE id = 1")
 	refused("UPDATE repos SET downloads = 5")
+	// Its WHERE clause reads counters only: the guard locks the slotted
+	// records, not the rows the statement writes (it once wrote only
+	// those).
+	refused("UPDATE repos SET downloads = 5 WHERE downloads > 3")
 	refused("UPDATE repos r JOIN users u ON u.id = r.owner_id SET r.downloads = 0 WHERE u.name = 'ann'")
 	refused("INSERT INTO repos (id, name) VALUES (1, 'x') ON DUPLICATE KEY UPDATE downloads = 0")
 	exec(direct, "SET SESSION innodb_lock_wait_timeout = 1")

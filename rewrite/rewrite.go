@@ -188,6 +188,10 @@ type Guard struct {
 	// statement touches no row with another key. Under READ COMMITTED the
 	// executor locks the rows of these keys instead of running KeysSQL.
 	Keys []KeyValue
+	// Wide: KeysSQL selects (and locks) the table's slotted records only,
+	// not the rows the statement touches (no WHERE clause, or one that
+	// reads counters only): the locked keys cannot narrow the statement.
+	Wide bool
 }
 
 // FoldSQL returns the statements that fold the slots of the given keys

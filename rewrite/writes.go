@@ -424,7 +424,7 @@ func (r *Rewriter) guardWhere(t *Table, ref *tableRef, refs *ast.TableRefsClause
 // them, so that no slot row of t can be added or changed until the
 // transaction ends, and selects their keys for folding.
 func wideGuard(t *Table, lock string) *Guard {
-	return &Guard{Table: t, KeysSQL: fmt.Sprintf("SELECT DISTINCT `record_id` FROM %s WHERE `record_type` IN (%s) %s",
+	return &Guard{Table: t, Wide: true, KeysSQL: fmt.Sprintf("SELECT DISTINCT `record_id` FROM %s WHERE `record_type` IN (%s) %s",
 		t.QualifiedSlots(), t.recordTypes(), lock)}
 }
 

@@ -61,25 +61,6 @@ direct: OK affected=2 insert_id=0 warnings=0 in_trans=false
 proxy:  (blocked, then) ERR 1205 (HY000) Lock wait timeout exceeded; try restarting transaction`,
 	},
 	{
-		// A DELETE by a counter condition inside a transaction at READ
-		// COMMITTED or READ UNCOMMITTED deletes nothing through the proxy
-		// (affected 0, rows left), where directly it deletes the matching
-		// rows. (limits.md says such guarded writes are refused at these
-		// levels; this one is neither refused nor exact.) Both servers.
-		Class: DeleteCond,
-		Reproducer: `seed 1795620621551642180, MariaDB 10.11.19
-CREATE TABLE t1 (id INT NOT NULL PRIMARY KEY, c1 TINYINT UNSIGNED NOT NULL DEFAULT 0, c2 BIGINT NOT NULL DEFAULT 0, c3 BIGINT NOT NULL DEFAULT 0, CONSTRAINT chk_t1_c3 CHECK (c3 >= -1000 AND c3 <= 100000));
-INSERT INTO t1 (id, c1, c2, c3) VALUES (1, 6, 17, 7), (2, 0, 7, 8), (3, 8, -9223372036854775806, -999), (4, 2, 9223372036854775806, 0), (5, 9, -9223372036854775808, -998);
-rule: table: difffuzz_ruled.t1 / key: id / counters: [c1, c2, c3] / slots: 9
-  1 [c2] SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED
-  2 [c2] START TRANSACTION
-  3 [c2] DELETE FROM t1 WHERE c3 = 0
-direct: OK affected=1 insert_id=0 warnings=0 in_trans=true
-proxy:  OK affected=0 insert_id=0 warnings=0 in_trans=true
-(MySQL 9.7.4, seed 6001: BEGIN; SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED;
-DELETE FROM t2 WHERE c2 > 10 with c2 TINYINT UNSIGNED rows 11 and 17: direct affected=2, proxy affected=0)`,
-	},
-	{
 		// A conditional increment past the column's range (run on the
 		// base row after a fold) names the wrong row in its 1264 message.
 		Class: IncCond,
