@@ -91,7 +91,11 @@ func TestReadCommittedGuardedWrites(t *testing.T) {
 	// those).
 	refused("UPDATE repos SET downloads = 5 WHERE downloads > 3")
 	refused("UPDATE repos r JOIN users u ON u.id = r.owner_id SET r.downloads = 0 WHERE u.name = 'ann'")
-	refused("INSERT INTO repos (id, name) VALUES (1, 'x') ON DUPLICATE KEY UPDATE downloads = 0")
+	// An upsert that can conflict on the key only locks its keys' rows,
+	// like an UPDATE by key.
+	if r := exec(a, "INSERT INTO repos (id, name) VALUES (1, 'alpha') ON DUPLICATE KEY UPDATE downloads = 0"); r.AffectedRows != 2 {
+		t.Fatalf("upsert affected %d, want 2 (updated)", r.AffectedRows)
+	}
 	exec(direct, "SET SESSION innodb_lock_wait_timeout = 1")
 	exec(direct, "UPDATE repos SET name = name WHERE id = 2") // not locked by the refusals
 	// By key, or restricted to the keys the guard locked: exact.

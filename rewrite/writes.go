@@ -543,9 +543,12 @@ func (r *Rewriter) insert(s *ast.InsertStmt, w *reads, start, end int) Plan {
 			}
 			continue
 		}
-		if delta, _, self := w.selfIncrement(a, ref); delta != nil {
+		// An increment too (c = c + 1): on the base row, where the server
+		// checks the column's range, and only the total is in range or not:
+		// the record's slots are folded first (its self-reference then
+		// reads the total).
+		if _, _, self := w.selfIncrement(a, ref); self != nil {
 			w.skip[self] = true
-			continue
 		}
 		needsFold = true
 	}
@@ -596,6 +599,18 @@ func (r *Rewriter) insert(s *ast.InsertStmt, w *reads, start, end int) Plan {
 		}
 	}
 	where := fmt.Sprintf("%s IN (%s)", quoteIdent(t.Key), strings.Join(keys, ", "))
+	if len(t.UniqueKeys) == 0 {
+		// The key is the only one it can conflict on: at READ COMMITTED
+		// the executor locks these keys' rows (Guard.Keys).
+		for _, row := range s.Lists {
+			e := row[keyCol]
+			kv := KeyValue{Param: w.paramIndex(e)}
+			if kv.Param < 0 {
+				kv.Literal = r.restore(e, w.sess)
+			}
+			g.Keys = append(g.Keys, kv)
+		}
+	}
 	for _, uk := range t.UniqueKeys {
 		// (u1, u2) IN ((v11, v12), (v21, v22)): a row of any of those
 		// values conflicts too. A column the statement leaves to its
