@@ -354,6 +354,7 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 		return err
 	}
 	if plans == nil {
+		s.warnings = nil // the server's own diagnostics are the statement's
 		s.env.metrics().Statement(PathPassThrough, "")
 		res, err := s.forward(payload, wire.Results, nil)
 		if err == nil && !res.Failed() {
@@ -384,8 +385,9 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 		}
 		return s.execCut(rw, plans, &seq)
 	}
-	// Reads only: one rewritten query, relayed as usual.
-	simple := true
+	// Reads only: one rewritten query, relayed as usual (but not when a
+	// SHOW WARNINGS in it is answered with the warnings the proxy keeps).
+	simple := s.warnings == nil
 	for _, p := range plans {
 		if !p.Shadow && p.Kind != rewrite.KindRead && (p.Kind != rewrite.KindOriginal || p.After != "" || p.Invalidate || p.Reload || p.Temp != nil || p.Locks != nil || p.Prepares != nil) {
 			simple = false

@@ -586,7 +586,7 @@ func (s *Session) execGuardedWith(p rewrite.Plan, ex *execution, seq *byte, more
 				// Like a lock wait timeout: the statement is undone, the
 				// transaction stays open.
 				return true, s.writeErr(wire.Errorf(mysql.ER_LOCK_WAIT_TIMEOUT, "HY000",
-					"slotproxy: rows of %s kept appearing while this write ran; the statement was rolled back, try it again", ruleName(p.Table)).Packet(), seq)
+					"rows of %s kept appearing while this write ran; the statement was rolled back, try it again", ruleName(p.Table)).Packet(), seq)
 			}
 			continue
 		}
@@ -837,6 +837,13 @@ func (s *Session) guardedOnce(p rewrite.Plan, ex *execution, wrapped bool, gm gu
 			return nil, errPkt, false, err
 		}
 		if len(appeared) > 0 {
+			// Only a row with slot rows matters: one without (the row an
+			// upsert inserted itself, say) was written exactly.
+			if appeared, errPkt, err = s.slotted(gm.table, appeared); err != nil || errPkt != nil {
+				return nil, errPkt, false, err
+			}
+		}
+		if len(appeared) > 0 {
 			s.warnings = nil
 			if errPkt, err := run("ROLLBACK TO SAVEPOINT " + guardSavepoint); err != nil || errPkt != nil {
 				return nil, errPkt, false, err
@@ -894,6 +901,25 @@ const guardSavepoint = "`_slotproxy_guard`"
 // keys that have one.
 func (s *Session) lockKeys(t *rewrite.Table, keys []string) (found []string, errPkt []byte, err error) {
 	r, err := s.query(t.LockSQL(keys))
+	if err != nil {
+		return nil, nil, err
+	}
+	if r.Failed() {
+		return nil, r.Err, nil
+	}
+	for _, row := range r.Rows {
+		vals, err := wire.TextRow(row)
+		if err != nil || len(vals) != 1 || vals[0] == nil || !isInteger(vals[0]) {
+			return nil, nil, errors.New("guard: key is not an integer")
+		}
+		found = append(found, string(vals[0]))
+	}
+	return found, nil, nil
+}
+
+// slotted returns the keys of t among keys that have slot rows.
+func (s *Session) slotted(t *rewrite.Table, keys []string) (found []string, errPkt []byte, err error) {
+	r, err := s.query(t.SlottedSQL(keys))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -1188,6 +1214,9 @@ func (s *Session) answerSavedWarnings(payload []byte) (bool, error) {
 		return false, nil
 	}
 	saved := s.warnings
+	if saved != nil && payload[0] == mysql.COM_QUERY && startsWithShowWarnings(payload[1:]) {
+		return false, nil // a query of several statements: execPlan answers it
+	}
 	if saved == nil || payload[0] != mysql.COM_QUERY || !isShowWarnings(payload[1:]) {
 		s.warnings = nil
 		return false, nil
@@ -1205,6 +1234,13 @@ func (s *Session) answerSavedWarnings(payload []byte) (bool, error) {
 // and the client's SHOW WARNINGS).
 func keepsDiagnostics(cmd byte) bool {
 	return cmd == mysql.COM_STMT_CLOSE || cmd == mysql.COM_STMT_SEND_LONG_DATA
+}
+
+// startsWithShowWarnings reports whether sql is SHOW WARNINGS followed by
+// other statements (a multi-statement query).
+func startsWithShowWarnings(sql []byte) bool {
+	i := bytes.IndexByte(sql, ';')
+	return i > 0 && isShowWarnings(sql[:i]) && len(bytes.TrimSpace(sql[i+1:])) > 0
 }
 
 // isShowWarnings reports whether sql is exactly SHOW WARNINGS (any case

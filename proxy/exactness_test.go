@@ -632,6 +632,11 @@ func TestWarningsAfterFoldedWrites(t *testing.T) {
 		multi("UPDATE t1 SET c2 = 254 WHERE id = 3; UPDATE t1 SET c2 = c2 + 253 WHERE id = 3; SHOW WARNINGS"),
 		text("SHOW WARNINGS"),
 		multi("UPDATE t1 SET c2 = c2 + 1 WHERE id = 3; SHOW WARNINGS; SELECT c2 FROM t1 WHERE id = 3"),
+		// A query of several statements that begins with SHOW WARNINGS
+		// (MySQL seed 1795621318935820793).
+		text("UPDATE t1 SET c1 = c1 - 1 WHERE id IN (1)"),
+		multi("SHOW WARNINGS; SELECT c2 FROM t1 WHERE id = 3"),
+		text("SHOW WARNINGS"),
 		text("SET SESSION sql_mode = DEFAULT"),
 		text("SELECT id, c1, c2 FROM t1 ORDER BY id"),
 	}

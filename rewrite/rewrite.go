@@ -194,6 +194,13 @@ type Guard struct {
 	Wide bool
 }
 
+// SlottedSQL selects those of keys (decimal integers) whose records have
+// slot rows.
+func (t *Table) SlottedSQL(keys []string) string {
+	return fmt.Sprintf("SELECT DISTINCT `record_id` FROM %s WHERE `record_type` IN (%s) AND `record_id` IN (%s)",
+		t.QualifiedSlots(), t.recordTypes(), strings.Join(keys, ", "))
+}
+
 // FoldSQL returns the statements that fold the slots of the given keys
 // (decimal integers) into their base rows and delete them. Run them in one
 // transaction after the keys were locked.
