@@ -56,7 +56,8 @@ func touchSetup(t *testing.T) *rewrite.Catalog {
 }
 
 // loadedSetup creates the schemas plain and ruled with the same tables
-// (ddl), migrates ruled for rule (a rule file's text) and returns its
+// (ddl), migrates ruled for rule (rule files' texts, separated by lines of
+// ---) and returns its
 // catalog as slotproxy serve loads it: a differential test's setup with
 // the real catalog.
 func loadedSetup(t *testing.T, plain, ruled string, ddl []string, rule string) *rewrite.Catalog {
@@ -68,11 +69,16 @@ func loadedSetup(t *testing.T, plain, ruled string, ddl []string, rule string) *
 			t.Fatal(err)
 		}
 	}
-	r, err := rules.Parse("rule.yaml", []byte(rule))
-	if err != nil {
-		t.Fatal(err)
+	// rule may hold several rules, separated by lines of ---.
+	var rs []*rules.Rule
+	for i, text := range strings.Split(rule, "\n---\n") {
+		r, err := rules.Parse(fmt.Sprintf("rule%d.yaml", i+1), []byte(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs = append(rs, r)
 	}
-	set, err := rules.NewSet(r)
+	set, err := rules.NewSet(rs...)
 	if err != nil {
 		t.Fatal(err)
 	}
