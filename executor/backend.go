@@ -94,10 +94,17 @@ func (s *Session) forwardPatched(payload []byte, kind wire.Kind, patch func(*wir
 // is how a statement of a multi-statement query the proxy runs one by one
 // is answered.
 func (s *Session) relayAs(payload []byte, seq *byte, more bool) (wire.Result, error) {
+	return s.relayAsPatched(payload, seq, more, nil)
+}
+
+// relayAsPatched is relayAs with a result set's column definitions
+// patched by cp (nil: as they are).
+func (s *Session) relayAsPatched(payload []byte, seq *byte, more bool, cp *columnPatch) (wire.Result, error) {
 	if err := s.send(payload); err != nil {
 		return wire.Result{}, err
 	}
 	sink := &wire.Forward{Client: s.link.Client, Server: s.link.Backend, Caps: s.link.Caps, Seq: seq, More: more}
+	cp.install(sink)
 	res, err := s.rd.Read(wire.Results, sink)
 	if err != nil {
 		return res, err

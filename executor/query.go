@@ -387,7 +387,7 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 	}
 	// Reads only: one rewritten query, relayed as usual (but not when a
 	// SHOW WARNINGS in it is answered with the warnings the proxy keeps).
-	simple := s.warnings == nil
+	simple := s.warnings == nil && len(plans) == 1
 	for _, p := range plans {
 		if !p.Shadow && p.Kind != rewrite.KindRead && (p.Kind != rewrite.KindOriginal || p.After != "" || p.Invalidate || p.Reload || p.Temp != nil || p.Locks != nil || p.Prepares != nil) {
 			simple = false

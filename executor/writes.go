@@ -122,6 +122,19 @@ func (s *Session) execPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) 
 		if errPkt != nil {
 			return true, s.writeErr(errPkt, seq)
 		}
+		if ex == nil {
+			// A statement of a multi-statement query: its columns are
+			// described as its own statement's, as a single read's are.
+			orig, err := s.originalColumns(p)
+			if err != nil {
+				return false, err
+			}
+			res, err := s.relayAsPatched(queryPacket(sql), seq, more, newColumnPatch(orig, false))
+			if err != nil || res.Failed() {
+				return res.Failed(), err
+			}
+			return false, s.afterSuccess(p)
+		}
 	default:
 		s.env.metrics().Statement(PathPassThrough, ruleName(p.Table))
 	}

@@ -732,3 +732,22 @@ func TestConditionalIncrementPastRange(t *testing.T) {
 	}
 	runDifferential(t, cat, plain, ruled, corpus)
 }
+
+// TestMultiStatementReadTypes: the differential fuzzer's finding (MySQL
+// seed 3003, MariaDB seed 2005): counter reads in a multi-statement query
+// kept the rewritten expression's column definitions (BIGINT, signed)
+// instead of the columns' own, which a single read gets.
+func TestMultiStatementReadTypes(t *testing.T) {
+	const plain, ruled = "multiread_plain", "multiread_ruled"
+	cat := loadedSetup(t, plain, ruled, []string{
+		"CREATE TABLE t1 (id INT NOT NULL PRIMARY KEY, c1 INT UNSIGNED NOT NULL DEFAULT 0, c2 INT NOT NULL DEFAULT 0, name VARCHAR(20) NULL)",
+		"INSERT INTO t1 (id, c1, c2, name) VALUES (1, 2, 2, 'n1'), (5, 0, 7, 'n5')",
+	}, "table: "+ruled+".t1\nkey: id\ncounters: [c1, c2]\nslots: 6\n")
+	corpus := []step{
+		text("UPDATE t1 SET c1 = c1 + 1 WHERE id = 1"),
+		multi("SELECT * FROM t1 WHERE id IN (5, 1) ORDER BY id; UPDATE t1 SET c2 = c2 + 2 WHERE id = 5"),
+		multi("SELECT c1, c2 + 1 AS n FROM t1 ORDER BY id; SELECT SUM(c2) FROM t1; SELECT name FROM t1 WHERE id = 5"),
+		text("SELECT * FROM t1 ORDER BY id"),
+	}
+	runDifferential(t, cat, plain, ruled, corpus)
+}

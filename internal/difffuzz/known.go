@@ -22,20 +22,6 @@ const (
 // (DIFFFUZZ_ALL=1 runs everything).
 var KnownDifferences = []Exclusion{
 	{
-		// Counter reads in a multi-statement COM_QUERY keep the rewritten
-		// expression's column definitions (LONGLONG, signed) instead of
-		// the columns' own: a single-statement read is patched, the same
-		// read inside a multi-statement query is not. Both servers.
-		Class: MultiRead,
-		Reproducer: `seed 3003, MySQL 9.7.4 (MariaDB 10.11: seed 2005, the same)
-CREATE TABLE t1 (id INT NOT NULL PRIMARY KEY, c1 INT UNSIGNED NOT NULL DEFAULT 0, c2 INT NOT NULL DEFAULT 0, name VARCHAR(20) NULL);
-INSERT INTO t1 (id, c1, c2, name) VALUES (1, 2, 2, 'n1');
-rule: table: difffuzz_ruled.t1 / key: id / counters: [c1, c2] / slots: 6
-  1 [c3] SELECT * FROM t1 WHERE id IN (5, 1) ORDER BY id; UPDATE t2 SET c2 = c2 + 2 WHERE id = 5  -- one COM_QUERY
-direct: cols=[id,c1,c2,name] types=[3/0/false 3/0/true 3/0/false 253/0/false] rows=(1,2,2,"n1") | OK
-proxy:  cols=[id,c1,c2,name] types=[3/0/false 8/0/false 8/0/false 253/0/false] rows=(1,2,2,"n1") | OK`,
-	},
-	{
 		// Writes the proxy folds first (increments beyond a slot's share
 		// of the range, guarded writes, inserts and upserts of ruled
 		// tables) lock slot-table ranges (next-key locks) and wait for
