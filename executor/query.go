@@ -312,9 +312,11 @@ func (s *Session) plan(rw *rewrite.Rewriter, sql []byte) ([]rewrite.Plan, error)
 		s.log.Debug("statement does not parse; passing it through", "err", err)
 		return nil, nil
 	}
-	if !rewrite.Changed(plans) {
+	if !rewrite.Changed(plans) && (s.warnings == nil || len(plans) < 2 || !startsWithShowWarnings(sql)) {
 		return nil, nil
 	}
+	// (A SHOW WARNINGS first, for warnings the proxy kept: the
+	// statements run one by one, that one answered by the proxy.)
 	return plans, nil
 }
 
