@@ -913,7 +913,13 @@ const guardSavepoint = "`_slotproxy_guard`"
 // lockKeys locks the base rows of keys of t (FOR UPDATE) and returns the
 // keys that have one.
 func (s *Session) lockKeys(t *rewrite.Table, keys []string) (found []string, errPkt []byte, err error) {
-	r, err := s.query(t.LockSQL(keys))
+	return s.queryKeys(t.LockSQL(keys))
+}
+
+// queryKeys runs a statement of the proxy's own that selects keys, and
+// returns them (or the server's ERR).
+func (s *Session) queryKeys(sql string) (found []string, errPkt []byte, err error) {
+	r, err := s.query(sql)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -932,21 +938,7 @@ func (s *Session) lockKeys(t *rewrite.Table, keys []string) (found []string, err
 
 // slotted returns the keys of t among keys that have slot rows.
 func (s *Session) slotted(t *rewrite.Table, keys []string) (found []string, errPkt []byte, err error) {
-	r, err := s.query(t.SlottedSQL(keys))
-	if err != nil {
-		return nil, nil, err
-	}
-	if r.Failed() {
-		return nil, r.Err, nil
-	}
-	for _, row := range r.Rows {
-		vals, err := wire.TextRow(row)
-		if err != nil || len(vals) != 1 || vals[0] == nil || !isInteger(vals[0]) {
-			return nil, nil, errors.New("guard: key is not an integer")
-		}
-		found = append(found, string(vals[0]))
-	}
-	return found, nil, nil
+	return s.queryKeys(t.SlottedSQL(keys))
 }
 
 // lockKeysAndFold locks the base rows of keys of t and folds their slots;

@@ -19,11 +19,8 @@ import (
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/slotproxy/slotproxy/internal/catalog"
 	"github.com/slotproxy/slotproxy/internal/testdb"
 	"github.com/slotproxy/slotproxy/proxy"
-	"github.com/slotproxy/slotproxy/rewrite"
-	"github.com/slotproxy/slotproxy/rules"
 )
 
 // TestTruncateAutocommitOff is the exactness issue's case 4 as named: with
@@ -398,19 +395,7 @@ func TestOwnIncrementsSurviveReload(t *testing.T) {
 	mustExec(t, conn, "BEGIN")
 	mustExec(t, conn, "UPDATE repos SET stars = stars + 1 WHERE id = 1")
 	// The catalog as a reload builds it: the same rules, new tables.
-	r, err := rules.Parse("rule.yaml", []byte(rule))
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := rules.NewSet(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reloaded, err := catalog.Load(ctx, touchAdmin(t), set, "slotted_counters")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.srv.SetRewriter(newRewriter(reloaded))
+	p.srv.SetRewriter(newRewriter(loadCatalog(t, rule)))
 	if got := queryString(t, conn, "SELECT stars FROM repos WHERE id = 1"); got != "11" {
 		t.Fatalf("the transaction reads %s, want 11", got)
 	}
@@ -446,22 +431,6 @@ func TestPreparedAcrossReload(t *testing.T) {
 	rule := "table: " + ruled + ".repos\nkey: id\ncounters: [stars]\nslots: 4\n"
 	cat := loadedSetup(t, plain, ruled, ddl, rule)
 	p := startProxy(t, func(c *proxy.Config) { c.Rewriter = newRewriter(cat) })
-	load := func(text string) *rewrite.Catalog {
-		t.Helper()
-		r, err := rules.Parse("rule.yaml", []byte(text))
-		if err != nil {
-			t.Fatal(err)
-		}
-		set, err := rules.NewSet(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := catalog.Load(t.Context(), touchAdmin(t), set, "slotted_counters")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
 	admin := touchAdmin(t)
 	state := func() (base, slots int64) {
 		t.Helper()
@@ -494,10 +463,10 @@ func TestPreparedAcrossReload(t *testing.T) {
 		}
 	}
 	inc(0, 1, "prepared and executed")
-	p.srv.SetRewriter(newRewriter(load(rule)))
+	p.srv.SetRewriter(newRewriter(loadCatalog(t, rule)))
 	inc(0, 1, "after a reload with the same rules")
 	inc(0, 1, "again")
-	p.srv.SetRewriter(newRewriter(load(rule + "mode: shadow\n")))
+	p.srv.SetRewriter(newRewriter(loadCatalog(t, rule+"mode: shadow\n")))
 	inc(1, 0, "after its rule was set to shadow mode")
 	if r, err := c.Execute("SELECT stars FROM repos WHERE id = 1"); err != nil {
 		t.Fatal(err)

@@ -69,7 +69,16 @@ func loadedSetup(t *testing.T, plain, ruled string, ddl []string, rule string) *
 			t.Fatal(err)
 		}
 	}
-	// rule may hold several rules, separated by lines of ---.
+	admin := touchAdmin(t)
+	if err := catalog.Migrate(t.Context(), admin, ruleSet(t, rule), "slotted_counters", io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	return loadCatalog(t, rule)
+}
+
+// ruleSet parses rule files' texts, separated by lines of ---.
+func ruleSet(t *testing.T, rule string) *rules.Set {
+	t.Helper()
 	var rs []*rules.Rule
 	for i, text := range strings.Split(rule, "\n---\n") {
 		r, err := rules.Parse(fmt.Sprintf("rule%d.yaml", i+1), []byte(text))
@@ -82,11 +91,14 @@ func loadedSetup(t *testing.T, plain, ruled string, ddl []string, rule string) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin := touchAdmin(t)
-	if err := catalog.Migrate(t.Context(), admin, set, "slotted_counters", io.Discard); err != nil {
-		t.Fatal(err)
-	}
-	cat, err := catalog.Load(t.Context(), admin, set, "slotted_counters")
+	return set
+}
+
+// loadCatalog loads the catalog of rule (see ruleSet) as serve does, at
+// start or at a reload: new tables each time.
+func loadCatalog(t *testing.T, rule string) *rewrite.Catalog {
+	t.Helper()
+	cat, err := catalog.Load(t.Context(), touchAdmin(t), ruleSet(t, rule), "slotted_counters")
 	if err != nil {
 		t.Fatal(err)
 	}
