@@ -341,6 +341,9 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 			return err
 		}
 	}
+	if s.warnings != nil && startsWithShowWarnings(sql) && s.multiStatements() && !rw.Catalog().Mentions(string(sql)) {
+		return s.showWarningsFirst(sql)
+	}
 	if s.tablesLocked() && rewrite.EndsTableLocks(sql) {
 		s.rw.locked = nil
 	}

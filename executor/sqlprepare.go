@@ -1,6 +1,8 @@
 package executor
 
 import (
+	"github.com/go-mysql-org/go-mysql/mysql"
+
 	"github.com/slotproxy/slotproxy/internal/wire"
 	"github.com/slotproxy/slotproxy/rewrite"
 )
@@ -89,4 +91,33 @@ func pick(vars []string, idx []int) []string {
 		out = append(out, vars[i])
 	}
 	return out
+}
+
+// showWarningsFirst runs a multi-statement query that names no ruled table
+// and begins with SHOW WARNINGS while the session keeps the warnings of
+// its previous statement (see saveWarnings): each SHOW WARNINGS it begins
+// with is answered with them, and the rest of the query is sent as it is.
+func (s *Session) showWarningsFirst(sql []byte) error {
+	seq := s.respSeq
+	rest := string(sql)
+	sess := s.rewriteSession()
+	for {
+		first, after, ok := rewrite.SplitFirst(rest, sess)
+		if !ok || !isShowWarnings([]byte(first)) {
+			break
+		}
+		status := func(uint16) uint16 { return s.status | mysql.SERVER_MORE_RESULTS_EXISTS }
+		if err := s.warnings.WriteTo(s.link.Client, &seq, s.link.Caps, status); err != nil {
+			return err
+		}
+		rest = after
+	}
+	if isShowWarnings([]byte(rest)) {
+		status := func(uint16) uint16 { return s.status &^ mysql.SERVER_MORE_RESULTS_EXISTS }
+		return s.warnings.WriteTo(s.link.Client, &seq, s.link.Caps, status)
+	}
+	s.warnings = nil
+	s.env.metrics().Statement(PathPassThrough, "")
+	_, err := s.relayAs(queryPacket(rest), &seq, false)
+	return err
 }

@@ -607,6 +607,11 @@ func TestWarningsAfterFoldedWrites(t *testing.T) {
 		multi("SHOW WARNINGS; SELECT c2 FROM t1 WHERE id = 3"),
 		text("UPDATE t1 SET c1 = c1 - 1 WHERE id IN (1)"),
 		multi("SHOW WARNINGS; INSERT INTO t1 (id, c1) VALUES (4, 10)"),
+		// Naming no ruled table (MySQL seed 1795621647607388413).
+		text("UPDATE t1 SET c1 = c1 - 1 WHERE id IN (1)"),
+		multi("SHOW WARNINGS; SHOW WARNINGS"),
+		text("UPDATE t1 SET c1 = c1 - 1 WHERE id IN (1)"),
+		multi("SHOW WARNINGS; SELECT 1; SHOW WARNINGS"),
 		text("SHOW WARNINGS"),
 		text("SET SESSION sql_mode = DEFAULT"),
 		text("SELECT id, c1, c2 FROM t1 ORDER BY id"),

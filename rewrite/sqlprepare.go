@@ -104,3 +104,22 @@ func BindVars(sql string, sess Session, vars []string) (string, bool) {
 	b.WriteString(sql[last:])
 	return b.String(), true
 }
+
+// SplitFirst returns the first statement of a multi-statement query sql
+// (up to its semicolon) and the rest; false when sql does not lex or is
+// one statement.
+func SplitFirst(sql string, sess Session) (first, rest string, ok bool) {
+	toks, ok := lex(sql, sess)
+	if !ok {
+		return "", "", false
+	}
+	for _, t := range toks {
+		if t.kind == tokPunct && sql[t.start] == ';' && t.depth == 0 {
+			if strings.TrimSpace(sql[t.end:]) == "" {
+				return "", "", false
+			}
+			return sql[:t.end], sql[t.end:], true
+		}
+	}
+	return "", "", false
+}
