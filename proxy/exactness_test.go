@@ -727,3 +727,76 @@ func TestMultiStatementReadTypes(t *testing.T) {
 	}
 	runDifferential(t, cat, plain, ruled, corpus)
 }
+
+// TestNoRetryAfterEarlierStatementsOfCommand is the exactness issue's case
+// 8 (first point): a transaction's first command after BEGIN is a
+// multi-statement query, an INSERT and then an increment, and the
+// increment deadlocks. InnoDB rolls back the whole transaction, the INSERT
+// with it, although the client got its OK: the proxy must not run "the
+// transaction" again from BEGIN with the increment alone (it once did, as
+// if the command were one statement), but answer the deadlock, as the
+// server does directly.
+func TestNoRetryAfterEarlierStatementsOfCommand(t *testing.T) {
+	const plain, ruled = "multiretry_plain", "multiretry_ruled"
+	cat := loadedSetup(t, plain, ruled, []string{
+		"CREATE TABLE repos (id BIGINT NOT NULL PRIMARY KEY, stars INT NOT NULL DEFAULT 0)",
+		"INSERT INTO repos (id) VALUES (1)",
+		"CREATE TABLE other (id BIGINT NOT NULL PRIMARY KEY)",
+		"CREATE TABLE ballast (id BIGINT NOT NULL PRIMARY KEY, v INT NOT NULL)",
+		"INSERT INTO ballast (id, v) SELECT seq, 0 FROM " + testdb.Seq(200),
+	}, "table: "+ruled+".repos\nkey: id\ncounters: [stars]\nslots: 4\n")
+	p := startProxy(t, func(c *proxy.Config) { c.Rewriter = newRewriter(cat) })
+	for _, side := range []struct{ name, addr, db string }{{"direct", testdb.Shared().Addr, plain}, {"proxy", p.addr, ruled}} {
+		t.Run(side.name, func(t *testing.T) {
+			a, err := client.Connect(side.addr, testdb.User, testdb.Password, side.db, func(c *client.Conn) error {
+				return c.SetCapability(gomysql.CLIENT_MULTI_STATEMENTS)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			// b, directly: the record's row locked, and many rows written,
+			// so that InnoDB picks a as the deadlock's victim.
+			b, err := client.Connect(testdb.Shared().Addr, testdb.User, testdb.Password, side.db)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			for _, q := range []string{"BEGIN", "UPDATE ballast SET v = v + 1", "SELECT * FROM repos WHERE id = 1 FOR UPDATE"} {
+				if _, err := b.Execute(q); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := a.Execute("BEGIN"); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan []string, 1)
+			go func() {
+				var out []string
+				_, err := a.ExecuteMultiple("INSERT INTO other (id) VALUES (5); UPDATE repos SET stars = stars + 1 WHERE id = 1", func(r *gomysql.Result, err error) {
+					out = append(out, render(r, err))
+				})
+				if err != nil {
+					out = append(out, render(nil, err))
+				}
+				done <- out
+			}()
+			time.Sleep(300 * time.Millisecond) // a waits for b's row lock
+			bDone := make(chan error, 1)
+			go func() { _, err := b.Execute("INSERT INTO other (id) VALUES (5)"); bDone <- err }()
+			out := <-done
+			if err := <-bDone; err != nil {
+				t.Fatalf("b's insert: %v", err)
+			}
+			if _, err := b.Execute("ROLLBACK"); err != nil {
+				t.Fatal(err)
+			}
+			_, _ = a.Execute("ROLLBACK")
+			got := strings.Join(out, " | ")
+			if !strings.Contains(got, "ERR 1213") {
+				t.Fatalf("a's query: %s; want its increment to get the deadlock (1213)", got)
+			}
+			t.Logf("a's query: %s", got)
+		})
+	}
+}
