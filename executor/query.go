@@ -341,8 +341,18 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 			return err
 		}
 	}
-	if s.warnings != nil && startsWithShowWarnings(sql) && s.multiStatements() && !rw.Catalog().Mentions(string(sql)) {
-		return s.showWarningsFirst(sql)
+	if startsWithShowWarnings(sql) && s.multiStatements() {
+		// Statements of the proxy's own (reading the session's state to
+		// plan the query) would clear the server's diagnostics before the
+		// query's SHOW WARNINGS: they are kept first.
+		if s.warnings == nil {
+			if err := s.saveWarnings(); err != nil {
+				return err
+			}
+		}
+		if s.warnings != nil && !rw.Catalog().Mentions(string(sql)) {
+			return s.showWarningsFirst(sql)
+		}
 	}
 	if s.tablesLocked() && rewrite.EndsTableLocks(sql) {
 		s.rw.locked = nil

@@ -612,6 +612,12 @@ func TestWarningsAfterFoldedWrites(t *testing.T) {
 		multi("SHOW WARNINGS; SHOW WARNINGS"),
 		text("UPDATE t1 SET c1 = c1 - 1 WHERE id IN (1)"),
 		multi("SHOW WARNINGS; SELECT 1; SHOW WARNINGS"),
+		// After a statement the proxy relays as it is (MySQL seed
+		// 1795621778096912081).
+		text("ROLLBACK TO SAVEPOINT sp1"),
+		multi("SHOW WARNINGS; SELECT * FROM t1 WHERE id IN (4, 3, 1) ORDER BY id"),
+		text("ROLLBACK TO SAVEPOINT sp1"),
+		multi("SHOW WARNINGS; SELECT 2"),
 		text("SHOW WARNINGS"),
 		text("SET SESSION sql_mode = DEFAULT"),
 		text("SELECT id, c1, c2 FROM t1 ORDER BY id"),
