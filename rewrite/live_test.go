@@ -83,15 +83,15 @@ func TestGoldenLive(t *testing.T) {
 	}
 	defer c.Close()
 	defaultMode := scalar(t, c, "SELECT @@SESSION.sql_mode")
-	// Statements that name files under /tmp (INTO OUTFILE, LOAD DATA) run
-	// with a file of their own in the server's private temporary
-	// directory instead: a file written by one run, or by the rewritten
-	// statement before the client's, must not decide how the next one
-	// ends.
+	// Statements that name files (INTO OUTFILE, LOAD DATA) name them
+	// '@TMPDIR@/name': they run with a file of their own in the server's
+	// private temporary directory, so that a file written by one run, or by
+	// the rewritten statement before the client's, does not decide how the
+	// next one ends.
 	serverTmp := strings.TrimRight(scalar(t, c, "SELECT @@tmpdir"), "/")
 	files := 0
 	live := func(q string) string {
-		parts := strings.Split(q, "'/tmp/")
+		parts := strings.Split(q, "'@TMPDIR@/")
 		for i := 1; i < len(parts); i++ {
 			files++
 			parts[i] = fmt.Sprintf("'%s/golden-%d-%s", serverTmp, files, parts[i])

@@ -1,11 +1,11 @@
 -- case: TABLE statement reads every counter
 TABLE repos
 -- case: LOAD DATA REPLACE into a ruled table
-LOAD DATA INFILE '/tmp/x.csv' REPLACE INTO TABLE repos
+LOAD DATA INFILE '@TMPDIR@/x.csv' REPLACE INTO TABLE repos
 -- case: LOAD DATA LOCAL REPLACE into a ruled table
-LOAD DATA LOCAL INFILE '/tmp/x.csv' REPLACE INTO TABLE repos
+LOAD DATA LOCAL INFILE '@TMPDIR@/x.csv' REPLACE INTO TABLE repos
 -- case: LOAD DATA IGNORE into a ruled table
-LOAD DATA INFILE '/tmp/x.csv' IGNORE INTO TABLE repos
+LOAD DATA INFILE '@TMPDIR@/x.csv' IGNORE INTO TABLE repos
 -- case: CREATE VIEW over counters
 CREATE VIEW v AS SELECT id, downloads FROM repos
 -- case: CREATE VIEW over counters with a column list (MySQL: refused)
@@ -19,7 +19,7 @@ PREPARE s FROM 'SELECT downloads FROM repos WHERE id = ?'
 -- case: LOCK TABLES WRITE
 LOCK TABLES repos WRITE
 -- case: SELECT INTO OUTFILE
-SELECT downloads FROM repos WHERE id = 1 INTO OUTFILE '/tmp/out'
+SELECT downloads FROM repos WHERE id = 1 INTO OUTFILE '@TMPDIR@/out'
 -- case: INSERT SELECT from a ruled table into another
 INSERT INTO users (id, name) SELECT id, downloads FROM repos
 -- case: SELECT INTO user variables reads the total
@@ -29,7 +29,7 @@ SELECT downloads, stars FROM repos WHERE id = 1 INTO @d, @s
 -- case: SELECT INTO after a locking clause
 SELECT downloads FROM repos WHERE id = 1 FOR UPDATE INTO @d
 -- case: SELECT INTO DUMPFILE
-SELECT downloads FROM repos WHERE id = 1 INTO DUMPFILE '/tmp/d'
+SELECT downloads FROM repos WHERE id = 1 INTO DUMPFILE '@TMPDIR@/d'
 -- case: INSERT with a row alias is guarded and keeps its alias
 INSERT INTO repos (id, downloads) VALUES (1, 5) AS new ON DUPLICATE KEY UPDATE downloads = new.downloads
 -- case: INSERT with a row alias and column aliases
