@@ -32,7 +32,6 @@ type replayed struct {
 	ex       *execution // nil for a text statement
 	affected uint64
 	warnings uint16
-	command  uint64 // the session's command number
 }
 
 // maxReplayed bounds the increments one transaction keeps for a replay.
@@ -51,7 +50,7 @@ func (s *Session) recordIncrement(p rewrite.Plan, ex *execution, ok *wire.OK) {
 		}
 		ex = ex.clone()
 	}
-	s.txn.replay = append(s.txn.replay, replayed{plan: p, ex: ex, affected: ok.Affected, warnings: ok.Warnings, command: s.commands})
+	s.txn.replay = append(s.txn.replay, replayed{plan: p, ex: ex, affected: ok.Affected, warnings: ok.Warnings})
 }
 
 // replayable reports whether the open transaction (or the one the server
