@@ -807,3 +807,27 @@ func TestNoRetryAfterEarlierStatementsOfCommand(t *testing.T) {
 		})
 	}
 }
+
+// TestSnapshotAfterRollupAndFailedIncrement: the differential fuzzer's
+// finding (MySQL seed 1795622054818647808): a transaction's snapshot read
+// after a roll-up folded a record and a failed increment of it.
+func TestSnapshotAfterRollupAndFailedIncrement(t *testing.T) {
+	const plain, ruled = "snaproll_plain", "snaproll_ruled"
+	cat := loadedSetup(t, plain, ruled, []string{
+		"CREATE TABLE t1 (id BIGINT NOT NULL PRIMARY KEY, c1 BIGINT UNSIGNED NOT NULL DEFAULT 0, c2 INT NULL)",
+		"INSERT INTO t1 (id, c1, c2) VALUES (1, 97, 9), (2, 8, 3)",
+		"CREATE TABLE t2 (id BIGINT NOT NULL PRIMARY KEY, c1 SMALLINT DEFAULT NULL, c3 INT NOT NULL DEFAULT 0)",
+		"INSERT INTO t2 (id, c1, c3) VALUES (4, -32767, -2147483648), (5, 32767, 7)",
+	}, "table: "+ruled+".t1\nkey: id\ncounters: [c1]\nslots: 15\n---\ntable: "+ruled+".t2\nkey: id\ncounters: [c1, c3]\nslots: 7\n")
+	corpus := []step{
+		text("UPDATE t2 SET c3 = c3 + 2 WHERE id = 5"),
+		text("BEGIN"),
+		prep("SELECT id, c2 FROM t1 WHERE id = ?", 3),
+		text(touchRollup),
+		text("UPDATE t2 SET c1 = c1 + 1 WHERE id IN (5, 4)"),
+		text("SELECT * FROM t2 ORDER BY id"),
+		text("COMMIT"),
+		text("SELECT * FROM t2 ORDER BY id"),
+	}
+	runDifferential(t, cat, plain, ruled, corpus)
+}

@@ -221,14 +221,18 @@ func (t *Table) FoldSQL(keys []string) []string {
 		fmt.Fprintf(&set, "%s = %s + COALESCE((SELECT SUM(%s.`count`) FROM %s AS %s WHERE %s.`record_type` = %d AND %s.`record_id` = `_t`.%s), 0)",
 			col, col, sp, t.QualifiedSlots(), sp, sp, c.RecordType, sp, quoteIdent(t.Key))
 	}
-	// Only rows with slot rows are written: an UPDATE of the others would
-	// change nothing but still fire the table's UPDATE triggers. (An alias
-	// of its own: LOCK TABLES locks each alias once per statement.)
+	// Only rows with non-zero slot rows are written, and only those slot
+	// rows deleted: an UPDATE of the other rows would change nothing but
+	// still fire the table's UPDATE triggers, and deleting a slot row that
+	// roll-up zeroed (its count moved to the base row after the
+	// transaction's snapshot) would hide from the transaction's own reads
+	// the count its snapshot's base value lacks. (An alias of its own:
+	// LOCK TABLES locks each alias once per statement.)
 	sp := spAlias(len(t.Counters))
 	return []string{
-		fmt.Sprintf("UPDATE %s AS `_t` SET %s WHERE `_t`.%s IN (%s) AND EXISTS (SELECT 1 FROM %s AS %s WHERE %s.`record_type` IN (%s) AND %s.`record_id` = `_t`.%s)",
-			t.Qualified(), set.String(), quoteIdent(t.Key), in, t.QualifiedSlots(), sp, sp, t.recordTypes(), sp, quoteIdent(t.Key)),
-		fmt.Sprintf("DELETE FROM %s WHERE `record_type` IN (%s) AND `record_id` IN (%s)", t.QualifiedSlots(), t.recordTypes(), in),
+		fmt.Sprintf("UPDATE %s AS `_t` SET %s WHERE `_t`.%s IN (%s) AND EXISTS (SELECT 1 FROM %s AS %s WHERE %s.`record_type` IN (%s) AND %s.`record_id` = `_t`.%s AND %s.`count` <> 0)",
+			t.Qualified(), set.String(), quoteIdent(t.Key), in, t.QualifiedSlots(), sp, sp, t.recordTypes(), sp, quoteIdent(t.Key), sp),
+		fmt.Sprintf("DELETE FROM %s WHERE `record_type` IN (%s) AND `record_id` IN (%s) AND `count` <> 0", t.QualifiedSlots(), t.recordTypes(), in),
 	}
 }
 
