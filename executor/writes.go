@@ -1206,6 +1206,10 @@ func (s *Session) saveWarnings() error {
 	}
 	if !res.Failed() {
 		s.warnings = buf
+		// Its status is the session's now (after an ERR, which carries
+		// none, the last status the proxy saw may be stale: a failed
+		// statement with autocommit off opened a transaction).
+		s.noteStatus(res)
 	}
 	return nil
 }

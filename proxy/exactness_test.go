@@ -614,6 +614,14 @@ func TestWarningsAfterFoldedWrites(t *testing.T) {
 		multi("SHOW WARNINGS; SELECT 1; SHOW WARNINGS"),
 		// After a statement the proxy relays as it is (MySQL seed
 		// 1795621778096912081).
+		// With autocommit off, a failed statement opens a transaction:
+		// the status SHOW WARNINGS answers with says so (MySQL seed
+		// 1795623868288377xxx series).
+		text("SET autocommit = 0"),
+		text("INSERT INTO t1 (id, c1) VALUES (3, 1)"),
+		multi("SHOW WARNINGS; SELECT id FROM t1 ORDER BY id"),
+		text("ROLLBACK"),
+		text("SET autocommit = 1"),
 		text("SET SESSION sql_mode = DEFAULT"), // the proxy reads the session's state again
 		text("ROLLBACK TO SAVEPOINT sp1"),
 		multi("SHOW WARNINGS; SELECT * FROM t1 WHERE id IN (4, 3, 1) ORDER BY id"),

@@ -481,7 +481,9 @@ func (r *run) compareTables(check *twin, kind, what string) error {
 	return nil
 }
 
-// checkOrphans finds slot rows whose base row does not exist.
+// checkOrphans finds slot rows whose base row does not exist and that
+// still count (rows roll-up zeroed add nothing to any total; a fold leaves
+// them, and roll-up deletes them).
 func (r *run) checkOrphans() error {
 	cat := r.srv.Rewriter().Catalog()
 	for _, tb := range cat.Tables() {
@@ -489,7 +491,7 @@ func (r *run) checkOrphans() error {
 		for _, c := range tb.Counters {
 			types = append(types, fmt.Sprint(c.RecordType))
 		}
-		q := fmt.Sprintf("SELECT s.record_type, s.record_id, s.slot, s.count FROM %[1]s.%[2]s s WHERE s.record_type IN (%[3]s) AND NOT EXISTS (SELECT 1 FROM %[1]s.%[4]s b WHERE b.id = s.record_id) ORDER BY 1, 2, 3",
+		q := fmt.Sprintf("SELECT s.record_type, s.record_id, s.slot, s.count FROM %[1]s.%[2]s s WHERE s.record_type IN (%[3]s) AND s.count <> 0 AND NOT EXISTS (SELECT 1 FROM %[1]s.%[4]s b WHERE b.id = s.record_id) ORDER BY 1, 2, 3",
 			r.env.ruled(), slotsTable, strings.Join(types, ", "), tb.Name)
 		res, err := r.admin.Execute(q)
 		if err != nil {
