@@ -190,6 +190,9 @@ func TestMaxUnauthenticated(t *testing.T) {
 	p := startProxy(t, func(c *proxy.Config) {
 		c.MaxUnauthenticated = 2
 		c.MaxHandshakeQueue = 1
+		// Long enough that a loaded machine does not drop the idle
+		// handshakes (freeing their places) before the test is done.
+		c.HandshakeTimeout = time.Minute
 	})
 	idle := []net.Conn{dialTCP(t, p.addr), dialTCP(t, p.addr)}
 	for _, c := range idle {
@@ -197,8 +200,16 @@ func TestMaxUnauthenticated(t *testing.T) {
 	}
 	waited := make(chan error, 1)
 	go func() { waited <- openDSN(t, p.dsn(testdb.User, testdb.Password, "", "timeout=9s")).Ping() }()
-	for p.srv.HandshakesWaiting() < 1 {
-		time.Sleep(5 * time.Millisecond)
+	// Bounded: a client that never comes to wait is a failure, not a hang.
+	for until := time.Now().Add(10 * time.Second); p.srv.HandshakesWaiting() < 1; time.Sleep(5 * time.Millisecond) {
+		select {
+		case err := <-waited:
+			t.Fatalf("the client over max_unauthenticated did not wait for a place: %v", err)
+		default:
+		}
+		if time.Now().After(until) {
+			t.Fatalf("no handshake waiting for a place after 10 s")
+		}
 	}
 	// The waiting client holds the only place in the queue; one more is
 	// refused at once.
