@@ -69,8 +69,8 @@ func (s *Session) incPatch(matched, changed uint64) func(*wire.OK) {
 // packets from *seq. ex, when set, is the client's COM_STMT_EXECUTE of a
 // prepared plan. It reports whether the client got an ERR.
 func (s *Session) execPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) (bool, error) {
-	if ex == nil && p.Kind == rewrite.KindOriginal && isShowWarnings([]byte(p.Original)) {
-		if saved := s.warnings; saved != nil {
+	if saved := s.warnings; saved != nil {
+		if ex == nil && p.Kind == rewrite.KindOriginal && isShowWarnings([]byte(p.Original)) {
 			// SHOW WARNINGS after a statement of the same query whose
 			// warnings the proxy's own statements cleared on the server.
 			status := func(uint16) uint16 {
@@ -81,7 +81,6 @@ func (s *Session) execPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) 
 			}
 			return false, saved.WriteTo(s.link.Client, seq, s.link.Caps, status)
 		}
-	} else {
 		s.warnings = nil // they were the statement before this one's
 	}
 	if p.Shadow {
@@ -1248,6 +1247,9 @@ func keepsDiagnostics(cmd byte) bool {
 // startsWithShowWarnings reports whether sql is SHOW WARNINGS followed by
 // other statements (a multi-statement query).
 func startsWithShowWarnings(sql []byte) bool {
+	if t := bytes.TrimLeft(sql, " \t\r\n"); len(t) < 4 || !equalFold(t[:4], "show") {
+		return false // every query comes here: no scan for the others
+	}
 	i := bytes.IndexByte(sql, ';')
 	return i > 0 && isShowWarnings(sql[:i]) && len(bytes.TrimSpace(sql[i+1:])) > 0
 }
