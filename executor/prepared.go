@@ -84,7 +84,7 @@ func (s *Session) handlePrepare(rw *rewrite.Rewriter, payload []byte) error {
 	case p.Shadow:
 		// Prepared as the client wrote it; executions are counted.
 		sql = p.Original
-	case p.Kind == rewrite.KindOriginal && p.After == "" && !p.Invalidate && !p.Reload && p.Temp == nil:
+	case p.AsWritten():
 		_, err := s.forward(payload, wire.Prepare, nil)
 		return err
 	}
@@ -139,13 +139,18 @@ func (s *Session) handleExecute(rw *rewrite.Rewriter, payload []byte) error {
 	}
 	p := st.plan
 	s.stmtsInCommand = 1
-	if st.rw != rw && rw != nil && (p.Kind == rewrite.KindIncrement || p.Kind == rewrite.KindGuarded) {
+	if st.rw != rw && rw != nil && (p.Kind == rewrite.KindIncrement || p.Kind == rewrite.KindGuarded || p.Refresh != nil) {
 		if done, err := s.executeReplanned(rw, st, payload); done || err != nil {
 			return err
 		}
 	}
 	if s.enterGate(p) {
 		defer s.env.Gate.leave()
+	}
+	if g, ok, err := s.refreshing(p); err != nil {
+		return err
+	} else if ok {
+		p = g
 	}
 	switch {
 	case p.Shadow:

@@ -404,10 +404,10 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 	// SHOW WARNINGS in it is answered with the warnings the proxy keeps).
 	simple := s.warnings == nil && len(plans) == 1
 	for _, p := range plans {
-		if !p.Shadow && p.Kind != rewrite.KindRead && (p.Kind != rewrite.KindOriginal || p.After != "" || p.Invalidate || p.Reload || p.Temp != nil || p.Locks != nil || p.Prepares != nil) {
+		if !p.Shadow && p.Kind != rewrite.KindRead && !p.AsWritten() {
 			simple = false
 		}
-		if p.Locking && !p.Shadow {
+		if (p.Locking || p.Refresh != nil) && !p.Shadow {
 			simple = false
 		}
 	}

@@ -97,6 +97,11 @@ func (s *Session) execPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) 
 			return s.execAsWritten(p, ex, seq, more)
 		}
 	}
+	if g, ok, err := s.refreshing(p); err != nil {
+		return false, err
+	} else if ok {
+		return s.execGuarded(g, ex, seq, more)
+	}
 	switch {
 	case p.Kind == rewrite.KindRefused && !p.Shadow:
 		return true, s.refuse(p.Table, p.Reason, seq)
@@ -956,13 +961,56 @@ func (s *Session) lockKeysAndFold(t *rewrite.Table, keys []string) (missing []st
 	return missing, errPkt, err
 }
 
+// refreshing returns p as the guarded write it must run as now (ok):
+// a write of rows of a ruled table that assigns no counter (p.Refresh),
+// in a transaction whose snapshot may predate folds of those records
+// (snapshotFolds). Its guard folds and refreshes them first.
+func (s *Session) refreshing(p rewrite.Plan) (g rewrite.Plan, ok bool, err error) {
+	if p.Refresh == nil || p.Shadow || (p.Kind != rewrite.KindOriginal && p.Kind != rewrite.KindRead) {
+		return p, false, nil
+	}
+	on, err := s.snapshotFolds()
+	if err != nil || !on {
+		return p, false, err
+	}
+	g = p
+	g.Kind, g.Guard, g.Table, g.Refresh = rewrite.KindGuarded, p.Refresh, p.Refresh.Table, nil
+	return g, true, nil
+}
+
+// snapshotFolds reports whether a fold now runs in the client's
+// transaction at REPEATABLE READ or SERIALIZABLE after it may have read: its
+// snapshot may then predate other folds of the records, and the fold
+// refreshes them (rewrite.Table.FoldSQL). A transaction that has run only
+// its BEGIN (not WITH CONSISTENT SNAPSHOT) and slotted increments has no
+// snapshot yet: its first plain read makes one.
+func (s *Session) snapshotFolds() (bool, error) {
+	if !s.inTransaction() {
+		return false, nil
+	}
+	if s.txn.begin != nil && !bytes.Contains(bytes.ToUpper(s.txn.begin), []byte("SNAPSHOT")) && s.replayable() {
+		return false, nil
+	}
+	if err := s.ensureSessionInfo(); err != nil {
+		return false, err
+	}
+	// A weaker level the session variable shows takes a new snapshot per
+	// statement; one a statement may have set (weakAt) is not certain, and
+	// refreshing at READ COMMITTED changes nothing.
+	return !strings.HasPrefix(s.rw.isolation, "READ"), nil
+}
+
 // foldKeys folds the slots of the records of t with keys (locked) into
 // their base rows, in batches.
 func (s *Session) foldKeys(t *rewrite.Table, keys []string) (errPkt []byte, err error) {
+	refresh, err := s.snapshotFolds()
+	if err != nil {
+		return nil, err
+	}
 	for len(keys) > 0 {
 		batch := keys[:min(foldBatch, len(keys))]
 		keys = keys[len(batch):]
-		for _, q := range t.FoldSQL(batch) {
+		for _, q := range t.FoldSQL(batch, refresh) {
 			if errPkt, err := s.queryErr(q); err != nil || errPkt != nil {
 				return errPkt, err
 			}
@@ -1147,7 +1195,11 @@ func (s *Session) foldOwn(tables []*rewrite.Table) (errPkt []byte, err error) {
 			list = append(list, k)
 		}
 		slices.Sort(list)
-		stmts = append([]string{t.LockSQL(list)}, t.FoldSQL(list)...)
+		refresh, err := s.snapshotFolds()
+		if err != nil {
+			return nil, err
+		}
+		stmts = append([]string{t.LockSQL(list)}, t.FoldSQL(list, refresh)...)
 		for _, q := range stmts {
 			r, err := s.query(q)
 			if err != nil {

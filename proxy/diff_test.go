@@ -77,7 +77,11 @@ type step struct {
 	sql   string
 	args  []any
 	multi bool // several statements in one COM_QUERY
+	conn  int  // which client runs it (0, 1, …): a pair of connections each, direct and through the proxy
 }
+
+// on runs st on client c (see step.conn).
+func on(c int, st step) step { st.conn = c; return st }
 
 func text(sql string) step              { return step{sql: sql} }
 func prep(sql string, args ...any) step { return step{sql: sql, args: append([]any{}, args...)} }

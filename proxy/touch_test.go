@@ -124,8 +124,7 @@ func runDifferential(t *testing.T, cat *rewrite.Catalog, plain, ruled string, co
 		t.Cleanup(func() { _ = c.Close() })
 		return c
 	}
-	direct := connect(testdb.Shared().Addr, plain)
-	proxied := connect(p.addr, ruled)
+	var directs, proxieds []*client.Conn
 	admin := touchAdmin(t)
 	var roller rollup.Roller
 	folded := 0
@@ -138,6 +137,11 @@ func runDifferential(t *testing.T, cat *rewrite.Catalog, plain, ruled string, co
 			folded += s.Folds
 			continue
 		}
+		for len(directs) <= st.conn {
+			directs = append(directs, connect(testdb.Shared().Addr, plain))
+			proxieds = append(proxieds, connect(p.addr, ruled))
+		}
+		direct, proxied := directs[st.conn], proxieds[st.conn]
 		// Messages name the schema (1690's do): the plain one directly.
 		var want, got string
 		if st.multi {
@@ -148,7 +152,7 @@ func runDifferential(t *testing.T, cat *rewrite.Catalog, plain, ruled string, co
 			got = renderTyped(proxied.Execute(st.sql, st.args...))
 		}
 		if got != want {
-			t.Errorf("step %d %q %v:\n proxy:  %s\n direct: %s", i, st.sql, st.args, got, want)
+			t.Errorf("step %d [c%d] %q %v:\n proxy:  %s\n direct: %s", i, st.conn, st.sql, st.args, got, want)
 		}
 	}
 	return p.srv.Stats(), folded

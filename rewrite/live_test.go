@@ -176,15 +176,21 @@ func liveStatements(p Plan) []string {
 		out = append(out, p.SQL)
 	case KindIncrement:
 		out = append(out, p.Increment.ProbeSQL, p.SQL, p.Increment.Guard.KeysSQL)
-		out = append(out, p.Table.FoldSQL([]string{"1", "2"})...)
+		out = append(out, p.Table.FoldSQL([]string{"1", "2"}, false)...)
 	case KindGuarded:
 		out = append(out, p.Guard.KeysSQL)
-		out = append(out, p.Table.FoldSQL([]string{"1", "2"})...)
+		// Both folds: in a transaction's snapshot (refresh) and not.
+		out = append(out, p.Table.FoldSQL([]string{"1", "2"}, true)...)
+		out = append(out, p.Table.FoldSQL([]string{"1", "2"}, false)...)
 		if !p.Reload {
 			// DDL (ALTER TABLE) is the client's own statement, and no
 			// ROLLBACK undoes it.
 			out = append(out, p.SQL)
 		}
+	}
+	if p.Refresh != nil {
+		out = append(out, p.Refresh.KeysSQL)
+		out = append(out, p.Refresh.Table.FoldSQL([]string{"1", "2"}, true)...)
 	}
 	if p.After != "" {
 		out = append(out, p.After)

@@ -3,6 +3,7 @@ package rewrite
 import (
 	"errors"
 	"fmt"
+	"math/big"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -99,6 +100,15 @@ type Plan struct {
 	ChangesSession bool
 	// Reads are the ruled tables whose counters a KindRead plan reads.
 	Reads []*Table
+	// Refresh is set on a KindOriginal or KindRead plan of a write of
+	// Table's rows that assigns no counter (UPDATE of other columns, an
+	// upsert that updates them): it locks the rows the write may touch.
+	// Inside a REPEATABLE READ transaction that may have read before, the
+	// executor runs the plan as a guarded write with it, folding and
+	// refreshing those records first (Table.FoldSQL): the write makes each
+	// row the transaction's own, current version, and the slot rows its
+	// snapshot sees must then be current too.
+	Refresh *Guard
 	// Locking: a KindRead plan of a locking read (FOR UPDATE, FOR SHARE,
 	// LOCK IN SHARE MODE). Guards lock and fold the records it may read
 	// first, so it reads latest totals and increments of them wait, as on
@@ -202,9 +212,23 @@ func (t *Table) SlottedSQL(keys []string) string {
 }
 
 // FoldSQL returns the statements that fold the slots of the given keys
-// (decimal integers) into their base rows and delete them. Run them in one
+// (decimal integers) into their base rows and zero them. Run them in one
 // transaction after the keys were locked.
-func (t *Table) FoldSQL(keys []string) []string {
+//
+// Slot rows are zeroed, never deleted: a transaction whose snapshot is
+// older than the fold still sees their old counts, and when it later
+// writes the record's row (which makes the row its own, current version,
+// folded counts included) it must be able to make those slot rows its own
+// too (refresh), which it cannot do to a row that is gone. Roll-up deletes
+// zero rows once no transaction can still see them otherwise.
+//
+// refresh is for a fold inside a REPEATABLE READ or SERIALIZABLE
+// transaction that may have read before (its snapshot may predate other
+// folds): the fold then also makes every locked base row and every slot
+// row of those records the transaction's own version (see refreshSQL), so
+// its reads of them see the current total once, as the write that follows
+// would directly.
+func (t *Table) FoldSQL(keys []string, refresh bool) []string {
 	in := strings.Join(keys, ", ")
 	var set strings.Builder
 	for i, c := range t.Counters {
@@ -222,18 +246,74 @@ func (t *Table) FoldSQL(keys []string) []string {
 			col, col, sp, t.QualifiedSlots(), sp, sp, c.RecordType, sp, quoteIdent(t.Key))
 	}
 	// Only rows with non-zero slot rows are written, and only those slot
-	// rows deleted: an UPDATE of the other rows would change nothing but
-	// still fire the table's UPDATE triggers, and deleting a slot row that
-	// roll-up zeroed (its count moved to the base row after the
-	// transaction's snapshot) would hide from the transaction's own reads
-	// the count its snapshot's base value lacks. (An alias of its own:
-	// LOCK TABLES locks each alias once per statement.)
+	// rows zeroed: an UPDATE of the other rows would change nothing but
+	// still fire the table's UPDATE triggers. (An alias of its own: LOCK
+	// TABLES locks each alias once per statement.)
 	sp := spAlias(len(t.Counters))
-	return []string{
+	stmts := []string{
 		fmt.Sprintf("UPDATE %s AS `_t` SET %s WHERE `_t`.%s IN (%s) AND EXISTS (SELECT 1 FROM %s AS %s WHERE %s.`record_type` IN (%s) AND %s.`record_id` = `_t`.%s AND %s.`count` <> 0)",
 			t.Qualified(), set.String(), quoteIdent(t.Key), in, t.QualifiedSlots(), sp, sp, t.recordTypes(), sp, quoteIdent(t.Key), sp),
-		fmt.Sprintf("DELETE FROM %s WHERE `record_type` IN (%s) AND `record_id` IN (%s) AND `count` <> 0", t.QualifiedSlots(), t.recordTypes(), in),
 	}
+	if refresh {
+		stmts = append(stmts, t.refreshSQL(in)...)
+	}
+	return append(stmts,
+		fmt.Sprintf("UPDATE %s SET `count` = 0 WHERE `record_type` IN (%s) AND `record_id` IN (%s) AND `count` <> 0", t.QualifiedSlots(), t.recordTypes(), in))
+}
+
+// refreshSQL makes the rows of the keys in (a list of decimal integers)
+// and their slot rows the running transaction's own versions without
+// changing them, so that its consistent reads see both as they are now:
+//
+//   - the base rows are written twice with each counter c mapped to
+//     lo + hi − c, where [lo, hi] is the column's range: a mapping that
+//     is its own inverse, stays in range, and changes every value but the
+//     middle of a range with an even lo + hi (integer types have an odd
+//     one); NULL stays NULL. Counters whose range a CHECK constraint or a
+//     side effect keeps on the base row (BaseOnly), whose range is not
+//     known, touch columns and counters in a UNIQUE key are left alone;
+//   - slot rows that are zero now are set to 1, then (by FoldSQL's last
+//     statement) all of them to 0: a zero slot row the transaction still
+//     sees with its count from before another fold becomes its own zero.
+//
+// Without a counter to map, there is nothing to refresh: a base row the
+// transaction does not write stays its snapshot's, and so must its slots.
+func (t *Table) refreshSQL(in string) []string {
+	var set []string
+	for _, c := range t.Counters {
+		if c.Touch || len(c.BaseOnly) > 0 || t.inUniqueKey(c.Name) || c.Min == "" || c.Max == "" {
+			continue // (a catalog without ranges: the column's is not known)
+		}
+		a, _ := new(big.Int).SetString(c.Min, 10)
+		b, _ := new(big.Int).SetString(c.Max, 10)
+		if a == nil || b == nil {
+			continue
+		}
+		col := quoteIdent(c.Name)
+		set = append(set, fmt.Sprintf("%s = %s - %s", col, new(big.Int).Add(a, b).String(), col))
+	}
+	if len(set) == 0 {
+		return nil
+	}
+	flip := fmt.Sprintf("UPDATE %s SET %s WHERE %s IN (%s)", t.Qualified(), strings.Join(set, ", "), quoteIdent(t.Key), in)
+	return []string{flip, flip,
+		fmt.Sprintf("UPDATE %s SET `count` = 1 WHERE `record_type` IN (%s) AND `record_id` IN (%s) AND `count` = 0", t.QualifiedSlots(), t.recordTypes(), in)}
+}
+
+// inUniqueKey reports whether col is part of one of the table's UNIQUE
+// keys other than the primary key (or the table has one it cannot name).
+func (t *Table) inUniqueKey(col string) bool {
+	for _, uk := range t.UniqueKeys {
+		if len(uk) == 0 {
+			return true
+		}
+		for _, c := range uk {
+			if strings.EqualFold(c, col) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // LockSQL locks the base rows of the given keys (decimal integers), for a
@@ -539,7 +619,7 @@ const RestrictKeys = "/*slotproxy:keys*/"
 // Changed reports whether any plan differs from sending the text as is.
 func Changed(plans []Plan) bool {
 	for i, p := range plans {
-		if p.Kind != KindOriginal || p.After != "" || p.Invalidate || p.Reload || p.Temp != nil || p.Locks != nil || p.Prepares != nil {
+		if !p.AsWritten() {
 			return true
 		}
 		if p.ChangesSession && i < len(plans)-1 {
@@ -547,6 +627,14 @@ func Changed(plans []Plan) bool {
 		}
 	}
 	return false
+}
+
+// AsWritten reports whether p only sends the client's statement as
+// written: nothing runs before or after it, and the session keeps nothing
+// of it.
+func (p Plan) AsWritten() bool {
+	return p.Kind == KindOriginal && p.After == "" && !p.Invalidate && !p.Reload && p.Temp == nil && p.Locks == nil &&
+		p.Prepares == nil && p.Refresh == nil
 }
 
 // SessionCut returns the index of the first plan that changes the session
@@ -1026,7 +1114,7 @@ func Explain(plans []Plan, err error) string {
 		case KindRead:
 			for _, g := range p.Guards {
 				fmt.Fprintf(&b, "guard: %s\n", g.KeysSQL)
-				fmt.Fprintf(&b, "fold: %s\n", strings.Join(g.Table.FoldSQL([]string{"<keys>"}), ";\n      "))
+				fmt.Fprintf(&b, "fold: %s\n", strings.Join(g.Table.FoldSQL([]string{"<keys>"}, false), ";\n      "))
 			}
 			if p.Locking {
 				fmt.Fprintf(&b, "then: ")
@@ -1045,12 +1133,16 @@ func Explain(plans []Plan, err error) string {
 				fmt.Fprintf(&b, "-- %s\n", p.Reason)
 			}
 			fmt.Fprintf(&b, "guard: %s\n", p.Guard.KeysSQL)
-			fmt.Fprintf(&b, "fold: %s\n", strings.Join(p.Table.FoldSQL([]string{"<keys>"}), ";\n      "))
+			fmt.Fprintf(&b, "fold: %s\n", strings.Join(p.Table.FoldSQL([]string{"<keys>"}, false), ";\n      "))
 			for _, g := range p.Guards {
 				fmt.Fprintf(&b, "guard: %s\n", g.KeysSQL)
-				fmt.Fprintf(&b, "fold: %s\n", strings.Join(g.Table.FoldSQL([]string{"<keys>"}), ";\n      "))
+				fmt.Fprintf(&b, "fold: %s\n", strings.Join(g.Table.FoldSQL([]string{"<keys>"}, false), ";\n      "))
 			}
 			fmt.Fprintf(&b, "then: %s\n", p.SQL)
+		}
+		if g := p.Refresh; g != nil && !p.Shadow {
+			fmt.Fprintf(&b, "-- in a REPEATABLE READ transaction that may have read, first:\nguard: %s\n", g.KeysSQL)
+			fmt.Fprintf(&b, "fold: %s\n", strings.Join(g.Table.FoldSQL([]string{"<keys>"}, true), ";\n      "))
 		}
 	}
 	return strings.TrimRight(b.String(), "\n")

@@ -21,18 +21,21 @@ func testCatalog() *Catalog {
 	return NewCatalog([]*Table{{
 		Schema: "app", Name: "repos", Key: "id",
 		Columns: []string{"id", "name", "owner_id", "downloads", "stars", "updated_at", "seen_at"},
-		Counters: []Counter{{Name: "downloads", RecordType: 1}, {Name: "stars", RecordType: 2, Unsigned: true},
+		// The ranges of the columns of live_test.go's tables (INT, INT
+		// UNSIGNED), as the catalog gives them.
+		Counters: []Counter{{Name: "downloads", RecordType: 1, Min: "-2147483648", Max: "2147483647"},
+			{Name: "stars", RecordType: 2, Unsigned: true, Min: "0", Max: "4294967295"},
 			{Name: "updated_at", RecordType: 4, Touch: true, FSP: 6}, {Name: "seen_at", RecordType: 5, Touch: true, Timestamp: true}},
 		SlotsTable: "slotted_counters", Slots: 100,
 	}, {
 		Schema: "app", Name: "pages", Key: "page_id",
 		Columns:    []string{"page_id", "views"},
-		Counters:   []Counter{{Name: "views", RecordType: 3}},
+		Counters:   []Counter{{Name: "views", RecordType: 3, Min: "-2147483648", Max: "2147483647"}},
 		SlotsTable: "slotted_counters", Slots: 16, Shadow: true,
 	}, {
 		Schema: "app", Name: "likes", Key: "id",
 		Columns:    []string{"id", "n"},
-		Counters:   []Counter{{Name: "n", RecordType: 6}},
+		Counters:   []Counter{{Name: "n", RecordType: 6, Min: "-2147483648", Max: "2147483647"}},
 		SlotsTable: "slotted_counters", Slots: 16, RolledUp: true, MaxStaleness: 10 * time.Second,
 	}}, map[string][]string{"app.users": {"id", "name", "downloads"}})
 }

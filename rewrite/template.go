@@ -188,36 +188,38 @@ func (t *template) instantiate(sql string, spans [][2]int, slot func(*Table) int
 				inc.Keys[i].Literal = sub(inc.Keys[i].Literal)
 			}
 			inc.ProbeSQL = sub(inc.ProbeSQL)
-			if inc.Guard != nil {
-				g := *inc.Guard
-				g.KeysSQL = sub(g.KeysSQL)
-				inc.Guard = &g
-			}
+			inc.Guard = substituteGuard(inc.Guard, sub)
 			p.Increment = &inc
 		}
-		if p.Guard != nil {
-			g := *p.Guard
-			g.KeysSQL = sub(g.KeysSQL)
-			if g.Keys != nil {
-				g.Keys = append([]KeyValue(nil), g.Keys...)
-				for i := range g.Keys {
-					g.Keys[i].Literal = sub(g.Keys[i].Literal)
-				}
-			}
-			p.Guard = &g
-		}
+		p.Guard = substituteGuard(p.Guard, sub)
+		p.Refresh = substituteGuard(p.Refresh, sub)
 		if p.Guards != nil {
 			gs := make([]*Guard, len(p.Guards))
 			for i, g := range p.Guards {
-				c := *g
-				c.KeysSQL = sub(c.KeysSQL)
-				gs[i] = &c
+				gs[i] = substituteGuard(g, sub)
 			}
 			p.Guards = gs
 		}
 		out[i] = p
 	}
 	return out
+}
+
+// substituteGuard returns a copy of g (nil for nil) with the template's
+// literals put back into its SQL texts by sub.
+func substituteGuard(g *Guard, sub func(string) string) *Guard {
+	if g == nil {
+		return nil
+	}
+	c := *g
+	c.KeysSQL = sub(c.KeysSQL)
+	if c.Keys != nil {
+		c.Keys = append([]KeyValue(nil), c.Keys...)
+		for i := range c.Keys {
+			c.Keys[i].Literal = sub(c.Keys[i].Literal)
+		}
+	}
+	return &c
 }
 
 // maskInts replaces the integer literals of s that a template would take

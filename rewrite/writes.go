@@ -273,7 +273,11 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 		w.visit(s.Order)
 	}
 	if !absolute {
-		return w.readPlan(start, end)
+		p := w.readPlan(start, end)
+		if other && p.Kind != KindRefused {
+			p.Refresh = r.refreshGuard(t, func() *Guard { return r.guardWhere(t, ref, s.TableRefs, s.Where, w) }, w)
+		}
+		return p
 	}
 	if w.failed != "" {
 		return w.refused(t, w.failed)
@@ -558,11 +562,43 @@ func (r *Rewriter) insert(s *ast.InsertStmt, w *reads, start, end int) Plan {
 	w.pop()
 	if !needsFold {
 		p := w.readPlan(start, end)
+		if len(s.OnDuplicate) > 0 && p.Kind != KindRefused {
+			p.Refresh = r.refreshGuard(t, func() *Guard {
+				gp := r.upsertGuarded(s, t, w, start, end)
+				if gp.Kind != KindGuarded {
+					return nil
+				}
+				return gp.Guard
+			}, w)
+		}
 		return p
 	}
 	if w.failed != "" {
 		return w.refused(t, w.failed)
 	}
+	return r.upsertGuarded(s, t, w, start, end)
+}
+
+// refreshGuard returns the guard of a write of t's rows that does not
+// assign a counter (a plan's Refresh), or nil when t is in shadow mode or
+// build cannot make one (the write then runs as it did).
+func (r *Rewriter) refreshGuard(t *Table, build func() *Guard, w *reads) *Guard {
+	if t.Shadow {
+		return nil
+	}
+	failed := w.failed
+	g := build()
+	if w.failed != failed || g == nil {
+		w.failed = failed
+		return nil
+	}
+	g.Table = t
+	return g
+}
+
+// upsertGuarded is the guarded plan of an upsert or REPLACE s into t: its
+// guard locks the rows it may replace or update.
+func (r *Rewriter) upsertGuarded(s *ast.InsertStmt, t *Table, w *reads, start, end int) Plan {
 	// The rows that may be replaced or updated are those whose key, or
 	// the values of one of its other UNIQUE keys, are in the VALUES list.
 	colIndex := func(name string) int {

@@ -82,6 +82,18 @@ type target struct {
 // active records than Batch none is starved. Not safe for concurrent use.
 type Roller struct {
 	cursors map[string]cursor // by slot table
+	// idle are the records seen with zero slot rows only, and when first
+	// (see deletable).
+	idle map[idleKey]time.Time
+	// noTrxList: the account cannot read information_schema.innodb_trx
+	// (it lacks PROCESS), logged once; zero slot rows are then kept.
+	noTrxList bool
+}
+
+type idleKey struct {
+	slots string
+	rt    int
+	id    int64
 }
 
 type cursor struct {
@@ -138,10 +150,11 @@ func (r *Roller) Once(ctx context.Context, conn Conn, cat *rewrite.Catalog, opts
 	if _, err := conn.Execute("SET SESSION TRANSACTION ISOLATION LEVEL " + level); err != nil {
 		return Stats{}, err
 	}
+	oldest, known := r.oldestTransaction(conn, opts.Logger)
 	var total Stats
 	var errs []error
 	for _, slots := range order {
-		st, err := r.passOne(ctx, conn, slots, bySlots[slots], opts)
+		st, err := r.passOne(ctx, conn, slots, bySlots[slots], opts, oldest, known)
 		total.add(st)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("roll-up of %s: %w", slots, err))
@@ -152,22 +165,27 @@ func (r *Roller) Once(ctx context.Context, conn Conn, cat *rewrite.Catalog, opts
 
 // All repeats full passes until one finds nothing left to fold or delete
 // (for turning a rule off), or ctx ends. Slot rows locked by transactions in
-// flight are waited for. Slot rows of record types no rule names are left
+// flight are waited for, and so are transactions that began before a
+// record's rows were zeroed (see Roller.deletable; without the PROCESS
+// privilege zero rows are left). Slot rows of record types no rule names are left
 // alone (and do not keep it running).
 func All(ctx context.Context, conn Conn, cat *rewrite.Catalog, opts Options) (Stats, error) {
 	opts.Batch = 1 << 30
 	var total Stats
+	var r Roller
 	for {
-		st, err := Once(ctx, conn, cat, opts)
+		r.cursors = nil // every pass from the start
+		st, err := r.Once(ctx, conn, cat, opts)
 		total.add(st)
 		if err != nil {
 			return total, err
 		}
 		if st.Folds == 0 && st.Orphans == 0 && st.SlotRows == 0 {
-			if st.Skipped == 0 {
+			if st.Skipped == 0 && (len(r.idle) == 0 || r.noTrxList) {
 				return total, nil
 			}
-			// Everything left is locked by transactions in flight.
+			// Everything left is locked by transactions in flight, or
+			// zero rows wait until no transaction can see their counts.
 			select {
 			case <-ctx.Done():
 				return total, ctx.Err()
@@ -177,7 +195,55 @@ func All(ctx context.Context, conn Conn, cat *rewrite.Catalog, opts Options) (St
 	}
 }
 
-func (r *Roller) passOne(ctx context.Context, conn Conn, slots string, targets map[int]target, opts Options) (Stats, error) {
+// oldestTransaction returns how long the oldest InnoDB transaction of
+// another connection has been open (0 when there is none), or known false
+// when the server does not tell this account.
+func (r *Roller) oldestTransaction(conn Conn, log *slog.Logger) (oldest time.Duration, known bool) {
+	res, err := conn.Execute("SELECT COALESCE(MAX(TIMESTAMPDIFF(SECOND, `trx_started`, NOW())), 0) FROM `information_schema`.`innodb_trx` WHERE `trx_mysql_thread_id` <> CONNECTION_ID()")
+	if err != nil || len(res.Values) != 1 {
+		if !r.noTrxList {
+			r.noTrxList = true
+			log.Warn("roll-up cannot read information_schema.innodb_trx (grant PROCESS to its account): slot rows it zeroed are kept, not deleted", "err", err)
+		}
+		return 0, false
+	}
+	n, err := res.GetInt(0, 0)
+	if err != nil {
+		return 0, false
+	}
+	return time.Duration(n) * time.Second, true
+}
+
+// idleMargin covers innodb_trx's whole seconds (a transaction's age is
+// read up to a second short) and its cache (the server refreshes the table
+// at most every 0.1 s).
+const idleMargin = 2 * time.Second
+
+// deletable reports whether the zero slot rows of record k, locked by the
+// fold now, may be deleted: no transaction of another connection can still
+// see them with a count. A transaction whose snapshot is older than the
+// fold that zeroed them sees their old counts; should it write the record's
+// row later, it must turn them into its own zero rows (see
+// rewrite.Table.FoldSQL), which it cannot do to deleted rows. So they are
+// deleted only when the record was seen with zero rows only at an earlier
+// pass, and every transaction open now began after that.
+func (r *Roller) deletable(k idleKey, now time.Time, oldest time.Duration, known bool) bool {
+	since, seen := r.idle[k]
+	if !seen {
+		if r.idle == nil {
+			r.idle = map[idleKey]time.Time{}
+		}
+		r.idle[k] = now
+		return false
+	}
+	if known && now.Sub(since) > oldest+idleMargin {
+		delete(r.idle, k)
+		return true
+	}
+	return false
+}
+
+func (r *Roller) passOne(ctx context.Context, conn Conn, slots string, targets map[int]target, opts Options, oldest time.Duration, known bool) (Stats, error) {
 	var st Stats
 	types := make([]string, 0, len(targets))
 	for rt := range targets {
@@ -224,7 +290,7 @@ func (r *Roller) passOne(ctx context.Context, conn Conn, slots string, targets m
 		if !ok {
 			continue // a record type with no rule now: left for an operator
 		}
-		one, err := fold(conn, slots, tg, rc.id)
+		one, err := r.fold(conn, slots, tg, rc.id, oldest, known)
 		var me *mysql.MyError
 		if errors.As(err, &me) && (me.Code == mysql.ER_LOCK_DEADLOCK || me.Code == mysql.ER_LOCK_WAIT_TIMEOUT || me.Code == nowait) {
 			// Base row busy, or lost to increments in flight: nothing
@@ -252,9 +318,11 @@ func (r *Roller) passOne(ctx context.Context, conn Conn, slots string, targets m
 // Slot rows that carried counts are set to zero rather than deleted: a hot
 // record keeps its slot rows, so its increments keep updating existing rows
 // instead of inserting new ones (concurrent inserts of the same new row take
-// gap locks and can deadlock). Rows that were already zero at the previous
-// pass — no increment since — are deleted, so idle records leave no rows.
-func fold(conn Conn, slots string, tg target, id int64) (st Stats, err error) {
+// gap locks and can deadlock), and transactions with older snapshots can
+// still refresh them. Zero rows of a record that had zero rows only at an
+// earlier pass are deleted once no transaction older than that is open
+// (deletable), so idle records leave no rows.
+func (ro *Roller) fold(conn Conn, slots string, tg target, id int64, oldest time.Duration, known bool) (st Stats, err error) {
 	if _, err := conn.Execute("BEGIN"); err != nil {
 		return st, err
 	}
@@ -314,11 +382,19 @@ func fold(conn Conn, slots string, tg target, id int64) (st Stats, err error) {
 			return st, err
 		}
 	}
-	if orphan {
+	key := idleKey{slots, tg.counter.RecordType, id}
+	switch {
+	case orphan:
 		// The base row is gone (deleted, or an increment raced a DELETE):
 		// its slots go with it.
 		idle = append(idle, counted...)
 		counted = nil
+		delete(ro.idle, key)
+	case len(counted) > 0:
+		delete(ro.idle, key) // not idle: its zero rows wait for a later pass
+		idle = nil
+	case len(idle) > 0 && !ro.deletable(key, time.Now(), oldest, known):
+		idle = nil
 	}
 	if len(counted) > 0 {
 		if _, err := conn.Execute(fmt.Sprintf("UPDATE %s SET `count` = 0 WHERE %s", slots, where(counted))); err != nil {

@@ -104,17 +104,75 @@ func TestFoldKeepsTotals(t *testing.T) {
 	if st.Folds != 3 || st.Orphans != 1 || st.SlotRows != 1 {
 		t.Fatalf("stats %+v: want 3 folds, 1 orphan, 1 slot row deleted", st)
 	}
-	// A pass with no increment in between deletes the idle rows.
-	if _, err := rollup.Once(context.Background(), c, catalog(), rollup.Options{}); err != nil {
+	// Zero rows are deleted once a pass found the record idle and no
+	// transaction that began before then is open.
+	var r rollup.Roller
+	if _, err := r.Once(context.Background(), c, catalog(), rollup.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, c, "SELECT COUNT(*) FROM slotted_counters"); n == 0 {
+		t.Fatal("zero slot rows deleted at the first pass that saw them idle")
+	}
+	time.Sleep(2500 * time.Millisecond)
+	if _, err := r.Once(context.Background(), c, catalog(), rollup.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	if n := count(t, c, "SELECT COUNT(*) FROM slotted_counters"); n != 0 {
-		t.Fatalf("%d idle slot rows left after the second pass", n)
+		t.Fatalf("%d idle slot rows left after a later pass", n)
 	}
 	if got := totals(t, c); got != before {
 		t.Fatalf("totals changed: %s -> %s", before, got)
 	}
 	t.Logf("longest base-row lock held by a fold: %v", st.MaxLockHold)
+}
+
+// TestZeroRowsKeptForOlderSnapshots: a transaction whose snapshot still
+// sees a record's slot counts (roll-up zeroed them after it began) keeps
+// the zero rows from being deleted until it ends: should it write the
+// record, it must be able to make them its own.
+func TestZeroRowsKeptForOlderSnapshots(t *testing.T) {
+	setup(t)
+	c := connect(t)
+	old := connect(t)
+	if _, err := old.Execute("BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	before := totals(t, old) // its snapshot
+	var r rollup.Roller
+	for range 2 { // zero the rows, then see them idle
+		if _, err := r.Once(context.Background(), c, catalog(), rollup.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows := count(t, c, "SELECT COUNT(*) FROM slotted_counters")
+	if rows == 0 {
+		t.Fatal("no zero rows left after two passes")
+	}
+	time.Sleep(2500 * time.Millisecond)
+	if _, err := r.Once(context.Background(), c, catalog(), rollup.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, c, "SELECT COUNT(*) FROM slotted_counters"); n != rows {
+		t.Fatalf("%d of %d zero slot rows left while an older transaction is open", n, rows)
+	}
+	if n := count(t, old, "SELECT COUNT(*) FROM slotted_counters WHERE count <> 0"); n == 0 {
+		t.Fatal("the older transaction's snapshot shows no counts in slot rows")
+	}
+	if got := totals(t, old); got != before {
+		t.Fatalf("the older snapshot's totals changed: %s -> %s", before, got)
+	}
+	if _, err := old.Execute("COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	// The server refreshes information_schema.innodb_trx at most every
+	// 0.1 s: the pass just before saw the transaction open.
+	time.Sleep(200 * time.Millisecond)
+	if _, err := r.Once(context.Background(), c, catalog(), rollup.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, c, "SELECT COUNT(*) FROM slotted_counters"); n != 0 {
+		t.Fatalf("%d zero slot rows left once the older transaction ended", n)
+	}
 }
 
 // TestSkipsLockedSlots: slots locked by a transaction in flight (an

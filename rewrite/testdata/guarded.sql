@@ -70,3 +70,9 @@ UPDATE repos SET id = 50 WHERE id = 1
 INSERT INTO repos (id, name) VALUES (2, 'b') ON DUPLICATE KEY UPDATE id = 60
 -- case: a multi-table DELETE from two ruled tables folds both
 DELETE r, p FROM repos r JOIN pages p ON p.page_id = r.id WHERE r.id = 3
+-- case: a write of other columns (refreshed first in a transaction's snapshot)
+UPDATE repos SET name = ? WHERE id = ?
+-- case: a write of other columns by a condition on a counter
+UPDATE repos SET name = 'hot' WHERE downloads > 1000
+-- case: an upsert of other columns
+INSERT INTO repos (id, name) VALUES (?, ?) ON DUPLICATE KEY UPDATE name = VALUES(name)
