@@ -142,7 +142,11 @@ func (s *Session) execPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) 
 	default:
 		s.env.metrics().Statement(PathPassThrough, ruleName(p.Table))
 	}
-	res, err := s.relayAs(queryPacket(sql), seq, more)
+	payload := queryPacket(sql)
+	if ex != nil {
+		payload = ex.payload // the client's execution of the statement prepared as sql
+	}
+	res, err := s.relayAs(payload, seq, more)
 	if err != nil || res.Failed() {
 		return res.Failed(), err
 	}

@@ -20,6 +20,18 @@ func TestWriteAfterFoldInSnapshot(t *testing.T) {
 			"(3, 998, 12, 10, 9223372036854775800, NULL, 'n3'), (4, NULL, NULL, 1, 0, -3, 'n4')",
 	}, "table: "+ruled+".t1\nkey: id\ncounters: [c1, c2, c4]\nslots: 4\n")
 	corpus := []step{
+		// A prepared write of another column, autocommit and in a
+		// transaction (the fuzzer's MariaDB seed 1795629084866569986: it
+		// was sent as text, placeholders and all).
+		prep("UPDATE t1 SET c3 = c3 + ? WHERE id = ?", 8388607, 1),
+		text("UPDATE t1 SET c2 = c2 + 1 WHERE id = 1"),
+		text("BEGIN"),
+		text("SELECT c2 FROM t1 WHERE id = 1"),
+		text(touchRollup),
+		prep("UPDATE t1 SET c3 = c3 - ? WHERE id = ?", 8388607, 1),
+		prep("SELECT c2, c3 FROM t1 WHERE id = ?", 1),
+		text("COMMIT"),
+
 		// The fuzzer's case: roll-up, then a write of another column.
 		text("UPDATE `t1` SET c2 = IFNULL(c2, 0) + 2 WHERE `t1`.`id` = 3"),
 		text("BEGIN"),
