@@ -743,6 +743,106 @@ func TestMultiStatementReadTypes(t *testing.T) {
 	runDifferential(t, cat, plain, ruled, corpus)
 }
 
+// TestNoRetryAfterEarlierStatementsOfCommand is the exactness issue's case
+// 8 (first point): a transaction's first command after BEGIN is a
+// multi-statement query, an INSERT and then an increment, and the
+// increment deadlocks. InnoDB rolls back the whole transaction, the INSERT
+// with it, although the client got its OK: the proxy must not run "the
+// transaction" again from BEGIN with the increment alone (it once did, as
+// if the command were one statement), but answer the deadlock, as the
+// server does directly.
+func TestNoRetryAfterEarlierStatementsOfCommand(t *testing.T) {
+	const plain, ruled = "multiretry_plain", "multiretry_ruled"
+	cat := loadedSetup(t, plain, ruled, []string{
+		"CREATE TABLE repos (id BIGINT NOT NULL PRIMARY KEY, stars INT NOT NULL DEFAULT 0)",
+		"INSERT INTO repos (id) VALUES (1)",
+		"CREATE TABLE other (id BIGINT NOT NULL PRIMARY KEY)",
+		"CREATE TABLE ballast (id BIGINT NOT NULL PRIMARY KEY, v INT NOT NULL)",
+		"INSERT INTO ballast (id, v) SELECT seq, 0 FROM " + testdb.Seq(200),
+	}, "table: "+ruled+".repos\nkey: id\ncounters: [stars]\nslots: 4\n")
+	p := startProxy(t, func(c *proxy.Config) { c.Rewriter = newRewriter(cat) })
+	for _, side := range []struct{ name, addr, db string }{{"direct", testdb.Shared().Addr, plain}, {"proxy", p.addr, ruled}} {
+		t.Run(side.name, func(t *testing.T) {
+			a, err := client.Connect(side.addr, testdb.User, testdb.Password, side.db, func(c *client.Conn) error {
+				return c.SetCapability(gomysql.CLIENT_MULTI_STATEMENTS)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			// b, directly: the record's row locked, and many rows written,
+			// so that InnoDB picks a as the deadlock's victim.
+			b, err := client.Connect(testdb.Shared().Addr, testdb.User, testdb.Password, side.db)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			for _, q := range []string{"BEGIN", "UPDATE ballast SET v = v + 1", "SELECT * FROM repos WHERE id = 1 FOR UPDATE"} {
+				if _, err := b.Execute(q); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r, err := a.Execute("SELECT CONNECTION_ID()")
+			if err != nil {
+				t.Fatal(err)
+			}
+			aID, _ := r.GetInt(0, 0)
+			if _, err := a.Execute("BEGIN"); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan []string, 1)
+			go func() {
+				var out []string
+				_, err := a.ExecuteMultiple("INSERT INTO other (id) VALUES (5); UPDATE repos SET stars = stars + 1 WHERE id = 1", func(r *gomysql.Result, err error) {
+					out = append(out, render(r, err))
+				})
+				if err != nil {
+					out = append(out, render(nil, err))
+				}
+				done <- out
+			}()
+			waitForLockWait(t, aID) // a's increment waits for b's row lock
+			bDone := make(chan error, 1)
+			go func() { _, err := b.Execute("INSERT INTO other (id) VALUES (5)"); bDone <- err }()
+			out := <-done
+			if err := <-bDone; err != nil {
+				t.Fatalf("b's insert: %v", err)
+			}
+			if _, err := b.Execute("ROLLBACK"); err != nil {
+				t.Fatal(err)
+			}
+			_, _ = a.Execute("ROLLBACK")
+			got := strings.Join(out, " | ")
+			if !strings.Contains(got, "ERR 1213") {
+				t.Fatalf("a's query: %s; want its increment to get the deadlock (1213)", got)
+			}
+			t.Logf("a's query: %s", got)
+		})
+	}
+}
+
+// waitForLockWait waits until the transaction of the shared server's
+// connection id waits for a lock (information_schema.innodb_trx, which the
+// server refreshes at most every 0.1 s), failing the test after 20 s.
+func waitForLockWait(t *testing.T, id int64) {
+	t.Helper()
+	admin := touchAdmin(t)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		r, err := admin.Execute("SELECT COUNT(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT' AND trx_mysql_thread_id = ?", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := r.GetInt(0, 0); n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no transaction waits for a lock after 20 s")
+		}
+		time.Sleep(150 * time.Millisecond)
+	}
+}
+
 // TestSnapshotAfterRollupAndFailedIncrement: the differential fuzzer's
 // finding (MySQL seed 1795622054818647808): a transaction's snapshot read
 // after a roll-up folded a record and a failed increment of it.
