@@ -32,7 +32,11 @@ func (w *reads) singleTable(refs *ast.TableRefsClause) (*Table, *scope) {
 // returns the delta, whether it is subtracted, and the RHS reference of c.
 // (A NULL base value never takes the slotted path: see slottedIncrement.)
 func (w *reads) selfIncrement(a *ast.Assignment, ref *tableRef) (delta ast.ExprNode, minus bool, self *ast.ColumnNameExpr) {
-	b, ok := unparen(a.Expr).(*ast.BinaryOperationExpr)
+	expr := unparen(a.Expr)
+	if inner := nonNegativeClamp(expr, ref.table.counter(a.Column.Name.O)); inner != nil {
+		expr = inner
+	}
+	b, ok := expr.(*ast.BinaryOperationExpr)
 	if !ok || (b.Op != opcode.Plus && b.Op != opcode.Minus) {
 		return nil, false, nil
 	}
@@ -61,6 +65,59 @@ func (w *reads) selfIncrement(a *ast.Assignment, ref *tableRef) (delta ast.ExprN
 		return nil, false, nil
 	}
 	return delta, minus, self
+}
+
+// nonNegativeClamp returns the increment x + n of GREATEST(x + n, 0) or
+// GREATEST(0, x + n), n a positive integer literal, when ctr cannot be
+// negative (its range starts at 0 or above): there x + n ≥ 0 always, NULL
+// stays NULL, and the clamp is the increment (MediaWiki's site statistics).
+// It returns nil for anything else.
+func nonNegativeClamp(e ast.ExprNode, ctr *Counter) ast.ExprNode {
+	f, ok := e.(*ast.FuncCallExpr)
+	if !ok || f.FnName.L != "greatest" || len(f.Args) != 2 || ctr == nil || ctr.Touch || ctr.Min == "" || strings.HasPrefix(ctr.Min, "-") {
+		return nil
+	}
+	inner, zero := unparen(f.Args[0]), unparen(f.Args[1])
+	if isZero(inner) {
+		inner, zero = zero, inner
+	}
+	if !isZero(zero) {
+		return nil
+	}
+	b, ok := inner.(*ast.BinaryOperationExpr)
+	if !ok || b.Op != opcode.Plus {
+		return nil
+	}
+	for _, n := range []ast.ExprNode{unparen(b.L), unparen(b.R)} {
+		if v, ok := n.(*driver.ValueExpr); ok && (v.Kind() == driver.KindInt64 && v.GetInt64() > 0 || v.Kind() == driver.KindUint64) {
+			return inner
+		}
+	}
+	return nil
+}
+
+// nullTestsOnly reports whether where reads counters of ref's table only in
+// top-level conjuncts "c IS NULL" or "c IS NOT NULL" of counters that are
+// not touch columns: a total is NULL exactly when its base value is, so the
+// slotted increment (which evaluates the WHERE clause on the base row) keeps
+// them exact.
+func (w *reads) nullTestsOnly(where ast.ExprNode, ref *tableRef) bool {
+	var walk func(e ast.ExprNode) bool
+	walk = func(e ast.ExprNode) bool {
+		e = unparen(e)
+		if b, ok := e.(*ast.BinaryOperationExpr); ok && b.Op == opcode.LogicAnd {
+			return walk(b.L) && walk(b.R)
+		}
+		if n, ok := e.(*ast.IsNullExpr); ok {
+			if c, ok := unparen(n.Expr).(*ast.ColumnNameExpr); ok && (c.Name.Table.O == "" || c.Name.Table.L == ref.match) {
+				if ctr := ref.table.counter(c.Name.Name.O); ctr != nil && !ctr.Touch {
+					return true
+				}
+			}
+		}
+		return !w.readsCounter(e)
+	}
+	return walk(where)
 }
 
 // unparen strips the parentheses around e.
@@ -182,8 +239,8 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 		why = "a LIMIT other than 1"
 	case s.Where == nil:
 		why = "no WHERE clause naming the record by its key"
-	case w.readsCounter(s.Where):
-		why = "the WHERE clause reads a counter"
+	case !w.nullTestsOnly(s.Where, ref):
+		why = "the WHERE clause reads a counter (other than c IS NULL or c IS NOT NULL)"
 	default:
 		if keys = keyConjunct(s.Where, t, ref); keys == nil {
 			why = "the WHERE clause does not require " + t.Key + " = value or " + t.Key + " IN (values)"

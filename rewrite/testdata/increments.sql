@@ -70,3 +70,9 @@ UPDATE repos SET downloads = downloads + 1, name = 'x' WHERE id = 1
 UPDATE repos SET downloads = downloads + 1 WHERE id = 1 LIMIT 2
 -- case: LIMIT 1 with several keys stays on the base row
 UPDATE repos SET downloads = downloads + 1 WHERE id IN (1, 2) LIMIT 1
+-- case: a NULL test of the counter (slotted: the total is NULL exactly when the base value is)
+UPDATE repos SET downloads = downloads + 1 WHERE id = 7 AND (downloads IS NOT NULL)
+-- case: a clamp at 0 of a counter that cannot be negative (slotted)
+UPDATE repos SET stars = GREATEST(stars + 1, 0) WHERE id = 7
+-- case: a clamp at 0 of a signed counter (on the base row)
+UPDATE repos SET downloads = GREATEST(downloads + 1, 0) WHERE id = 7

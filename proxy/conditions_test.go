@@ -1,0 +1,58 @@
+package proxy_test
+
+import "testing"
+
+// TestNullTestsAndClamps: issue 22's conditions and clamps that keep an
+// increment slotted — a NULL test of the counter in its WHERE clause
+// (MediaWiki's user_editcount: the total is NULL exactly when the base
+// value is) and GREATEST(c + n, 0) with n > 0 on a counter that cannot be
+// negative (MediaWiki's site_stats) — with the server as the oracle, and
+// the shapes that stay on the base row (a clamp of a signed counter, a
+// placeholder delta in the clamp) exact too.
+func TestNullTestsAndClamps(t *testing.T) {
+	const plain, ruled = "nullclamp_plain", "nullclamp_ruled"
+	cat := loadedSetup(t, plain, ruled, []string{
+		"CREATE TABLE user (user_id INT UNSIGNED NOT NULL PRIMARY KEY, user_name VARCHAR(20) NOT NULL DEFAULT '', " +
+			"user_editcount INT NULL, user_touched INT UNSIGNED NOT NULL DEFAULT 0, balance BIGINT NOT NULL DEFAULT 0)",
+		"INSERT INTO user (user_id, user_name, user_editcount, user_touched, balance) VALUES (1, 'a', 5, 4294967290, -3), (2, 'b', NULL, 0, 0), (3, 'c', 0, 7, 2)",
+	}, "table: "+ruled+".user\nkey: user_id\ncounters: [user_editcount, user_touched, balance]\nslots: 4\n")
+	corpus := []step{
+		// Slotted: a NULL test of the counter, as MediaWiki writes it.
+		text("UPDATE user SET user_editcount=user_editcount+1 WHERE user_id = 1 AND (user_editcount IS NOT NULL)"),
+		prep("UPDATE `user` SET user_editcount=user_editcount+1 WHERE user_id = ? AND (user_editcount IS NOT NULL)", 3),
+		text("UPDATE user SET user_touched = user_touched + 1 WHERE user_id = 1 AND user_editcount IS NOT NULL AND user_name = 'a'"),
+		// Slotted: a clamp at 0 of an unsigned counter, either order.
+		text("UPDATE user SET user_touched = GREATEST(user_touched + 2, 0) WHERE user_id = 1"),
+		text("UPDATE user SET user_touched = GREATEST(0, user_touched + 1) WHERE user_id IN (1, 3)"),
+		text("SELECT * FROM user ORDER BY user_id"),
+		// Beyond the column's range: the server's error, as directly.
+		text("UPDATE user SET user_touched = GREATEST(user_touched + 5, 0) WHERE user_id = 1"),
+		text("SELECT user_touched FROM user WHERE user_id = 1"),
+		// The NULL record: matched or not, never changed, as directly.
+		text("UPDATE user SET user_editcount=user_editcount+1 WHERE user_id = 2 AND (user_editcount IS NOT NULL)"),
+		text("UPDATE user SET user_editcount=user_editcount+1 WHERE user_id = 2 AND user_editcount IS NULL"),
+		text("UPDATE user SET user_editcount=user_editcount+1 WHERE user_id = 3 AND user_editcount IS NULL"),
+		// On the base row, exactly: a clamp of a signed counter (it can
+		// be below 0), a placeholder delta, a condition on the value.
+		text("UPDATE user SET balance = GREATEST(balance + 1, 0) WHERE user_id = 1"),
+		prep("UPDATE user SET user_touched = GREATEST(user_touched + ?, 0) WHERE user_id = ?", 1, 3),
+		text("UPDATE user SET user_editcount = user_editcount + 1 WHERE user_id = 1 AND user_editcount > 5"),
+		text("SELECT * FROM user ORDER BY user_id"),
+		// In a transaction, then rolled up.
+		text("BEGIN"),
+		text("UPDATE user SET user_editcount=user_editcount+1 WHERE user_id = 3 AND (user_editcount IS NOT NULL)"),
+		text("SELECT user_editcount FROM user WHERE user_id = 3"),
+		text("COMMIT"),
+		text(touchRollup),
+		text("SELECT * FROM user ORDER BY user_id"),
+	}
+	st, _ := runDifferential(t, cat, plain, ruled, corpus)
+	// The slotted statements above: three NULL tests, two clamps, the NULL
+	// record's test that matches no row, and the one in the transaction
+	// (a clamp past the range, the NULL-valued record's increments and the
+	// base-row shapes are not).
+	t.Logf("slotted %d, guarded %d", st.RewrittenWrites, st.GuardedWrites)
+	if st.RewrittenWrites < 7 {
+		t.Errorf("%d increments slotted, want at least 7 (stats %+v)", st.RewrittenWrites, st)
+	}
+}
