@@ -258,8 +258,15 @@ func incArgs(inc *rewrite.Increment, ex *execution) (keys []string, changed, ok 
 		}
 		changed = changed || v != "0"
 	}
-	for _, i := range inc.TouchParams {
-		if i >= 0 && !ex.params.timeParam(i) {
+	for j, i := range inc.TouchParams {
+		if i < 0 {
+			continue
+		}
+		if j < len(inc.TouchInts) && inc.TouchInts[j] {
+			if _, ok := ex.params.intParam(i); !ok {
+				return nil, false, false
+			}
+		} else if !ex.params.timeParam(i) {
 			return nil, false, false
 		}
 	}

@@ -75,6 +75,10 @@ type Counter struct {
 	// Timestamp: the touch column is a TIMESTAMP (its values are instants,
 	// read in the session's time zone), else a DATETIME.
 	Timestamp bool
+	// Integer: the touch column is of an integer type narrower than
+	// BIGINT (a Unix time, as phpBB's topic_last_view_time), its range
+	// Min to Max; increments assign it integers.
+	Integer bool
 	// FSP is the touch column's fractional seconds precision, 0 to 6.
 	FSP int
 }

@@ -157,6 +157,9 @@ type Increment struct {
 	// the statement as written unless each is a time in the strict form
 	// (ValidTime) or a DATETIME or TIMESTAMP parameter.
 	TouchParams []int
+	// TouchInts tells, for each of TouchParams, whether its column is an
+	// integer touch column (the parameter must then be an integer).
+	TouchInts []bool
 	// Counters is how many counters and touch columns one record's
 	// increment writes: the slot rows Plan.SQL inserts or updates per
 	// record.

@@ -1,6 +1,7 @@
 package rewrite
 
 import (
+	"math/big"
 	"regexp"
 	"strconv"
 	"strings"
@@ -37,6 +38,9 @@ const touchEpoch = "'0001-01-01 00:00:00'"
 // touchBounds returns the range of a touch column's slot values, as
 // decimal literals.
 func (c *Counter) touchBounds() (lo, hi string) {
+	if c.Integer {
+		return "1", c.intSpan()
+	}
 	if c.Timestamp {
 		return "1000000", "2147483647999999"
 	}
@@ -44,11 +48,34 @@ func (c *Counter) touchBounds() (lo, hi string) {
 }
 
 // touchType is the SQL type a touch column's value is cast to.
-func (c *Counter) touchType() string { return "DATETIME(" + strconv.Itoa(c.FSP) + ")" }
+func (c *Counter) touchType() string {
+	if c.Integer {
+		return "SIGNED"
+	}
+	return "DATETIME(" + strconv.Itoa(c.FSP) + ")"
+}
+
+// intSpan is Max - Min + 1 of an integer touch column: its greatest slot
+// value (v - Min + 1 stands for v, so that every value is positive).
+func (c *Counter) intSpan() string {
+	lo, _ := new(big.Int).SetString(c.Min, 10)
+	hi, _ := new(big.Int).SetString(c.Max, 10)
+	if lo == nil || hi == nil {
+		return "0"
+	}
+	return new(big.Int).Add(new(big.Int).Sub(hi, lo), big.NewInt(1)).String()
+}
 
 // encodeTouch returns the SQL for the slot value of the time v (SQL)
-// assigned to touch column c: NULL when the server cannot convert it.
+// assigned to touch column c: NULL when the server cannot convert it (for
+// an integer touch column, a value out of range when v is).
 func (c *Counter) encodeTouch(v string) string {
+	if c.Integer {
+		// Out of the column's range, it is out of the slot values'
+		// (touchBounds): the slotted increment raises its range error.
+		// (v once: it may be a placeholder.)
+		return "(" + v + " - (" + c.Min + ") + 1)"
+	}
 	conv := "CAST(" + v + " AS " + c.touchType() + ")"
 	if c.Timestamp {
 		return "CAST(UNIX_TIMESTAMP(" + conv + ") * 1000000 AS SIGNED)"
@@ -59,6 +86,9 @@ func (c *Counter) encodeTouch(v string) string {
 // encodeBase returns the SQL for the slot value of a touch column's base
 // value b (SQL naming the column), to compare with slot values.
 func (c *Counter) encodeBase(b string) string {
+	if c.Integer {
+		return "(" + b + " - (" + c.Min + ") + 1)"
+	}
 	if c.Timestamp {
 		return "CAST(UNIX_TIMESTAMP(" + b + ") * 1000000 AS SIGNED)"
 	}
@@ -68,6 +98,9 @@ func (c *Counter) encodeBase(b string) string {
 // decodeTouch returns the SQL for the time a slot value m (SQL, positive)
 // stands for, as the column's type.
 func (c *Counter) decodeTouch(m string) string {
+	if c.Integer {
+		return "CAST((" + m + ") + (" + c.Min + ") - 1 AS SIGNED)"
+	}
 	if c.Timestamp {
 		return "CAST(DATE_ADD(FROM_UNIXTIME((" + m + ") DIV 1000000), INTERVAL ((" + m + ") MOD 1000000) MICROSECOND) AS " + c.touchType() + ")"
 	}
@@ -128,11 +161,15 @@ var touchFuncs = map[string]bool{
 	"utc_timestamp": true, "sysdate": true,
 }
 
-// touchValue reports whether e, assigned to a touch column, can go into
+// touchValue reports whether e, assigned to touch column c, can go into
 // the slotted increment: a placeholder (checked when it is executed, see
 // ValidTime), a time literal in the strict form, or a function of the
-// current time.
-func touchValue(e ast.ExprNode) bool {
+// current time; for an integer touch column, a placeholder (an integer
+// when it is executed) or an integer literal.
+func touchValue(e ast.ExprNode, c *Counter) bool {
+	if c.Integer {
+		return isIntLiteralOrParam(unparen(e))
+	}
 	switch x := unparen(e).(type) {
 	case *driver.ParamMarkerExpr:
 		return true

@@ -205,7 +205,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 			continue
 		}
 		if ctr.Touch {
-			if !touchValue(a.Expr) || w.readsCounter(a.Expr) {
+			if !touchValue(a.Expr, ctr) || w.readsCounter(a.Expr) {
 				absolute = true
 				continue
 			}
@@ -280,6 +280,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 			values[i] = r.restore(in.delta, w.sess)
 			if in.ctr.Touch {
 				inc.TouchParams = append(inc.TouchParams, w.paramIndex(in.delta))
+				inc.TouchInts = append(inc.TouchInts, in.ctr.Integer)
 				continue
 			}
 			if in.minus {

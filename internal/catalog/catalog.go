@@ -285,7 +285,13 @@ func newTable(t *table, r *rules.Rule, slotsTable string) *rewrite.Table {
 	}
 	for _, rc := range r.Touch {
 		c := t.column(rc.Name)
-		timestamp, fsp, _ := c.temporal()
+		timestamp, fsp, temporal := c.temporal()
+		if !temporal {
+			// An integer (a Unix time): its range, CHECK bounds included.
+			rg := rangeOf(t, c)
+			rt.Counters = append(rt.Counters, rewrite.Counter{Name: c.name, Touch: true, Integer: true, Min: rg.lo.String(), Max: rg.hi.String()})
+			continue
+		}
 		rt.Counters = append(rt.Counters, rewrite.Counter{Name: c.name, Touch: true, Timestamp: timestamp, FSP: fsp})
 	}
 	return rt
@@ -430,8 +436,11 @@ func checkRule(s *schema, r *rules.Rule, slotsTable string, problems, side *[]*r
 		c := t.column(rc.Name)
 		if c == nil {
 			report(rc.Line, "touch: %s has no column %s", name, rc.Name)
-		} else if _, _, ok := c.temporal(); !ok {
-			report(rc.Line, "touch: %s.%s is %s; a touch column must be DATETIME or TIMESTAMP", name, c.name, c.columnType)
+		} else if _, _, ok := c.temporal(); ok {
+		} else if !c.integer() || strings.EqualFold(c.dataType, "bigint") {
+			report(rc.Line, "touch: %s.%s is %s; a touch column must be DATETIME, TIMESTAMP or an integer type narrower than BIGINT (a Unix time)", name, c.name, c.columnType)
+		} else if rg := rangeOf(t, c); len(rg.baseOnly) > 0 {
+			report(rc.Line, "touch: %s.%s: %s", name, c.name, strings.Join(rg.baseOnly, "; "))
 		}
 	}
 	if r.Mode != rules.ModeShadow {
