@@ -64,7 +64,37 @@ func (w *reads) selfIncrement(a *ast.Assignment, ref *tableRef) (delta ast.ExprN
 	if w.readsCounter(delta) {
 		return nil, false, nil
 	}
+	if n, ok := quotedInt(delta); ok {
+		// c + '101' (PHP quoting its parameters): the server adds the
+		// number, exactly within ±2^53, where slotted totals stay.
+		delta = ast.NewValueExpr(n, "", "")
+	}
 	return delta, minus, self
+}
+
+// quotedInt returns the integer a string literal holds when it is exactly
+// one canonical decimal integer ('101', '-3', not '007', ' 1' or '1e3').
+func quotedInt(e ast.ExprNode) (int64, bool) {
+	v, ok := e.(*driver.ValueExpr)
+	if !ok || v.Kind() != driver.KindString {
+		return 0, false
+	}
+	s := v.GetString()
+	digits := strings.TrimPrefix(s, "-")
+	if digits == "" || len(digits) > 18 || digits[0] == '0' && (len(digits) > 1 || s[0] == '-') {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(digits); i++ {
+		if digits[i] < '0' || digits[i] > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(digits[i]-'0')
+	}
+	if s[0] == '-' {
+		n = -n
+	}
+	return n, true
 }
 
 // nonNegativeClamp returns the increment x + n of GREATEST(x + n, 0) or

@@ -76,3 +76,7 @@ UPDATE repos SET downloads = downloads + 1 WHERE id = 7 AND (downloads IS NOT NU
 UPDATE repos SET stars = GREATEST(stars + 1, 0) WHERE id = 7
 -- case: a clamp at 0 of a signed counter (on the base row)
 UPDATE repos SET downloads = GREATEST(downloads + 1, 0) WHERE id = 7
+-- case: a quoted integer delta (slotted as the integer)
+UPDATE repos SET downloads = downloads + '101' WHERE id = 7
+-- case: a quoted delta that is not one canonical integer (on the base row)
+UPDATE repos SET downloads = downloads + '1e3' WHERE id = 7
