@@ -421,6 +421,9 @@ func (s *Session) execIncrement(p rewrite.Plan, ex *execution, seq *byte, more b
 			return failed, err
 		}
 		if r.Status&mysql.SERVER_STATUS_IN_TRANS != 0 {
+			if len(keys) == 0 {
+				keys = []string{""} // named by a UNIQUE key: any record
+			}
 			s.noteOwnIncrement(p.Table, keys)
 		}
 		ok := *r.OK

@@ -272,9 +272,20 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 	case !w.nullTestsOnly(s.Where, ref):
 		why = "the WHERE clause reads a counter (other than c IS NULL or c IS NOT NULL)"
 	default:
+		byUnique := false
 		if keys = keyConjunct(s.Where, t, ref); keys == nil {
-			why = "the WHERE clause does not require " + t.Key + " = value or " + t.Key + " IN (values)"
-			break
+			if byUnique = uniqueConjuncts(s.Where, t, ref); !byUnique {
+				why = "the WHERE clause does not require " + t.Key + " = value or " + t.Key + " IN (values), or a UNIQUE key's columns = values"
+				break
+			}
+			if s.Limit != nil {
+				// LIMIT n may stop before the last value of an IN list.
+				why = "a LIMIT with a UNIQUE key's values"
+				break
+			}
+			// The records are the rows the unique key finds: their keys
+			// are known only once the statement ran.
+			keys = []ast.ExprNode{}
 		}
 		if s.Limit != nil && len(keys) > 1 {
 			// LIMIT n may stop before the last key (a template's LIMIT is
@@ -878,6 +889,64 @@ func (w *reads) probe(start, end, ws, we int) string {
 // order) or a `key IN (v, …)` list that where requires (where itself, or
 // one of its top-level AND operands), each v a literal or a placeholder:
 // the keys of the records an increment may write.
+// uniqueConjuncts reports whether where's top-level conjuncts name every
+// column of one of t's UNIQUE keys (other than the primary key) by
+// equality with a literal or placeholder (col = v), or a single-column one
+// by col IN (v, …): the rows it matches are at most one per value, found
+// by that key's index (Django's .filter(token=…).update(), phpBB's
+// word_text IN (…)).
+func uniqueConjuncts(where ast.ExprNode, t *Table, ref *tableRef) bool {
+	eq := map[string]bool{} // lower-case columns named by col = v
+	in := map[string]bool{} // by col IN (v, …)
+	column := func(e ast.ExprNode) string {
+		c, ok := unparen(e).(*ast.ColumnNameExpr)
+		if !ok || c.Name.Table.O != "" && c.Name.Table.L != ref.match {
+			return ""
+		}
+		return c.Name.Name.L
+	}
+	var walk func(e ast.ExprNode)
+	walk = func(e ast.ExprNode) {
+		switch x := unparen(e).(type) {
+		case *ast.BinaryOperationExpr:
+			switch {
+			case x.Op == opcode.LogicAnd:
+				walk(x.L)
+				walk(x.R)
+			case x.Op != opcode.EQ:
+			case column(x.L) != "" && isLiteralOrParam(x.R):
+				eq[column(x.L)] = true
+			case column(x.R) != "" && isLiteralOrParam(x.L):
+				eq[column(x.R)] = true
+			}
+		case *ast.PatternInExpr:
+			if x.Not || x.Sel != nil || column(x.Expr) == "" || len(x.List) == 0 {
+				return
+			}
+			for _, v := range x.List {
+				if !isLiteralOrParam(v) {
+					return
+				}
+			}
+			in[column(x.Expr)] = true
+		}
+	}
+	walk(where)
+	for _, uk := range t.UniqueKeys {
+		if len(uk) == 0 {
+			continue
+		}
+		all := true
+		for _, c := range uk {
+			all = all && (eq[strings.ToLower(c)] || len(uk) == 1 && in[strings.ToLower(c)])
+		}
+		if all {
+			return true
+		}
+	}
+	return false
+}
+
 func keyConjunct(where ast.ExprNode, t *Table, ref *tableRef) []ast.ExprNode {
 	for {
 		p, ok := where.(*ast.ParenthesesExpr)
