@@ -98,3 +98,29 @@ func TestWriteAfterFoldInSnapshot(t *testing.T) {
 	}
 	runDifferential(t, cat, plain, ruled, corpus)
 }
+
+// TestReinsertAfterFoldAtReadCommitted: the differential fuzzer's finding
+// (MariaDB seed 1795629836499580118) once folds zeroed slot rows instead
+// of deleting them: a record deleted after an increment keeps zero slot
+// rows, and an upsert that inserts the key again in a READ COMMITTED
+// transaction took them for slot rows that appeared while it ran, undid
+// itself and tried again until it gave up (1205).
+func TestReinsertAfterFoldAtReadCommitted(t *testing.T) {
+	const plain, ruled = "reinsert_plain", "reinsert_ruled"
+	cat := loadedSetup(t, plain, ruled, []string{
+		"CREATE TABLE t1 (id INT NOT NULL PRIMARY KEY, c1 BIGINT UNSIGNED NULL, c2 MEDIUMINT UNSIGNED NOT NULL DEFAULT 0, CONSTRAINT chk_t1_c2 CHECK (c2 >= 0 AND c2 <= 1000))",
+		"INSERT INTO t1 (id, c1, c2) VALUES (1, 5, 14), (2, 15, 1000), (5, 0, 0)",
+	}, "table: "+ruled+".t1\nkey: id\ncounters: [c1, c2]\nslots: 14\n")
+	corpus := []step{
+		text("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"),
+		text("UPDATE t1 SET c1 = c1 + 1 WHERE id IN (5, 8)"),
+		text("DELETE FROM t1 WHERE id = 5"),
+		text("BEGIN"),
+		text("INSERT INTO t1 (id, c1) VALUES (5, 15) ON DUPLICATE KEY UPDATE c1 = c1 + 1"),
+		text("INSERT INTO t1 (id, c1) VALUES (5, 15) ON DUPLICATE KEY UPDATE c1 = c1 + 1"),
+		text("SELECT * FROM t1 ORDER BY id"),
+		text("COMMIT"),
+		text("SELECT * FROM t1 ORDER BY id"),
+	}
+	runDifferential(t, cat, plain, ruled, corpus)
+}

@@ -208,9 +208,9 @@ type Guard struct {
 }
 
 // SlottedSQL selects those of keys (decimal integers) whose records have
-// slot rows.
+// slot rows with counts (zero rows, which folds leave, change no total).
 func (t *Table) SlottedSQL(keys []string) string {
-	return fmt.Sprintf("SELECT DISTINCT `record_id` FROM %s WHERE `record_type` IN (%s) AND `record_id` IN (%s)",
+	return fmt.Sprintf("SELECT DISTINCT `record_id` FROM %s WHERE `record_type` IN (%s) AND `record_id` IN (%s) AND `count` <> 0",
 		t.QualifiedSlots(), t.recordTypes(), strings.Join(keys, ", "))
 }
 
