@@ -154,6 +154,9 @@ type Session struct {
 
 	status     uint16 // server status after the last response
 	rolledBack bool   // a deadlock or lock wait timeout rolled the transaction back
+	// wrapping: the open transaction is the proxy's own around an
+	// autocommit statement (it has read nothing: see snapshotFolds).
+	wrapping bool
 	rw         rewriteState
 	respSeq    byte // sequence id the current command's response starts with
 

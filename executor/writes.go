@@ -766,6 +766,8 @@ func keyName(p rewrite.Plan) string {
 // (the proxy's own transaction already rolled back), or again: the attempt
 // was undone and must be made again (guardMode.keys).
 func (s *Session) guardedOnce(p rewrite.Plan, ex *execution, wrapped bool, gm guardMode, main func() ([]byte, []byte, error)) (_ *wire.Buffer, _ []byte, again bool, _ error) {
+	s.wrapping = wrapped
+	defer func() { s.wrapping = false }()
 	fail := func(pkt []byte) (*wire.Buffer, []byte, bool, error) {
 		if wrapped {
 			if _, err := s.query("ROLLBACK"); err != nil {
@@ -999,7 +1001,7 @@ func (s *Session) refreshing(p rewrite.Plan) (g rewrite.Plan, ok bool, err error
 // its BEGIN (not WITH CONSISTENT SNAPSHOT) and slotted increments has no
 // snapshot yet: its first plain read makes one.
 func (s *Session) snapshotFolds() (bool, error) {
-	if !s.inTransaction() {
+	if !s.inTransaction() || s.wrapping {
 		return false, nil
 	}
 	if s.txn.begin != nil && !bytes.Contains(bytes.ToUpper(s.txn.begin), []byte("SNAPSHOT")) && s.replayable() {
@@ -1102,6 +1104,8 @@ func (s *Session) execLockedRead(p rewrite.Plan, ex *execution, seq *byte, more 
 	s.env.Stats.RewrittenReads.Add(1)
 	s.env.metrics().Statement(PathRewrittenRead, "")
 	wrapped := s.autocommitted() && !s.tablesLocked()
+	s.wrapping = wrapped
+	defer func() { s.wrapping = false }()
 	for attempt := 1; ; attempt++ {
 		if wrapped {
 			r, err := s.query("BEGIN")
