@@ -74,61 +74,19 @@ func (t transcoding) plans(plans []Plan) ([]Plan, error) {
 		return plans, nil
 	}
 	e := t.enc.NewEncoder()
-	conv := func(s *string) error {
-		if *s == "" {
-			return nil
+	conv := func(s string) (string, error) {
+		if s == "" {
+			return s, nil
 		}
-		out, err := e.String(*s)
+		out, err := e.String(s)
 		if err != nil {
-			return errCharset
+			return "", errCharset
 		}
-		*s = out
-		return nil
+		return out, nil
 	}
 	for i := range plans {
-		p := &plans[i]
-		for _, s := range []*string{&p.SQL, &p.Original, &p.After, &p.MetaKey} {
-			if err := conv(s); err != nil {
-				return nil, err
-			}
-		}
-		if p.Increment != nil {
-			inc := *p.Increment
-			if err := conv(&inc.ProbeSQL); err != nil {
-				return nil, err
-			}
-			if inc.Guard != nil {
-				g := *inc.Guard
-				if err := conv(&g.KeysSQL); err != nil {
-					return nil, err
-				}
-				inc.Guard = &g
-			}
-			inc.Keys = append([]KeyValue(nil), inc.Keys...)
-			for i := range inc.Keys {
-				if err := conv(&inc.Keys[i].Literal); err != nil {
-					return nil, err
-				}
-			}
-			p.Increment = &inc
-		}
-		if p.Guard != nil {
-			g := *p.Guard
-			if err := conv(&g.KeysSQL); err != nil {
-				return nil, err
-			}
-			p.Guard = &g
-		}
-		if p.Guards != nil {
-			gs := make([]*Guard, len(p.Guards))
-			for i, g := range p.Guards {
-				c := *g
-				if err := conv(&c.KeysSQL); err != nil {
-					return nil, err
-				}
-				gs[i] = &c
-			}
-			p.Guards = gs
+		if err := plans[i].mapSQL(conv); err != nil {
+			return nil, err
 		}
 	}
 	return plans, nil

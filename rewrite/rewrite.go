@@ -640,6 +640,56 @@ func (p Plan) AsWritten() bool {
 		p.Prepares == nil && p.Refresh == nil
 }
 
+// mapSQL replaces every SQL text of p by f's image of it: the statement,
+// the original, the follow-up, the restricted statement, the metadata key,
+// and the increment's and the guards' statements and key literals. Guards
+// and the increment are copied first: plans of a template share them.
+func (p *Plan) mapSQL(f func(string) (string, error)) error {
+	var err error
+	text := func(s *string) {
+		if err == nil {
+			*s, err = f(*s)
+		}
+	}
+	guard := func(g *Guard) *Guard {
+		if g == nil {
+			return nil
+		}
+		c := *g
+		text(&c.KeysSQL)
+		if c.Keys != nil {
+			c.Keys = append([]KeyValue(nil), c.Keys...)
+			for i := range c.Keys {
+				text(&c.Keys[i].Literal)
+			}
+		}
+		return &c
+	}
+	for _, s := range []*string{&p.SQL, &p.Original, &p.After, &p.Restrict, &p.MetaKey} {
+		text(s)
+	}
+	if p.Increment != nil {
+		inc := *p.Increment
+		inc.Keys = append([]KeyValue(nil), inc.Keys...)
+		for i := range inc.Keys {
+			text(&inc.Keys[i].Literal)
+		}
+		text(&inc.ProbeSQL)
+		inc.Guard = guard(inc.Guard)
+		p.Increment = &inc
+	}
+	p.Guard = guard(p.Guard)
+	p.Refresh = guard(p.Refresh)
+	if p.Guards != nil {
+		gs := make([]*Guard, len(p.Guards))
+		for i, g := range p.Guards {
+			gs[i] = guard(g)
+		}
+		p.Guards = gs
+	}
+	return err
+}
+
 // SessionCut returns the index of the first plan that changes the session
 // and is followed by another, or -1: the plans after it were made for the
 // session as it was before the query.

@@ -175,51 +175,10 @@ func (t *template) instantiate(sql string, spans [][2]int, slot func(*Table) int
 		if p.Kind == KindIncrement && p.Table != nil {
 			slotText = strconv.Itoa(slot(p.Table))
 		}
-		sub := func(s string) string { return substitute(s, lits, slotText) }
-		p.SQL = sub(p.SQL)
-		p.Original = sub(p.Original)
-		p.After = sub(p.After)
-		p.Restrict = sub(p.Restrict)
-		p.MetaKey = sub(p.MetaKey)
-		if p.Increment != nil {
-			inc := *p.Increment
-			inc.Keys = append([]KeyValue(nil), inc.Keys...)
-			for i := range inc.Keys {
-				inc.Keys[i].Literal = sub(inc.Keys[i].Literal)
-			}
-			inc.ProbeSQL = sub(inc.ProbeSQL)
-			inc.Guard = substituteGuard(inc.Guard, sub)
-			p.Increment = &inc
-		}
-		p.Guard = substituteGuard(p.Guard, sub)
-		p.Refresh = substituteGuard(p.Refresh, sub)
-		if p.Guards != nil {
-			gs := make([]*Guard, len(p.Guards))
-			for i, g := range p.Guards {
-				gs[i] = substituteGuard(g, sub)
-			}
-			p.Guards = gs
-		}
+		_ = p.mapSQL(func(s string) (string, error) { return substitute(s, lits, slotText), nil }) // substitute cannot fail
 		out[i] = p
 	}
 	return out
-}
-
-// substituteGuard returns a copy of g (nil for nil) with the template's
-// literals put back into its SQL texts by sub.
-func substituteGuard(g *Guard, sub func(string) string) *Guard {
-	if g == nil {
-		return nil
-	}
-	c := *g
-	c.KeysSQL = sub(c.KeysSQL)
-	if c.Keys != nil {
-		c.Keys = append([]KeyValue(nil), c.Keys...)
-		for i := range c.Keys {
-			c.Keys[i].Literal = sub(c.Keys[i].Literal)
-		}
-	}
-	return &c
 }
 
 // maskInts replaces the integer literals of s that a template would take
