@@ -65,6 +65,38 @@ func TestRewriteGBK(t *testing.T) {
 	}
 }
 
+// TestRewriteGBKGuards: every statement of a plan comes back in the
+// client's character set: a write of other columns' refresh guard, and
+// the READ COMMITTED restricted form of a guarded write.
+func TestRewriteGBKGuards(t *testing.T) {
+	r := testRewriter(mariadb)
+	for _, sql := range []string{
+		"UPDATE repos SET name = 'x' WHERE name = '\xbf\\' OR id = 2",
+		"UPDATE repos SET downloads = 5 WHERE name = '\xbf\\' AND id > 2",
+	} {
+		plans, err := r.Rewrite(sql, Session{DB: "app", Charset: "gbk"})
+		if err != nil || len(plans) != 1 {
+			t.Fatalf("Rewrite(%q): %v, %v", sql, plans, err)
+		}
+		p := plans[0]
+		for _, q := range []string{guardSQL(p.Refresh), guardSQL(p.Guard), p.Restrict} {
+			if q != "" && !strings.Contains(q, "'\xbf\\'") {
+				t.Errorf("%q: %q is not in the client's character set", sql, q)
+			}
+		}
+		if p.Refresh == nil && p.Restrict == "" {
+			t.Errorf("%q: neither a refresh guard nor a restricted form", sql)
+		}
+	}
+}
+
+func guardSQL(g *Guard) string {
+	if g == nil {
+		return ""
+	}
+	return g.KeysSQL
+}
+
 // TestSessionCut: the first statement that changes what a rewrite depends
 // on, when more statements follow it in the same query.
 func TestSessionCut(t *testing.T) {
