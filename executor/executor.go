@@ -135,6 +135,27 @@ func (e *Env) metrics() Recorder {
 	return e.Metrics
 }
 
+// metrics is the session's Recorder: the Env's, noting each statement's
+// path for LastPath.
+func (s *Session) metrics() Recorder { return sessionRecorder{s} }
+
+// LastPath is the path (Path*) of the last statement the session handled
+// (the last one of a multi-statement query), or "" when the last command
+// ran no statement through Handle.
+func (s *Session) LastPath() string { return s.lastPath }
+
+// sessionRecorder is the Env's Recorder, seen from one session.
+type sessionRecorder struct{ s *Session }
+
+func (r sessionRecorder) Statement(path, rule string) {
+	r.s.lastPath = path
+	r.s.env.metrics().Statement(path, rule)
+}
+func (r sessionRecorder) RewriteTook(seconds float64) { r.s.env.metrics().RewriteTook(seconds) }
+func (r sessionRecorder) BackendError(code uint16)    { r.s.env.metrics().BackendError(code) }
+func (r sessionRecorder) Retry()                      { r.s.env.metrics().Retry() }
+func (r sessionRecorder) Queued(overflowed bool)      { r.s.env.metrics().Queued(overflowed) }
+
 // Link is a session's two connections, owned by the session's goroutine
 // and used by the executor only inside Handle.
 type Link struct {
@@ -157,8 +178,8 @@ type Session struct {
 	// wrapping: the open transaction is the proxy's own around an
 	// autocommit statement (it has read nothing: see snapshotFolds).
 	wrapping bool
-	rw         rewriteState
-	respSeq    byte // sequence id the current command's response starts with
+	rw       rewriteState
+	respSeq  byte // sequence id the current command's response starts with
 
 	// warnings is the SHOW WARNINGS response saved for the client's last
 	// statement (see saveWarnings), or nil.
@@ -173,6 +194,8 @@ type Session struct {
 	// has (0 when it is relayed as it is), and stmtIndex the position of
 	// the one running (0 for the first, and for a single one).
 	stmtsInCommand, stmtIndex int
+	// lastPath is the path of the last statement handled (LastPath).
+	lastPath string
 }
 
 // NewSession starts the executor's view of a session whose authentication
@@ -256,6 +279,7 @@ var ErrAnswered = errors.New("the command was already answered")
 func (s *Session) Handle(rw *rewrite.Rewriter, payload []byte, packets byte) error {
 	s.respSeq = packets
 	s.link.Client.SeqShift = 0
+	s.lastPath = ""
 	s.commands++
 	s.stmtsInCommand, s.stmtIndex = 0, 0
 	if stepCommand(payload[0]) {
@@ -359,7 +383,7 @@ func isBegin(sql []byte) bool {
 
 // noteErr records errors that roll the transaction back.
 func (s *Session) noteErr(code uint16) {
-	s.env.metrics().BackendError(code)
+	s.metrics().BackendError(code)
 	if code == mysql.ER_LOCK_DEADLOCK || code == mysql.ER_LOCK_WAIT_TIMEOUT {
 		s.rolledBack = true
 	}
@@ -376,7 +400,7 @@ func (s *Session) noteStatus(res wire.Result) {
 // the rule and the reason.
 func (s *Session) refuse(t *rewrite.Table, reason string, seq *byte) error {
 	s.env.Stats.Refused.Add(1)
-	s.env.metrics().Statement(PathRefused, ruleName(t))
+	s.metrics().Statement(PathRefused, ruleName(t))
 	e := wire.Errorf(mysql.ER_NOT_SUPPORTED_YET, "42000", "rule %s: statement refused, nothing was run: %s", ruleName(t), reason)
 	return s.writeErr(e.Packet(), seq)
 }
@@ -439,7 +463,7 @@ func (s *Session) Relayed(head []byte) {
 // the client sent it in.
 func (s *Session) Refuse(packets byte, format string, args ...any) error {
 	s.env.Stats.Refused.Add(1)
-	s.env.metrics().Statement(PathRefused, "")
+	s.metrics().Statement(PathRefused, "")
 	seq := packets
 	return s.writeErr(wire.Errorf(mysql.ER_NOT_SUPPORTED_YET, "42000", format, args...).Packet(), &seq)
 }

@@ -89,7 +89,7 @@ func (s *Session) enterGate(plans ...rewrite.Plan) bool {
 		if !p.Shadow && (p.Kind == rewrite.KindIncrement || p.Kind == rewrite.KindRead) {
 			entered, waited, overflowed := s.env.Gate.enter()
 			if waited {
-				s.env.metrics().Queued(overflowed)
+				s.metrics().Queued(overflowed)
 			}
 			return entered
 		}

@@ -133,7 +133,7 @@ func (s *Session) handleExecute(rw *rewrite.Rewriter, payload []byte) error {
 		st = s.rw.stmts[binary.LittleEndian.Uint32(payload[1:])]
 	}
 	if st == nil {
-		s.env.metrics().Statement(PathPassThrough, "")
+		s.metrics().Statement(PathPassThrough, "")
 		_, err := s.forward(payload, wire.Results, nil)
 		return err
 	}
@@ -173,7 +173,7 @@ func (s *Session) handleExecute(rw *rewrite.Rewriter, payload []byte) error {
 		return err
 	case p.Kind == rewrite.KindRead:
 		s.env.Stats.RewrittenReads.Add(1)
-		s.env.metrics().Statement(PathRewrittenRead, "")
+		s.metrics().Statement(PathRewrittenRead, "")
 		if errPkt, err := s.foldOwn(p.Reads); err != nil || errPkt != nil {
 			if err != nil {
 				return err

@@ -302,10 +302,10 @@ func (s *Session) plan(rw *rewrite.Rewriter, sql []byte) ([]rewrite.Plan, error)
 	}
 	start := time.Now()
 	plans, err := rw.Rewrite(string(sql), s.rewriteSession())
-	s.env.metrics().RewriteTook(time.Since(start).Seconds())
+	s.metrics().RewriteTook(time.Since(start).Seconds())
 	if err != nil {
 		s.env.Stats.ParseFailures.Add(1)
-		s.env.metrics().Statement(PathParseFailure, "")
+		s.metrics().Statement(PathParseFailure, "")
 		if ue := (*rewrite.UnparsedError)(nil); errors.As(err, &ue) && !ue.Table.Shadow {
 			return nil, err // it names a ruled table: see checkUnparsed
 		}
@@ -370,7 +370,7 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 	}
 	if plans == nil {
 		s.warnings = nil // the server's own diagnostics are the statement's
-		s.env.metrics().Statement(PathPassThrough, "")
+		s.metrics().Statement(PathPassThrough, "")
 		res, err := s.forward(payload, wire.Results, nil)
 		if err == nil && !res.Failed() {
 			s.noteBegin(sql)
@@ -394,7 +394,7 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 	}
 	if rewrite.SessionCut(plans) >= 0 {
 		if !s.multiStatements() {
-			s.env.metrics().Statement(PathPassThrough, "")
+			s.metrics().Statement(PathPassThrough, "")
 			_, err := s.forward(payload, wire.Results, nil)
 			return err
 		}
@@ -415,7 +415,7 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 		// Counters read rolled up only: the statement as written, once
 		// the transaction's own increments of them are folded.
 		p := plans[0]
-		s.env.metrics().Statement(PathRolledUpRead, "")
+		s.metrics().Statement(PathRolledUpRead, "")
 		if errPkt, err := s.foldOwn(p.RolledUp); err != nil || errPkt != nil {
 			if err != nil {
 				return err
@@ -428,7 +428,7 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 	if simple && len(plans) == 1 && plans[0].Kind == rewrite.KindRead && !plans[0].Shadow {
 		p := plans[0]
 		s.env.Stats.RewrittenReads.Add(1)
-		s.env.metrics().Statement(PathRewrittenRead, "")
+		s.metrics().Statement(PathRewrittenRead, "")
 		if errPkt, err := s.foldOwn(p.Reads); err != nil || errPkt != nil {
 			if err != nil {
 				return err
@@ -461,10 +461,10 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 				text.WriteString(p.Original)
 			case p.Kind == rewrite.KindRead:
 				s.env.Stats.RewrittenReads.Add(1)
-				s.env.metrics().Statement(PathRewrittenRead, "")
+				s.metrics().Statement(PathRewrittenRead, "")
 				text.WriteString(p.SQL)
 			default:
-				s.env.metrics().Statement(PathPassThrough, "")
+				s.metrics().Statement(PathPassThrough, "")
 				text.WriteString(p.SQL)
 			}
 		}
@@ -475,7 +475,7 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 	// the proxy honours as the server would: without it, the server gets the
 	// text as it is and reports the error.
 	if len(plans) > 1 && !s.multiStatements() {
-		s.env.metrics().Statement(PathPassThrough, "")
+		s.metrics().Statement(PathPassThrough, "")
 		_, err := s.forward(payload, wire.Results, nil)
 		return err
 	}
@@ -556,7 +556,7 @@ func (s *Session) multiStatements() bool {
 // rewritten.
 func (s *Session) countShadow(p rewrite.Plan) {
 	n := s.env.Stats.Shadowed.Add(1)
-	s.env.metrics().Statement(PathShadow, ruleName(p.Table))
+	s.metrics().Statement(PathShadow, ruleName(p.Table))
 	// At most one line a second at info (with the running count); every
 	// statement at debug.
 	now := time.Now().UnixNano()
@@ -588,7 +588,7 @@ func (s *Session) checkUnparsed(sql []byte, ue *rewrite.UnparsedError, prepare b
 				return err
 			}
 		} else if len(errPkt) >= 3 && binary.LittleEndian.Uint16(errPkt[1:3]) != mysql.ER_UNSUPPORTED_PS {
-			s.env.metrics().Statement(PathPassThrough, ruleName(ue.Table))
+			s.metrics().Statement(PathPassThrough, ruleName(ue.Table))
 			return s.writeErr(errPkt, &seq)
 		}
 	}

@@ -91,7 +91,7 @@ func (s *Session) replayTxn() (bool, error) {
 			if same {
 				s.txn.replay = steps
 				s.env.Stats.Retries.Add(1)
-				s.env.metrics().Retry()
+				s.metrics().Retry()
 			}
 			return same, err
 		}

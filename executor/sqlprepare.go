@@ -71,7 +71,7 @@ func (s *Session) sqlPrepared(rw *rewrite.Rewriter, sql, payload []byte) (done b
 			return false, nil // planned: the PREPARE's plan keeps what it prepares
 		}
 		// Another statement under the name, or none.
-		s.env.metrics().Statement(PathPassThrough, "")
+		s.metrics().Statement(PathPassThrough, "")
 		res, err := s.forward(payload, wire.Results, nil)
 		if err == nil && (!res.Failed() || verb == rewrite.DeallocateVerb) {
 			s.notePrepared(name, nil)
@@ -117,7 +117,7 @@ func (s *Session) showWarningsFirst(sql []byte) error {
 		return s.warnings.WriteTo(s.link.Client, &seq, s.link.Caps, status)
 	}
 	s.warnings = nil
-	s.env.metrics().Statement(PathPassThrough, "")
+	s.metrics().Statement(PathPassThrough, "")
 	_, err := s.relayAs(queryPacket(rest), &seq, false)
 	return err
 }

@@ -118,7 +118,7 @@ func (s *Session) execPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) 
 		sql = p.Original
 	case p.Kind == rewrite.KindRead:
 		s.env.Stats.RewrittenReads.Add(1)
-		s.env.metrics().Statement(PathRewrittenRead, "")
+		s.metrics().Statement(PathRewrittenRead, "")
 		errPkt, err := s.foldOwn(p.Reads)
 		if err != nil {
 			return false, err
@@ -140,7 +140,7 @@ func (s *Session) execPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) 
 			return false, s.afterSuccess(p)
 		}
 	default:
-		s.env.metrics().Statement(PathPassThrough, ruleName(p.Table))
+		s.metrics().Statement(PathPassThrough, ruleName(p.Table))
 	}
 	payload := queryPacket(sql)
 	if ex != nil {
@@ -303,7 +303,7 @@ func errLongData() []byte {
 // response. It is the path for parameters the slotted upsert cannot take as
 // they are, and for a WHERE that matched no row.
 func (s *Session) execAsWritten(p rewrite.Plan, ex *execution, seq *byte, more bool) (bool, error) {
-	s.env.metrics().Statement(PathPassThrough, ruleName(p.Table))
+	s.metrics().Statement(PathPassThrough, ruleName(p.Table))
 	pkt, errPkt, err := s.asWrittenPacket(p, ex)
 	if err != nil {
 		return false, err
@@ -357,7 +357,7 @@ func (s *Session) execIncrement(p rewrite.Plan, ex *execution, seq *byte, more b
 		return true, s.writeErr(denied, seq)
 	}
 	s.env.Stats.RewrittenWrites.Add(1)
-	s.env.metrics().Statement(PathRewrittenWrite, ruleName(p.Table))
+	s.metrics().Statement(PathRewrittenWrite, ruleName(p.Table))
 	autocommitted := s.autocommitted()
 	// Long data the client sent is gone once the statement ran as written
 	// (see asWrittenPacket): such an execution is not run twice.
@@ -519,7 +519,7 @@ func (s *Session) checkPrivileges(inc *rewrite.Increment) (denied []byte, err er
 // deadlocked or timed out waiting for a lock: then again is true and the
 // transaction was restarted for another attempt.
 func (s *Session) asWrittenRetrying(p rewrite.Plan, ex *execution, seq *byte, more bool, attempt int) (failed, again bool, err error) {
-	s.env.metrics().Statement(PathPassThrough, ruleName(p.Table))
+	s.metrics().Statement(PathPassThrough, ruleName(p.Table))
 	pkt, errPkt, err := s.asWrittenPacket(p, ex)
 	if err != nil {
 		return false, false, err
@@ -573,7 +573,7 @@ func (s *Session) retry(code uint16, attempt int) bool {
 	}
 	s.rolledBack = false // the failed statement was the whole transaction
 	s.env.Stats.Retries.Add(1)
-	s.env.metrics().Retry()
+	s.metrics().Retry()
 	backoff := time.Duration(attempt) * time.Millisecond
 	time.Sleep(backoff + rand.N(backoff))
 	return true
@@ -606,7 +606,7 @@ func (s *Session) execGuardedWith(p rewrite.Plan, ex *execution, seq *byte, more
 		return true, s.refuse(p.Table, refusal, seq)
 	}
 	s.env.Stats.GuardedWrites.Add(1)
-	s.env.metrics().Statement(PathGuarded, ruleName(p.Table))
+	s.metrics().Statement(PathGuarded, ruleName(p.Table))
 	for attempt := 1; ; attempt++ {
 		res, errPkt, again, err := s.guardedOnce(p, ex, wrapped, gm, main)
 		if err != nil {
@@ -1102,7 +1102,7 @@ func (s *Session) lockAndFoldKeys(p rewrite.Plan, ex *execution) (locked []strin
 // latest totals and concurrent increments of them wait.
 func (s *Session) execLockedRead(p rewrite.Plan, ex *execution, seq *byte, more bool, cp *columnPatch) (bool, error) {
 	s.env.Stats.RewrittenReads.Add(1)
-	s.env.metrics().Statement(PathRewrittenRead, "")
+	s.metrics().Statement(PathRewrittenRead, "")
 	wrapped := s.autocommitted() && !s.tablesLocked()
 	s.wrapping = wrapped
 	defer func() { s.wrapping = false }()
