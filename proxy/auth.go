@@ -365,6 +365,7 @@ func (s *session) changeUser(h wire.Header) error {
 	err = a.run()
 	s.ex.Reset(a.status)
 	if errors.Is(err, errAuthFailed) {
+		s.metrics().authFailed()
 		return nil // the client saw the ERR; the server closes the connection if it wants to
 	}
 	return err

@@ -183,60 +183,76 @@ func TestHandshakeDeadline(t *testing.T) {
 }
 
 // TestMaxUnauthenticated: with both handshake slots held by silent
-// clients, a further client waits for its turn instead of being refused
-// (within the handshake deadline), one more than the queue holds gets ERR
-// 1040 at once, and the waiting client gets in as soon as a slot frees.
+// clients (greeted by the backend) and the one place of the handshake
+// queue held by a silent client the proxy greeted itself, one more
+// connection gets ERR 1040 at once; once the queue has room, a client that
+// answers its greeting gets in although both slots are still held by
+// silent clients: it takes over the slot of one that has waited ParkAfter
+// (parked), and that one still logs in when it finally answers.
 func TestMaxUnauthenticated(t *testing.T) {
+	const parkAfter = 300 * time.Millisecond
 	p := startProxy(t, func(c *proxy.Config) {
 		c.MaxUnauthenticated = 2
 		c.MaxHandshakeQueue = 1
+		c.ParkAfter = parkAfter
 		// Long enough that a loaded machine does not drop the idle
 		// handshakes (freeing their places) before the test is done.
 		c.HandshakeTimeout = time.Minute
 	})
-	idle := []net.Conn{dialTCP(t, p.addr), dialTCP(t, p.addr)}
-	for _, c := range idle {
-		readPacket(t, c)
-	}
-	waited := make(chan error, 1)
-	go func() { waited <- openDSN(t, p.dsn(testdb.User, testdb.Password, "", "timeout=9s")).Ping() }()
-	// Bounded: a client that never comes to wait is a failure, not a hang.
-	for until := time.Now().Add(10 * time.Second); p.srv.HandshakesWaiting() < 1; time.Sleep(5 * time.Millisecond) {
-		select {
-		case err := <-waited:
-			t.Fatalf("the client over max_unauthenticated did not wait for a place: %v", err)
-		default:
+	var silent []*wireConn
+	for range 2 {
+		w, err := dialWire(p.addr, 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
 		}
+		t.Cleanup(func() { _ = w.Close() })
+		if err := w.greet(); err != nil {
+			t.Fatal(err)
+		}
+		if w.connID == 0 {
+			t.Fatalf("a connection greeted while slots were free got connection id 0: not the backend's greeting")
+		}
+		silent = append(silent, w)
+	}
+	queued := dialTCP(t, p.addr)
+	g := readPacket(t, queued) // greeted by the proxy itself: every slot is taken
+	if g[0] != 10 {
+		t.Fatalf("the queued connection got %q, want a greeting", g)
+	}
+	if n := p.srv.HandshakesWaiting(); n != 1 {
+		t.Fatalf("HandshakesWaiting = %d, want 1 (the queued connection)", n)
+	}
+	// The queue is full: one more is refused at once.
+	err := openDSN(t, p.dsn(testdb.User, testdb.Password, "", "timeout=5s")).Ping()
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) || me.Number != 1040 {
+		t.Fatalf("a connection over the queue: %v, want 1040", err)
+	}
+	_ = queued.Close()
+	for until := time.Now().Add(10 * time.Second); p.srv.HandshakesWaiting() > 0; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(until) {
-			t.Fatalf("no handshake waiting for a place after 10 s")
+			t.Fatalf("the closed queued connection still counts as waiting after 10 s")
 		}
 	}
-	// The waiting client holds the only place in the queue; one more is
-	// refused at once.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		err := openDSN(t, p.dsn(testdb.User, testdb.Password, "", "")).Ping()
-		var me *mysql.MySQLError
-		if errors.As(err, &me) && me.Number == 1040 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a connection over the queue: %v, want 1040", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	select {
-	case err := <-waited:
-		t.Fatalf("the waiting client did not wait: %v", err)
-	case <-time.After(300 * time.Millisecond):
-	}
+	// Both slots are still held by silent clients; a client that answers
+	// gets in once one of them has waited parkAfter.
 	start := time.Now()
-	_ = idle[0].Close()
-	if err := <-waited; err != nil {
-		t.Fatalf("the waiting client after a slot freed: %v", err)
+	if err := openDSN(t, p.dsn(testdb.User, testdb.Password, "", "timeout=9s")).Ping(); err != nil {
+		t.Fatalf("a client that answers while silent clients hold every slot: %v", err)
 	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Fatalf("the waiting client got in %v after a slot freed", d)
+	if d := time.Since(start); d > parkAfter+2*time.Second {
+		t.Fatalf("the client got in after %v; a silent holder is parked after %v", d, parkAfter)
+	}
+	// The parked client answers late: it gets a backend connection of
+	// its own again and logs in (an auth switch gives it the new scramble).
+	for i, w := range silent {
+		if err := w.login(testdb.User, testdb.Password, testdb.DBName, gomysql.CLIENT_DEPRECATE_EOF); err != nil {
+			t.Fatalf("silent client %d answering late: %v", i, err)
+		}
+		stillServes(t, w)
+	}
+	if !strings.Contains(p.logs.String(), "taken over while waiting for the client") {
+		t.Fatalf("no handshake was parked:\n%s", p.logs.String())
 	}
 }
 

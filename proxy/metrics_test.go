@@ -48,6 +48,8 @@ slotproxy_read_after_increment_tables 0
 # HELP slotproxy_backend_errors_total ERR packets from the backend, by MySQL error code.
 # TYPE slotproxy_backend_errors_total counter
 slotproxy_backend_errors_total{code="1054"} 1
+slotproxy_backend_errors_total{code="1205"} 0
+slotproxy_backend_errors_total{code="1213"} 0
 # HELP slotproxy_client_connections Client connections open (in the handshake or authenticated).
 # TYPE slotproxy_client_connections gauge
 slotproxy_client_connections 1

@@ -46,15 +46,27 @@ type Config struct {
 	// for that long while the proxy had a response to write (a stalled
 	// client holds a backend connection). Zero means 8h.
 	ClientWriteTimeout time.Duration
-	// MaxUnauthenticated caps connections in the handshake at once (each
-	// holds a backend connection). Further connections wait their turn
-	// within HandshakeTimeout; beyond MaxHandshakeQueue waiting, they get
-	// ERR 1040 and are closed. Zero means 64, well under a default
+	// MaxUnauthenticated caps the backend connections of clients in the
+	// handshake (handshake slots). A connection accepted while a slot is
+	// free is greeted with its backend's greeting at once; one accepted
+	// while every slot is taken is greeted by the proxy itself and takes a
+	// slot only once the client has answered (see handshakeSlots), so a
+	// client that sends nothing never holds one. A slot whose holder has
+	// waited ParkAfter for its client is taken over by a connection that
+	// has answered (the holder is parked: its backend connection closed,
+	// its client kept). Connections wait for a slot within
+	// HandshakeTimeout. Zero means 64, well under a default
 	// max_connections (151) of the backend.
 	MaxUnauthenticated int
-	// MaxHandshakeQueue caps connections waiting for a handshake slot
-	// (they hold no backend connection). Zero means 10,000.
+	// MaxHandshakeQueue caps connections in the handshake that hold no
+	// handshake slot (greeted by the proxy, waiting for one, or parked;
+	// they hold no backend connection); a connection over it gets ERR
+	// 1040 and is closed. Zero means 10,000.
 	MaxHandshakeQueue int
+	// ParkAfter is how long a handshake that holds a slot may wait for its
+	// client before a connection whose client has answered may take the
+	// slot over. Zero means 200ms.
+	ParkAfter time.Duration
 	// MaxStatementBytes bounds the statements the proxy reads whole to plan
 	// them (with rules, every COM_QUERY and COM_STMT_PREPARE naming a ruled
 	// table, and executions of rewritten statements). Zero means 64 MiB.
@@ -98,10 +110,11 @@ type Server struct {
 	env         *executor.Env
 
 	nextID atomic.Uint64
-	// slots holds a token per connection in the handshake; queued counts
-	// connections waiting for one.
-	slots  chan struct{}
-	queued atomic.Int64
+	// slots bounds the backend connections of handshakes; greeting is
+	// the last backend greeting the proxy relayed, which greetings of its
+	// own copy (nil before the first).
+	slots    *handshakeSlots
+	greeting atomic.Pointer[greetingTemplate]
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
@@ -133,6 +146,9 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxHandshakeQueue <= 0 {
 		cfg.MaxHandshakeQueue = 10000
+	}
+	if cfg.ParkAfter <= 0 {
+		cfg.ParkAfter = 200 * time.Millisecond
 	}
 	if cfg.MaxStatementBytes <= 0 {
 		cfg.MaxStatementBytes = 64 << 20
@@ -166,7 +182,7 @@ func NewServer(cfg Config) (*Server, error) {
 		sessions:  make(map[*session]struct{}),
 		allGone:   make(chan struct{}),
 		env:       env,
-		slots:     make(chan struct{}, cfg.MaxUnauthenticated),
+		slots:     newHandshakeSlots(cfg.MaxUnauthenticated, cfg.MaxHandshakeQueue, cfg.ParkAfter),
 	}
 	srv.rewriter.Store(cfg.Rewriter)
 	return srv, nil
@@ -207,9 +223,11 @@ func (s *Server) Stats() StatsSnapshot {
 	}
 }
 
-// HandshakesWaiting is how many connections wait for a handshake slot.
+// HandshakesWaiting is how many connections in the handshake hold no
+// handshake slot: greeted by the proxy and not yet answered, waiting for a
+// slot, or parked.
 func (s *Server) HandshakesWaiting() int {
-	return int(s.queued.Load())
+	return s.slots.waiting()
 }
 
 // ErrServerClosed is returned by Serve after Shutdown or Close.
@@ -298,45 +316,22 @@ func closeOnce(ch chan struct{}) {
 
 func (s *Server) handle(sess *session) {
 	defer s.remove(sess)
+	s.cfg.Metrics.accepted()
 	if tc, ok := sess.rawClient.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	if n := s.queued.Add(1); n > int64(s.cfg.MaxHandshakeQueue) {
-		s.queued.Add(-1)
+	if !s.slots.enter(sess) {
+		s.cfg.Metrics.handshake(handshakeRefused)
 		s.log.Warn("too many connections waiting for the handshake; refusing", "client", sess.rawClient.RemoteAddr().String(), "limit", s.cfg.MaxHandshakeQueue)
 		_ = sess.rawClient.SetWriteDeadline(time.Now().Add(time.Second))
 		_ = sendError(sess.client, 0, errTooManyConns("too many connections waiting for the handshake"))
 		_ = sess.rawClient.Close()
 		return
 	}
-	acquired := false
-	slot := func(deadline time.Time) bool {
-		defer s.queued.Add(-1)
-		select {
-		case s.slots <- struct{}{}:
-			acquired = true
-			return true
-		default:
-		}
-		t := time.NewTimer(time.Until(deadline))
-		defer t.Stop()
-		select {
-		case s.slots <- struct{}{}:
-			acquired = true
-			return true
-		case <-t.C:
-		case <-sess.closed:
-		}
-		return false
-	}
-	release := func() {
-		if acquired {
-			acquired = false
-			<-s.slots
-		}
-	}
-	defer release()
-	sess.serve(s.ctx, slot, release)
+	// The handshake takes its slot itself (see session.handshake): a
+	// client greeted by the proxy takes one only once it has answered.
+	defer s.slots.leave(sess)
+	sess.serve(s.ctx, func(time.Time) bool { return true }, func() { s.slots.leave(sess) })
 }
 
 // beginShutdown stops accepting and returns the sessions alive now.
@@ -389,4 +384,240 @@ func (s *Server) Close() error {
 	}
 	s.wg.Wait()
 	return nil
+}
+
+// handshakeSlots bounds the backend connections of sessions in the
+// handshake (Config.MaxUnauthenticated) without letting clients that send
+// nothing hold them:
+//
+//   - A session takes a slot before it dials its backend, and keeps it until
+//     its handshake ends (leave).
+//   - While a holder waits for its client (the client's answer to the
+//     greeting, or its TLS handshake), it is idle; an idle holder that has
+//     waited parkAfter is parked when another session needs a slot: its
+//     backend connection is closed and its slot goes to that session. The
+//     parked session keeps its client, and takes a slot again (and dials a
+//     new backend connection) if the client ever answers.
+//   - Sessions waiting for a slot are served in arrival order as slots are
+//     given back; a waiter also checks for idle holders to park whenever the
+//     oldest reaches parkAfter.
+//
+// Sessions in the handshake that hold no slot are bounded by maxWaiting
+// (Config.MaxHandshakeQueue). Lock order: handshakeSlots.mu, then
+// session.mu.
+type handshakeSlots struct {
+	parkAfter  time.Duration
+	maxWaiting int
+
+	mu      sync.Mutex
+	free    int
+	held    map[*session]bool // holders; true while idle (waiting for the client)
+	idle    []idleHolder      // idle holders, oldest first
+	waiters []*slotWaiter     // sessions waiting for a slot, in arrival order
+	unheld  int               // sessions in the handshake holding no slot
+	entered map[*session]bool // sessions between enter and leave
+}
+
+type idleHolder struct {
+	s     *session
+	since time.Time
+}
+
+type slotWaiter struct {
+	s       *session
+	granted chan struct{} // closed when a slot is given to s
+}
+
+func newHandshakeSlots(n, maxWaiting int, parkAfter time.Duration) *handshakeSlots {
+	return &handshakeSlots{parkAfter: parkAfter, maxWaiting: maxWaiting, free: n,
+		held: make(map[*session]bool), entered: make(map[*session]bool)}
+}
+
+// enter registers a new session in the handshake, holding no slot; false
+// when maxWaiting sessions already hold none.
+func (h *handshakeSlots) enter(s *session) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.unheld >= h.maxWaiting {
+		return false
+	}
+	h.unheld++
+	h.entered[s] = true
+	return true
+}
+
+// leave ends s's handshake: its slot, if it holds one, goes to the first
+// waiter or back to the free ones. Safe to call more than once.
+func (h *handshakeSlots) leave(s *session) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.entered[s] {
+		return
+	}
+	delete(h.entered, s)
+	h.removeIdle(s)
+	if _, ok := h.held[s]; ok {
+		delete(h.held, s)
+		h.giveBack()
+	} else {
+		h.unheld--
+	}
+}
+
+// waiting is the number of sessions in the handshake holding no slot.
+func (h *handshakeSlots) waiting() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.unheld
+}
+
+// giveBack passes a slot that was given back to the first waiter, or frees
+// it. Called with mu held.
+func (h *handshakeSlots) giveBack() {
+	if len(h.waiters) > 0 {
+		w := h.waiters[0]
+		h.waiters = h.waiters[1:]
+		h.grant(w.s)
+		close(w.granted)
+		return
+	}
+	h.free++
+}
+
+// grant records s as a holder. Called with mu held.
+func (h *handshakeSlots) grant(s *session) {
+	h.held[s] = false
+	h.unheld--
+}
+
+// tryTake gives s a slot if one is free and nobody waits for one.
+func (h *handshakeSlots) tryTake(s *session) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.free == 0 || len(h.waiters) > 0 {
+		return false
+	}
+	h.free--
+	h.grant(s)
+	return true
+}
+
+// take gives s a slot, waiting until deadline at most (or until s is
+// closed); it parks idle holders that have waited parkAfter for their
+// clients to get one. It reports whether s got a slot.
+func (h *handshakeSlots) take(s *session, deadline time.Time) bool {
+	h.mu.Lock()
+	if h.free > 0 && len(h.waiters) == 0 {
+		h.free--
+		h.grant(s)
+		h.mu.Unlock()
+		return true
+	}
+	w := &slotWaiter{s: s, granted: make(chan struct{})}
+	h.waiters = append(h.waiters, w)
+	h.mu.Unlock()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	<-timer.C
+	for {
+		next, ok := h.parkFor(w)
+		if ok {
+			return true
+		}
+		wait := time.Until(deadline)
+		if wait <= 0 {
+			return h.giveUp(w)
+		}
+		timer.Reset(min(wait, next))
+		select {
+		case <-w.granted:
+			return true
+		case <-s.closed:
+			return h.giveUp(w)
+		case <-timer.C:
+		}
+	}
+}
+
+// parkFor parks the oldest idle holder if it has waited parkAfter, giving
+// its slot to w. Otherwise it reports how long until it should look again.
+func (h *handshakeSlots) parkFor(w *slotWaiter) (time.Duration, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	select {
+	case <-w.granted:
+		return 0, true
+	default:
+	}
+	if len(h.idle) == 0 {
+		return h.parkAfter, false
+	}
+	oldest := h.idle[0]
+	if age := time.Since(oldest.since); age < h.parkAfter {
+		return h.parkAfter - age, false
+	}
+	h.idle = h.idle[1:]
+	delete(h.held, oldest.s)
+	h.unheld++
+	oldest.s.park()
+	for i, x := range h.waiters {
+		if x == w {
+			h.waiters = append(h.waiters[:i], h.waiters[i+1:]...)
+			break
+		}
+	}
+	h.grant(w.s)
+	close(w.granted)
+	return 0, true
+}
+
+// giveUp withdraws w; it reports true if a slot was granted meanwhile.
+func (h *handshakeSlots) giveUp(w *slotWaiter) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	select {
+	case <-w.granted:
+		return true
+	default:
+	}
+	for i, x := range h.waiters {
+		if x == w {
+			h.waiters = append(h.waiters[:i], h.waiters[i+1:]...)
+			break
+		}
+	}
+	return false
+}
+
+// clientPaced marks s, which holds a slot, idle: it waits for its client.
+func (h *handshakeSlots) clientPaced(s *session) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if idle, ok := h.held[s]; ok && !idle {
+		h.held[s] = true
+		h.idle = append(h.idle, idleHolder{s: s, since: time.Now()})
+	}
+}
+
+// clientAnswered marks s busy again and reports whether it still holds a
+// slot (false when it was parked meanwhile, or never held one).
+func (h *handshakeSlots) clientAnswered(s *session) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.removeIdle(s)
+	if _, ok := h.held[s]; ok {
+		h.held[s] = false
+		return true
+	}
+	return false
+}
+
+// removeIdle drops s from the idle holders. Called with mu held.
+func (h *handshakeSlots) removeIdle(s *session) {
+	for i, x := range h.idle {
+		if x.s == s {
+			h.idle = append(h.idle[:i], h.idle[i+1:]...)
+			return
+		}
+	}
 }

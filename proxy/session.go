@@ -357,6 +357,8 @@ func (s *session) command(h wire.Header) error {
 		s.srv.commandHook(cmd)
 	}
 	rw := s.srv.rewriter.Load()
+	start := time.Now()
+	statement := cmd == mysql.COM_QUERY || cmd == mysql.COM_STMT_EXECUTE
 	if rw != nil && executor.Intercepts(cmd) {
 		head, err := s.client.PeekPayload(h, 16)
 		if err != nil {
@@ -368,22 +370,42 @@ func (s *session) command(h wire.Header) error {
 			if cmd == mysql.COM_STMT_EXECUTE {
 				s.metrics().statement(PathPassThrough, "")
 			}
-			return s.backendErr(s.relay(cmd, h))
+			err := s.backendErr(s.relay(cmd, h))
+			if statement {
+				s.timed(PathPassThrough, start)
+			}
+			return err
 		}
 		if h.Length >= wire.MaxPayload || h.Length > s.srv.cfg.MaxStatementBytes {
+			// Not timed: the executor does not say whether it ran it.
 			return s.backendErr(s.bigCommand(rw, cmd, h))
 		}
 		payload := make([]byte, h.Length)
 		if err := s.client.ReadFull(payload); err != nil {
 			return err
 		}
-		return s.backendErr(s.ex.Handle(rw, payload, 1))
+		err = s.backendErr(s.ex.Handle(rw, payload, 1))
+		s.timed(s.ex.LastPath(), start)
+		return err
 	}
-	if cmd == mysql.COM_QUERY || cmd == mysql.COM_STMT_EXECUTE {
+	if statement {
 		s.metrics().statement(PathPassThrough, "")
 	}
 	s.client.MarkSeq()
-	return s.backendErr(s.relay(cmd, h))
+	err = s.backendErr(s.relay(cmd, h))
+	if statement {
+		s.timed(PathPassThrough, start)
+	}
+	return err
+}
+
+// timed records the time since start, when the command that arrived then
+// has run a statement under path ("" when it ran none), in
+// slotproxy_statement_seconds.
+func (s *session) timed(path string, start time.Time) {
+	if path != "" {
+		s.metrics().statementTook(path, time.Since(start))
+	}
 }
 
 // backendErr handles a failure of the backend connection in the middle of
