@@ -1,8 +1,10 @@
 package executor
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
+	"log/slog"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 
@@ -22,6 +24,9 @@ func queryPacket(sql string) []byte {
 
 // send writes one command to the backend and flushes it.
 func (s *Session) send(payload []byte) error {
+	if len(payload) > 0 && payload[0] == mysql.COM_QUERY && s.log.Enabled(context.Background(), slog.LevelDebug) {
+		s.log.Debug("backend statement", "sql", string(payload[1:]))
+	}
 	if _, err := s.link.Backend.WritePacket(payload, 0); err != nil {
 		return err
 	}

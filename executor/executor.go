@@ -90,6 +90,10 @@ type Env struct {
 	// it guards at READ COMMITTED in a client's transaction (tests only: it
 	// lets a test make a row appear in that window). Set it before serving.
 	GuardWindow func()
+	// SlotReader reads committed slot rows for folds inside clients'
+	// REPEATABLE READ transactions (see foldKeys); nil makes those folds
+	// lock the records' slot rows by range, gaps included.
+	SlotReader SlotReader
 
 	Stats Stats
 
@@ -263,6 +267,9 @@ type txnState struct {
 	own map[string]map[string]bool
 	// held are the slots its increments took (Env.slots), one per rule.
 	held []heldSlot
+	// ownRows are the slot rows its slotted increments wrote, by rule
+	// name (see noteOwnRows).
+	ownRows map[string][]ownSlot
 }
 
 // ErrAnswered marks a failure after the client already has its command's

@@ -425,6 +425,7 @@ func (s *Session) execIncrement(p rewrite.Plan, ex *execution, seq *byte, more b
 				keys = []string{""} // named by a UNIQUE key: any record
 			}
 			s.noteOwnIncrement(p.Table, keys)
+			s.txn.noteOwnRows(ruleName(p.Table), keys, inc.RecordTypes, s.slotFor(p.Table))
 		}
 		ok := *r.OK
 		rowsChanged := uint64(0)
@@ -684,6 +685,10 @@ type guardMode struct {
 	// keys its guard locked: it touches no row whose slots the guard did
 	// not fold, as if it had run when the guard did.
 	restrict bool
+	// unguarded: the statement may touch rows whose slots its guard did
+	// not fold (a DELETE at READ COMMITTED that cannot be narrowed): it
+	// runs as Plan.Unguarded, which reads their counters as totals.
+	unguarded bool
 }
 
 // guardModeFor decides how plan p's guards keep their fold exact at the
@@ -719,7 +724,7 @@ func (s *Session) guardModeFor(p rewrite.Plan, ex *execution, wrapped bool) (gua
 		// (no WHERE clause, several tables) runs as usual: a row it finds
 		// only as it runs leaves slot rows without a base row, which no
 		// total reads and roll-up deletes (docs/limits.md).
-		return guardMode{}, "", nil
+		return guardMode{unguarded: true}, "", nil
 	}
 	if !narrowable {
 		// Its guard locks the slotted records only (a WHERE clause that
@@ -822,6 +827,9 @@ func (s *Session) guardedOnce(p rewrite.Plan, ex *execution, wrapped bool, gm gu
 		}
 		restricted := strings.Replace(p.Restrict, rewrite.RestrictKeys, list, 1)
 		main = func() ([]byte, []byte, error) { return s.statementPacket(restricted, ex) }
+	}
+	if gm.unguarded && p.Unguarded != "" {
+		main = func() ([]byte, []byte, error) { return s.statementPacket(p.Unguarded, ex) }
 	}
 	payload, errPkt, err := main()
 	if err != nil {
@@ -1016,25 +1024,6 @@ func (s *Session) snapshotFolds() (bool, error) {
 	return !strings.HasPrefix(s.rw.isolation, "READ"), nil
 }
 
-// foldKeys folds the slots of the records of t with keys (locked) into
-// their base rows, in batches.
-func (s *Session) foldKeys(t *rewrite.Table, keys []string) (errPkt []byte, err error) {
-	refresh, err := s.snapshotFolds()
-	if err != nil {
-		return nil, err
-	}
-	for len(keys) > 0 {
-		batch := keys[:min(foldBatch, len(keys))]
-		keys = keys[len(batch):]
-		for _, q := range t.FoldSQL(batch, refresh) {
-			if errPkt, err := s.queryErr(q); err != nil || errPkt != nil {
-				return errPkt, err
-			}
-		}
-	}
-	return nil, nil
-}
-
 // lockAndFold runs a plan's guards: each locks the records its statement
 // may touch and their slots are folded into their base rows. errPkt is the
 // error to report (the statement must not run).
@@ -1193,10 +1182,8 @@ func (s *Session) foldOwn(tables []*rewrite.Table) (errPkt []byte, err error) {
 		if len(keys) == 0 {
 			continue
 		}
-		var stmts []string
 		if keys[""] {
 			// A key the proxy could not tell: every slotted record.
-			stmts = []string{t.WideLockSQL()}
 			if errPkt, err := s.lockAndFold(rewrite.Plan{Table: t, Guard: &rewrite.Guard{Table: t, KeysSQL: t.WideLockSQL()}}, nil); err != nil || errPkt != nil {
 				if isDeadlock(errPkt) {
 					s.env.noteReadAfterIncrement(t, s.log)
@@ -1213,27 +1200,23 @@ func (s *Session) foldOwn(tables []*rewrite.Table) (errPkt []byte, err error) {
 			list = append(list, k)
 		}
 		slices.Sort(list)
-		refresh, err := s.snapshotFolds()
+		found, errPkt, err := s.lockKeys(t, list)
+		if err == nil && errPkt == nil {
+			errPkt, err = s.foldKeys(t, found)
+		}
 		if err != nil {
 			return nil, err
 		}
-		stmts = append([]string{t.LockSQL(list)}, t.FoldSQL(list, refresh)...)
-		for _, q := range stmts {
-			r, err := s.query(q)
-			if err != nil {
-				return nil, err
-			}
-			if r.Failed() {
-				if r.ErrCode == mysql.ER_LOCK_DEADLOCK {
-					s.env.noteReadAfterIncrement(t, s.log)
-					if again, err := s.replayTxn(); again || err != nil {
-						// The increments now hold the base rows: nothing
-						// of the transaction's own is left in slots.
-						return nil, err
-					}
+		if errPkt != nil {
+			if isDeadlock(errPkt) {
+				s.env.noteReadAfterIncrement(t, s.log)
+				if again, err := s.replayTxn(); again || err != nil {
+					// The increments now hold the base rows: nothing
+					// of the transaction's own is left in slots.
+					return nil, err
 				}
-				return r.Err, nil
 			}
+			return errPkt, nil
 		}
 	}
 	return nil, nil

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/slotproxy/slotproxy/internal/catalog"
@@ -69,6 +70,15 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
+// sharedSlotReader reads slot rows of the shared server as its root
+// account, as serve does as the admin account.
+func sharedSlotReader() *catalog.SlotReader {
+	srv := testdb.Shared()
+	return catalog.NewSlotReader(func(ctx context.Context) (*client.Conn, error) {
+		return client.ConnectWithContext(ctx, srv.Addr, srv.RootUser, srv.RootPassword, "", time.Minute)
+	}, 2)
+}
+
 // testProxy is a proxy.Server listening on a loopback port.
 type testProxy struct {
 	srv  *proxy.Server
@@ -105,6 +115,9 @@ func startProxyFull(t testing.TB, mutate func(*proxy.Config), before func(*proxy
 	if err != nil {
 		t.Fatal(err)
 	}
+	sr := sharedSlotReader()
+	srv.SetSlotReader(sr)
+	t.Cleanup(sr.Close)
 	if before != nil {
 		before(srv)
 	}

@@ -49,6 +49,9 @@ type reads struct {
 	// rolled lists those tables.
 	rolledOK bool
 	rolled   []*Table
+	// target is the table source a single-table UPDATE or DELETE writes:
+	// reads of its counters are marked (edit.target).
+	target *tableRef
 }
 
 // rolledUp reports whether counters of t read as their base column here,
@@ -404,7 +407,7 @@ func (w *reads) column(c *ast.ColumnNameExpr) {
 		w.failed = "cannot locate a counter reference in the statement text"
 		return
 	}
-	w.edits = append(w.edits, edit{start: start, end: end, text: w.total(w.sql[start:end], ref, ctr)})
+	w.edits = append(w.edits, edit{start: start, end: end, text: w.total(w.sql[start:end], ref, ctr), target: ref == w.target && ref != nil})
 	w.found++
 }
 

@@ -77,6 +77,14 @@ type Plan struct {
 	// slots were folded, as if it had run when the guard did. Empty when
 	// the statement has no WHERE clause of a single table.
 	Restrict string
+	// Unguarded is a KindGuarded plan's statement with the counters of the
+	// rows it writes read as totals, for running it when its guard has not
+	// folded every row it may touch (a DELETE at READ COMMITTED that cannot
+	// be narrowed: see Delete); empty when it is SQL. SQL reads them as the
+	// client wrote it: once the guard folded those records, their base
+	// columns are their totals (and reading them so locks no range of the
+	// slot table).
+	Unguarded string
 	// Delete: a KindGuarded plan of a DELETE (no RETURNING). At READ
 	// COMMITTED in a transaction, one that cannot be narrowed to the keys
 	// its guard locked runs as usual: rows it finds only as it runs can
@@ -160,6 +168,9 @@ type Increment struct {
 	// TouchInts tells, for each of TouchParams, whether its column is an
 	// integer touch column (the parameter must then be an integer).
 	TouchInts []bool
+	// RecordTypes are the record types of the counters and touch columns
+	// it writes: one slot row each per record.
+	RecordTypes []int
 	// Counters is how many counters and touch columns one record's
 	// increment writes: the slot rows Plan.SQL inserts or updates per
 	// record.
@@ -282,6 +293,18 @@ func (t *Table) FoldSQL(keys []string, refresh bool) []string {
 // Without a counter to map, there is nothing to refresh: a base row the
 // transaction does not write stays its snapshot's, and so must its slots.
 func (t *Table) refreshSQL(in string) []string {
+	flips := t.refreshFlips(in)
+	if flips == nil {
+		return nil
+	}
+	return append(flips,
+		fmt.Sprintf("UPDATE %s SET `count` = 1 WHERE `record_type` IN (%s) AND `record_id` IN (%s) AND `count` = 0", t.QualifiedSlots(), t.recordTypes(), in))
+}
+
+// refreshFlips returns refreshSQL's two writes of the base rows of the
+// keys in (a list of decimal integers), or nil when no counter can be
+// mapped.
+func (t *Table) refreshFlips(in string) []string {
 	var set []string
 	for _, c := range t.Counters {
 		if c.Touch || len(c.BaseOnly) > 0 || t.inUniqueKey(c.Name) || c.Min == "" || c.Max == "" {
@@ -299,8 +322,7 @@ func (t *Table) refreshSQL(in string) []string {
 		return nil
 	}
 	flip := fmt.Sprintf("UPDATE %s SET %s WHERE %s IN (%s)", t.Qualified(), strings.Join(set, ", "), quoteIdent(t.Key), in)
-	return []string{flip, flip,
-		fmt.Sprintf("UPDATE %s SET `count` = 1 WHERE `record_type` IN (%s) AND `record_id` IN (%s) AND `count` = 0", t.QualifiedSlots(), t.recordTypes(), in)}
+	return []string{flip, flip}
 }
 
 // inUniqueKey reports whether col is part of one of the table's UNIQUE
@@ -665,7 +687,7 @@ func (p *Plan) mapSQL(f func(string) (string, error)) error {
 		}
 		return &c
 	}
-	for _, s := range []*string{&p.SQL, &p.Original, &p.After, &p.Restrict, &p.MetaKey} {
+	for _, s := range []*string{&p.SQL, &p.Original, &p.After, &p.Restrict, &p.MetaKey, &p.Unguarded} {
 		text(s)
 	}
 	if p.Increment != nil {

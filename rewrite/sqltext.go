@@ -17,6 +17,23 @@ func itoa(n int) string { return strconv.Itoa(n) }
 type edit struct {
 	start, end int
 	text       string
+	// target: a read of a counter of the row a single-table UPDATE or
+	// DELETE writes (reads.target), as its total. Once the write's guard
+	// has folded the records it writes, their base columns are their
+	// totals, and the statement reads them as the client wrote it
+	// (foldedEdits).
+	target bool
+}
+
+// foldedEdits returns edits without the target reads (edit.target).
+func foldedEdits(edits []edit) []edit {
+	out := make([]edit, 0, len(edits))
+	for _, e := range edits {
+		if !e.target {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // apply returns sql[from:to] with the edits that fall inside applied.

@@ -201,6 +201,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 		return w.wideGuarded(assigned, start, end, false)
 	}
 	ref := &sc.refs[0]
+	w.target = ref
 	w.push(sc)
 	defer w.pop()
 
@@ -318,6 +319,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 		inc := &Increment{Zero: true, Counters: len(incs)}
 		for i, in := range incs {
 			ctrs[i] = in.ctr
+			inc.RecordTypes = append(inc.RecordTypes, in.ctr.RecordType)
 			values[i] = r.restore(in.delta, w.sess)
 			if in.ctr.Touch {
 				inc.TouchParams = append(inc.TouchParams, w.paramIndex(in.delta))
@@ -388,7 +390,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 	p := Plan{
 		Kind:     KindGuarded,
 		Table:    t,
-		SQL:      apply(w.sql, start, end, w.edits),
+		SQL:      apply(w.sql, start, end, foldedEdits(w.edits)),
 		Guard:    g,
 		Restrict: w.restricted(s.Where, ref, t, start, end),
 	}
@@ -413,8 +415,8 @@ func (w *reads) restricted(where ast.ExprNode, ref *tableRef, t *Table, start, e
 	}
 	// The opening parenthesis goes first, before any edit at ws (apply's
 	// sort is stable); the closing one after any edit that ends at we.
-	edits := append([]edit{{ws, ws, "("}}, w.edits...)
-	edits = append(edits, edit{we, we, ") AND " + ref.qual + "." + quoteIdent(t.Key) + " IN (" + RestrictKeys + ")"})
+	edits := append([]edit{{start: ws, end: ws, text: "("}}, foldedEdits(w.edits)...)
+	edits = append(edits, edit{start: we, end: we, text: ") AND " + ref.qual + "." + quoteIdent(t.Key) + " IN (" + RestrictKeys + ")"})
 	return apply(w.sql, start, end, edits)
 }
 
@@ -461,6 +463,7 @@ func (r *Rewriter) delete(s *ast.DeleteStmt, w *reads, start, end int) Plan {
 	}
 	w.push(sc)
 	defer w.pop()
+	w.target = &sc.refs[0]
 	w.visit(s.Where)
 	if s.Order != nil {
 		w.visit(s.Order)
@@ -469,15 +472,19 @@ func (r *Rewriter) delete(s *ast.DeleteStmt, w *reads, start, end int) Plan {
 	if w.failed != "" {
 		return w.refused(t, w.failed)
 	}
-	return Plan{
+	p := Plan{
 		Kind:       KindGuarded,
 		Table:      t,
-		SQL:        apply(w.sql, start, end, w.edits),
+		SQL:        apply(w.sql, start, end, foldedEdits(w.edits)),
 		Guard:      g,
 		Invalidate: true,
 		Delete:     true,
 		Restrict:   w.restricted(s.Where, &sc.refs[0], t, start, end),
 	}
+	if unguarded := apply(w.sql, start, end, w.edits); unguarded != p.SQL {
+		p.Unguarded = unguarded
+	}
+	return p
 }
 
 // wideGuarded is the plan for a write to ts (the ruled tables it writes)

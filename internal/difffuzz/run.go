@@ -231,6 +231,10 @@ func (r *run) startProxy(ctx context.Context, cat *rewrite.Catalog, set *rules.S
 		loader.Close()
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
+	reader := catalog.NewSlotReader(func(ctx context.Context) (*client.Conn, error) {
+		return client.ConnectWithContext(ctx, r.env.Addr, r.env.RootUser, r.env.RootPassword, "", time.Minute)
+	}, 2)
+	srv.SetSlotReader(reader)
 	reloader = catalog.NewReloader(rctx, load, srv.SetRewriter, logger)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -245,6 +249,7 @@ func (r *run) startProxy(ctx context.Context, cat *rewrite.Catalog, set *rules.S
 		cancel()
 		_ = srv.Close()
 		<-done
+		reader.Close()
 		loaderMu.Lock()
 		loader.Close()
 		loaderMu.Unlock()

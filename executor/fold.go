@@ -1,0 +1,214 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/slotproxy/slotproxy/internal/wire"
+	"github.com/slotproxy/slotproxy/rewrite"
+)
+
+// SlotReader reads slot rows outside every client's transaction: on a
+// connection of the proxy's own (the admin account's), in autocommit, so
+// that a read sees every row committed when it runs. Implementations must
+// be safe for concurrent use.
+type SlotReader interface {
+	// ReadSlotRows runs query, a SELECT of record_type, record_id, slot and
+	// count (rewrite.Table.SlotRowsSQL), and returns its rows.
+	ReadSlotRows(ctx context.Context, query string) ([]rewrite.SlotRow, error)
+}
+
+// slotReadTimeout bounds one read of a SlotReader; a fold whose read fails
+// falls back to locking the records' slot rows by range.
+const slotReadTimeout = 10 * time.Second
+
+// foldKeys folds the slots of the records of t with keys (whose base rows
+// the transaction has locked FOR UPDATE) into their base rows, in batches.
+//
+// The slot rows are locked by primary key only (rewrite/fold.go): a fold
+// must not lock ranges of the slot table, whose gaps other records' first
+// slot rows are inserted into. Which rows to lock is read where every row
+// that counts is visible (slotRowsOf).
+func (s *Session) foldKeys(t *rewrite.Table, keys []string) (errPkt []byte, err error) {
+	refresh, err := s.snapshotFolds()
+	if err != nil {
+		return nil, err
+	}
+	for len(keys) > 0 {
+		batch := keys[:min(foldBatch, len(keys))]
+		keys = keys[len(batch):]
+		stmts, errPkt, err := s.foldStatements(t, batch, refresh)
+		if err != nil || errPkt != nil {
+			return errPkt, err
+		}
+		for _, q := range stmts {
+			if errPkt, err := s.queryErr(q); err != nil || errPkt != nil {
+				return errPkt, err
+			}
+		}
+	}
+	return nil, nil
+}
+
+// foldStatements returns the statements that fold the slots of the
+// records of t with keys (locked), once their slot rows are locked.
+func (s *Session) foldStatements(t *rewrite.Table, keys []string, refresh bool) (stmts []string, errPkt []byte, err error) {
+	rows, ok, err := s.slotRowsOf(t, keys)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !ok {
+		// Which rows count cannot be read exactly: lock them by range.
+		return t.FoldSQL(keys, refresh), nil, nil
+	}
+	if !refresh {
+		// Zero rows change no total; only a refresh writes them.
+		rows = slices.DeleteFunc(rows, func(r rewrite.SlotRow) bool { return r.Count == "0" })
+	}
+	var locked []rewrite.SlotRow
+	for _, q := range t.LockSlotRowsSQL(rows) {
+		r, err := s.query(q)
+		if err != nil {
+			return nil, nil, err
+		}
+		if r.Failed() {
+			return nil, r.Err, nil
+		}
+		got, err := slotRows(r)
+		if err != nil {
+			return nil, nil, err
+		}
+		locked = append(locked, got...)
+	}
+	return t.FoldRowsSQL(keys, locked, refresh), nil, nil
+}
+
+// slotRowsOf returns every slot row of t's records with keys that counts
+// for the session's transaction: the committed ones and its own. ok is
+// false when they cannot be read exactly (the caller then locks them by
+// range).
+//
+// Where the transaction's own consistent read sees exactly that, the
+// session reads them itself: in the proxy's own transaction around an
+// autocommit statement (its snapshot begins now, after the base rows were
+// locked), at READ COMMITTED (a snapshot per statement), and under LOCK
+// TABLES (no one else writes the tables). A client's transaction at
+// REPEATABLE READ or SERIALIZABLE may have an older snapshot, or none yet
+// (and a read would make one, earlier than the client's own first read):
+// the committed rows are read by the Env's SlotReader, outside it, and its
+// own uncommitted ones are those its increments wrote (txnState.ownRows).
+func (s *Session) slotRowsOf(t *rewrite.Table, keys []string) (rows []rewrite.SlotRow, ok bool, err error) {
+	if err := s.ensureSessionInfo(); err != nil {
+		return nil, false, err
+	}
+	inSession := s.wrapping || s.tablesLocked() || strings.HasPrefix(s.rw.isolation, "READ") && s.rw.weakAt == 0
+	if inSession {
+		r, err := s.query(t.SlotRowsSQL(keys))
+		if err != nil {
+			return nil, false, err
+		}
+		if r.Failed() {
+			return nil, false, nil
+		}
+		rows, err := slotRows(r)
+		return rows, err == nil, err
+	}
+	if s.env.SlotReader == nil {
+		return nil, false, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), slotReadTimeout)
+	defer cancel()
+	rows, err = s.env.SlotReader.ReadSlotRows(ctx, t.SlotRowsSQL(keys))
+	if err != nil {
+		s.log.Warn("reading slot rows for a fold failed: locking them by range", "rule", ruleName(t), "err", err)
+		return nil, false, nil
+	}
+	return s.txn.addOwnRows(ruleName(t), keys, rows), true, nil
+}
+
+// slotRows reads the rows of a SELECT of record_type, record_id, slot and
+// count.
+func slotRows(r *wire.Response) ([]rewrite.SlotRow, error) {
+	out := make([]rewrite.SlotRow, 0, len(r.Rows))
+	for _, row := range r.Rows {
+		vals, err := wire.TextRow(row)
+		if err != nil || len(vals) != 4 || vals[0] == nil || vals[2] == nil || !isInteger(vals[1]) || !isInteger(vals[3]) {
+			return nil, errSlotRow
+		}
+		rt, ok1 := atoi(vals[0])
+		slot, ok2 := atoi(vals[2])
+		if !ok1 || !ok2 {
+			return nil, errSlotRow
+		}
+		out = append(out, rewrite.SlotRow{RecordType: rt, Key: string(vals[1]), Slot: slot, Count: string(vals[3])})
+	}
+	return out, nil
+}
+
+// atoi parses a small non-negative decimal integer.
+func atoi(b []byte) (int, bool) {
+	if len(b) == 0 || len(b) > 9 {
+		return 0, false
+	}
+	n := 0
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, true
+}
+
+var errSlotRow = errors.New("slot table row is not (record_type, record_id, slot, count) of integers")
+
+// ownSlot is a slot row the transaction's increments wrote: its record
+// type, key ("" when the increment named its records by another UNIQUE
+// key) and slot.
+type ownSlot struct {
+	recordType int
+	key        string
+	slot       int
+}
+
+// noteOwnRows records the slot rows an increment of t wrote in the open
+// transaction: for each record it named (keys; "" for records named by
+// another UNIQUE key), a row of each record type at slot.
+func (x *txnState) noteOwnRows(rule string, keys []string, recordTypes []int, slot int) {
+	if x.ownRows == nil {
+		x.ownRows = map[string][]ownSlot{}
+	}
+	for _, k := range keys {
+		for _, rt := range recordTypes {
+			o := ownSlot{rt, k, slot}
+			if !slices.Contains(x.ownRows[rule], o) {
+				x.ownRows[rule] = append(x.ownRows[rule], o)
+			}
+		}
+	}
+}
+
+// addOwnRows returns rows (committed slot rows of the records with keys)
+// with the rows the transaction wrote for those records marked, and added
+// if not there: their counts are unknown here ("?"; the caller locks every
+// row and reads its count). A row of records named by another UNIQUE key
+// may be any of keys'.
+func (x *txnState) addOwnRows(rule string, keys []string, rows []rewrite.SlotRow) []rewrite.SlotRow {
+	for _, o := range x.ownRows[rule] {
+		for _, k := range keys {
+			if o.key != k && o.key != "" {
+				continue
+			}
+			i := slices.IndexFunc(rows, func(r rewrite.SlotRow) bool { return r.RecordType == o.recordType && r.Key == k && r.Slot == o.slot })
+			if i < 0 {
+				rows = append(rows, rewrite.SlotRow{RecordType: o.recordType, Key: k, Slot: o.slot})
+				i = len(rows) - 1
+			}
+			rows[i].Count = "?"
+		}
+	}
+	return rows
+}

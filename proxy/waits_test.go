@@ -1,0 +1,99 @@
+package proxy_test
+
+import (
+	"fmt"
+	"testing"
+)
+
+// TestFoldsLockOnlyTheirRecords: a write the proxy folds first (a guarded
+// write, an increment read back in its transaction) must not make
+// increments of other records wait, where directly the statements touch
+// different rows. A fold used to lock the records' slot rows by range,
+// and InnoDB's next-key locks then covered the gaps where neighbouring
+// records' (and other tables' counters') first slot rows go: their
+// increments waited for the transaction to end, and failed with 1205 (the
+// differential fuzzer's finding with interleaved transactions, both
+// servers). Every connection has a lock wait timeout of 1 s, so a wait
+// the server would not have shows as a 1205 that the direct side does not
+// give.
+func TestFoldsLockOnlyTheirRecords(t *testing.T) {
+	const plain, ruled = "foldwait_plain", "foldwait_ruled"
+	var rows string
+	for i := 1; i <= 40; i++ {
+		if i > 1 {
+			rows += ", "
+		}
+		rows += fmt.Sprintf("(%d, %d, %d, 'n%d')", i*10, i, i, i)
+	}
+	cat := loadedSetup(t, plain, ruled, []string{
+		"CREATE TABLE t1 (id INT NOT NULL PRIMARY KEY, c1 INT NOT NULL DEFAULT 0, c2 INT UNSIGNED NOT NULL DEFAULT 0, name VARCHAR(20) NULL)",
+		"INSERT INTO t1 (id, c1, c2, name) VALUES " + rows,
+		"CREATE TABLE t2 (id BIGINT NOT NULL PRIMARY KEY, c1 BIGINT NOT NULL DEFAULT 0)",
+		"INSERT INTO t2 (id, c1) VALUES (10, 1), (20, 2), (30, 3)",
+	}, "table: "+ruled+".t1\nkey: id\ncounters: [c1, c2]\nslots: 4\n---\ntable: "+ruled+".t2\nkey: id\ncounters: [c1]\nslots: 4\n")
+	short := "SET SESSION innodb_lock_wait_timeout = 1"
+	corpus := []step{
+		on(0, text(short)), on(1, text(short)),
+		// Slot rows for some records.
+		text("UPDATE t1 SET c1 = c1 + 1 WHERE id = 50"),
+		text("UPDATE t1 SET c1 = c1 + 2, c2 = c2 + 2 WHERE id = 200"),
+		text("UPDATE t2 SET c1 = c1 + 1 WHERE id = 20"),
+
+		// A guarded write first in a transaction; neighbours on both
+		// sides (no slot rows yet), another counter, another table.
+		text("BEGIN"),
+		text("UPDATE t1 SET c1 = 0 WHERE id = 50"),
+		on(1, text("UPDATE t1 SET c1 = c1 + 1 WHERE id = 60")),
+		on(1, text("UPDATE t1 SET c1 = c1 + 1 WHERE id = 40")),
+		on(1, text("UPDATE t1 SET c2 = c2 + 1 WHERE id = 50")), // the record itself: waits, as directly
+		on(1, text("UPDATE t1 SET c2 = c2 + 1 WHERE id = 70")),
+		on(1, text("UPDATE t2 SET c1 = c1 + 1 WHERE id = 10")),
+		on(1, prep("UPDATE t1 SET c1 = c1 + ? WHERE id = ?", 1, 80)),
+		text("COMMIT"),
+		text("SELECT id, c1, c2 FROM t1 ORDER BY id"),
+
+		// After a read (a snapshot older than the fold).
+		text("BEGIN"),
+		text("SELECT SUM(c1), SUM(c2) FROM t1"),
+		on(1, text("UPDATE t1 SET c1 = c1 + 5 WHERE id = 200")),
+		text("DELETE FROM t1 WHERE id = 200"),
+		on(1, text("UPDATE t1 SET c1 = c1 + 1 WHERE id = 210")),
+		on(1, text("UPDATE t1 SET c1 = c1 + 1 WHERE id = 190")),
+		on(1, text("UPDATE t1 SET c1 = c1 + 1 WHERE id IN (90, 100, 110)")),
+		text("SELECT id, c1 FROM t1 WHERE id BETWEEN 180 AND 220 ORDER BY id"),
+		text("ROLLBACK"),
+
+		// With autocommit off, and a record without slot rows.
+		text("SET autocommit = 0"),
+		text("UPDATE t1 SET c1 = c1 * 2 WHERE id = 120"),
+		on(1, text("UPDATE t1 SET c1 = c1 + 1 WHERE id = 130")),
+		on(1, text("UPDATE t1 SET c1 = c1 + 1 WHERE id = 110")),
+		text("UPDATE t1 SET c2 = 3 WHERE id = 200"),
+		on(1, text("UPDATE t1 SET c2 = c2 + 1 WHERE id = 230")),
+		text("COMMIT"),
+		text("SET autocommit = 1"),
+
+		// A transaction reads its own increment (the proxy folds it).
+		text("BEGIN"),
+		text("UPDATE t1 SET c1 = c1 + 1 WHERE id = 300"),
+		text("SELECT c1 FROM t1 WHERE id = 300"),
+		on(1, text("UPDATE t1 SET c1 = c1 + 1 WHERE id = 310")),
+		on(1, text("UPDATE t1 SET c1 = c1 + 1 WHERE id = 290")),
+		text("UPDATE t1 SET c1 = c1 + 1 WHERE id = 300"),
+		text("SELECT c1 FROM t1 WHERE id = 300"),
+		text("COMMIT"),
+
+		// The same at READ COMMITTED.
+		text("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"),
+		text("BEGIN"),
+		text("UPDATE t1 SET c1 = -1 WHERE id = 310"),
+		on(1, text("UPDATE t1 SET c1 = c1 + 1 WHERE id = 320")),
+		on(1, text("UPDATE t1 SET c1 = c1 + 1 WHERE id = 280")),
+		text("COMMIT"),
+		text("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ"),
+		text(touchRollup),
+		text("SELECT * FROM t1 ORDER BY id"),
+		text("SELECT * FROM t2 ORDER BY id"),
+	}
+	runDifferential(t, cat, plain, ruled, corpus)
+}

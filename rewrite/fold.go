@@ -1,0 +1,193 @@
+package rewrite
+
+import (
+	"fmt"
+	"math/big"
+	"slices"
+	"strings"
+)
+
+// Folds that name slot rows by their primary key.
+//
+// A fold inside a client's transaction must not lock ranges of the slot
+// table: at REPEATABLE READ a locking read or an UPDATE of the rows of one
+// record (record_type = 1 AND record_id = 5) also locks the gaps on either
+// side of them (next-key locks), up to the neighbouring records' rows, and
+// an increment that inserts the first slot row of a neighbouring record
+// (or of another table's counter) then waits for the transaction, where
+// the same statements directly touch different rows and never wait. So the
+// executor first learns which slot rows the records have (SlotRowsSQL, read
+// where it sees every committed row: see the executor's fold), then locks
+// exactly those rows by primary key (LockSlotRowsSQL: record locks only,
+// no gap), and folds them with the sums it read (FoldRowsSQL).
+//
+// The base rows are locked (FOR UPDATE) before any of this: every
+// increment holds a shared lock on its record's base row until it commits,
+// so once the fold holds the exclusive one, no other transaction has an
+// uncommitted slot row of those records, and none can add one until the
+// fold's transaction ends.
+
+// SlotRow is one row of a slot table: a record type, a record's key (a
+// decimal integer), a slot and its count (a decimal integer).
+type SlotRow struct {
+	RecordType int
+	Key        string
+	Slot       int
+	Count      string
+}
+
+// SlotRowsSQL selects record_type, record_id, slot and count of every slot
+// row of t's records with keys (decimal integers). Run as a consistent
+// read, it locks nothing.
+func (t *Table) SlotRowsSQL(keys []string) string {
+	return fmt.Sprintf("SELECT `record_type`, `record_id`, `slot`, `count` FROM %s WHERE `record_type` IN (%s) AND `record_id` IN (%s)",
+		t.QualifiedSlots(), t.recordTypes(), strings.Join(keys, ", "))
+}
+
+// slotRowBatch bounds how many slot rows one statement names: the range
+// optimizer turns a condition on that many primary keys into as many
+// single-row ranges within its memory limits (beyond them a server would
+// scan the index and lock every row it passes).
+const slotRowBatch = 100
+
+// LockSlotRowsSQL returns the statements that lock exactly rows, which
+// must exist (by primary key, FOR UPDATE: record locks only, on both
+// servers), and select record_type, record_id, slot and count of each as
+// it is now. A row that does not exist would lock the gap where it would
+// be. (Each row is named as record_type = … AND record_id = … AND slot =
+// …: MariaDB does not use the primary key for a row constructor
+// (record_type, record_id, slot) IN (one tuple), and scans, locking every
+// row.)
+func (t *Table) LockSlotRowsSQL(rows []SlotRow) []string {
+	var stmts []string
+	for len(rows) > 0 {
+		batch := rows[:min(slotRowBatch, len(rows))]
+		rows = rows[len(batch):]
+		stmts = append(stmts, fmt.Sprintf("SELECT `record_type`, `record_id`, `slot`, `count` FROM %s WHERE %s FOR UPDATE",
+			t.QualifiedSlots(), slotRowsWhere(batch)))
+	}
+	return stmts
+}
+
+// slotRowsWhere is a condition that holds for rows' primary keys.
+func slotRowsWhere(rows []SlotRow) string {
+	var b strings.Builder
+	for i, r := range rows {
+		if i > 0 {
+			b.WriteString(" OR ")
+		}
+		fmt.Fprintf(&b, "(`record_type` = %d AND `record_id` = %s AND `slot` = %d)", r.RecordType, r.Key, r.Slot)
+	}
+	return b.String()
+}
+
+// slotRowsUpdate returns UPDATEs of the slot table that set count to
+// value in rows (existing ones: see LockSlotRowsSQL), where cond holds.
+func (t *Table) slotRowsUpdate(rows []SlotRow, value int, cond string) []string {
+	var stmts []string
+	for len(rows) > 0 {
+		batch := rows[:min(slotRowBatch, len(rows))]
+		rows = rows[len(batch):]
+		stmts = append(stmts, fmt.Sprintf("UPDATE %s SET `count` = %d WHERE (%s) AND %s", t.QualifiedSlots(), value, slotRowsWhere(batch), cond))
+	}
+	return stmts
+}
+
+// FoldRowsSQL returns the statements that fold rows (slot rows of t's
+// records with keys, locked, with their current counts: see
+// LockSlotRowsSQL) into their base rows and zero them, to run in the
+// transaction that locked them. Only base rows that have a slot row with
+// a count are written (an UPDATE of the others would change nothing but
+// still fire the table's UPDATE triggers), and only those slot rows zeroed.
+//
+// refresh is FoldSQL's: the fold also makes every base row of keys and
+// every slot row in rows the transaction's own version (refreshSQL), for
+// a fold inside a REPEATABLE READ transaction that may have read before.
+// Rows of other record types than t's counters' are ignored.
+func (t *Table) FoldRowsSQL(keys []string, rows []SlotRow, refresh bool) []string {
+	byType := map[int]*Counter{}
+	for i := range t.Counters {
+		byType[t.Counters[i].RecordType] = &t.Counters[i]
+	}
+	type agg struct {
+		sum, max *big.Int
+	}
+	aggs := map[int]map[string]*agg{} // record type → key → its slots
+	var written []string              // keys with a count, in first-seen order
+	var nonzero, zero []SlotRow
+	for _, r := range rows {
+		c := byType[r.RecordType]
+		if c == nil {
+			continue
+		}
+		n, ok := new(big.Int).SetString(r.Count, 10)
+		if !ok {
+			continue
+		}
+		if aggs[r.RecordType] == nil {
+			aggs[r.RecordType] = map[string]*agg{}
+		}
+		a := aggs[r.RecordType][r.Key]
+		if a == nil {
+			a = &agg{sum: new(big.Int), max: new(big.Int).Set(n)}
+			aggs[r.RecordType][r.Key] = a
+		}
+		a.sum.Add(a.sum, n)
+		if n.Cmp(a.max) > 0 {
+			a.max.Set(n)
+		}
+		if n.Sign() == 0 {
+			zero = append(zero, r)
+			continue
+		}
+		nonzero = append(nonzero, r)
+		if !slices.Contains(written, r.Key) {
+			written = append(written, r.Key)
+		}
+	}
+	var stmts []string
+	if len(written) > 0 {
+		key := "`_t`." + quoteIdent(t.Key)
+		var set []string
+		for i := range t.Counters {
+			c := &t.Counters[i]
+			col := quoteIdent(c.Name)
+			var cases strings.Builder
+			found := false
+			for _, k := range written {
+				a := aggs[c.RecordType][k]
+				if a == nil || (!c.Touch && a.sum.Sign() == 0) {
+					continue
+				}
+				v := a.sum
+				if c.Touch {
+					v = a.max
+				}
+				fmt.Fprintf(&cases, " WHEN %s THEN %s", k, v.String())
+				found = true
+			}
+			if !found {
+				continue
+			}
+			if c.Touch {
+				set = append(set, fmt.Sprintf("%s = %s", col, c.TouchLatest("`_t`."+col, "CASE "+key+cases.String()+" ELSE NULL END")))
+				continue
+			}
+			// DECIMAL arithmetic, as SUM's: the total is in the column's
+			// range whatever the signs of base and sum.
+			set = append(set, fmt.Sprintf("%s = %s + CAST(CASE %s%s ELSE 0 END AS DECIMAL(21,0))", col, col, key, cases.String()))
+		}
+		if len(set) > 0 {
+			stmts = append(stmts, fmt.Sprintf("UPDATE %s AS `_t` SET %s WHERE %s IN (%s)",
+				t.Qualified(), strings.Join(set, ", "), key, strings.Join(written, ", ")))
+		}
+	}
+	if refresh && len(keys) > 0 {
+		if flips := t.refreshFlips(strings.Join(keys, ", ")); flips != nil {
+			stmts = append(stmts, flips...)
+			stmts = append(stmts, t.slotRowsUpdate(zero, 1, "`count` = 0")...)
+			nonzero = append(nonzero, zero...)
+		}
+	}
+	return append(stmts, t.slotRowsUpdate(nonzero, 0, "`count` <> 0")...)
+}
