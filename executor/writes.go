@@ -567,9 +567,14 @@ func errOr(err, alt error) error {
 
 // retry decides whether to run a failed statement again (one that ran in a
 // transaction of its own, or first in its transaction: see txnFresh), and
-// waits a jittered backoff first.
+// waits a jittered backoff first. Only deadlocks are: the proxy's own
+// statements can meet in deadlocks the client's would not (two upserts
+// inserting slot rows, say). A lock wait timeout is not: it took a whole
+// innodb_lock_wait_timeout, for a lock that the client's own statement
+// would have waited for too (a slotted increment waits for the base row,
+// or for a slot row whose holder holds the base row).
 func (s *Session) retry(code uint16, attempt int) bool {
-	if (code != mysql.ER_LOCK_DEADLOCK && code != mysql.ER_LOCK_WAIT_TIMEOUT) || attempt > s.env.MaxRetries {
+	if code != mysql.ER_LOCK_DEADLOCK || attempt > s.env.MaxRetries {
 		return false
 	}
 	s.rolledBack = false // the failed statement was the whole transaction

@@ -317,7 +317,12 @@ func (r *run) step(ctx context.Context, i int, st Step) error {
 	}
 	t.step = i
 	r.start(t, proxySide, st)
-	r.wait(t, proxySide, r.env.StepTimeout)
+	// The direct side starts once the proxy has answered, or after a
+	// moment (a refusal comes at once): a step that blocks on both sides
+	// then waits from nearly the same time on each, so the lock wait
+	// timeouts of the two end together.
+	start := time.Now()
+	r.wait(t, proxySide, refusalWindow)
 	if p := t.got[proxySide]; p != nil {
 		if reason := p.refusal(); reason != "" {
 			r.out.Refused = append(r.out.Refused, Refusal{Reason: reason, Step: st})
@@ -334,6 +339,9 @@ func (r *run) step(ctx context.Context, i int, st Step) error {
 		}
 	}
 	r.start(t, directSide, st)
+	if t.pending[proxySide] != nil {
+		r.wait(t, proxySide, r.env.StepTimeout-time.Since(start))
+	}
 	r.wait(t, directSide, r.env.StepTimeout)
 	r.out.Executed++
 	if t.got[proxySide] != nil && t.got[directSide] != nil {
@@ -347,6 +355,10 @@ func (r *run) step(ctx context.Context, i int, st Step) error {
 	}
 	return nil
 }
+
+// refusalWindow is how long a step runs through the proxy alone before it
+// runs directly too (see step).
+const refusalWindow = 100 * time.Millisecond
 
 // start runs st on one side of t in a goroutine.
 func (r *run) start(t *twin, side int, st Step) {
