@@ -389,6 +389,9 @@ func (s *Session) execIncrement(p rewrite.Plan, ex *execution, seq *byte, more b
 				}
 				continue
 			}
+			if err := s.lockErrorAsUpdate(r.ErrCode); err != nil {
+				return false, err
+			}
 			return true, s.writeErr(r.Err, seq)
 		}
 		if r.OK == nil {
@@ -1317,4 +1320,37 @@ func startsWithShowWarnings(sql []byte) bool {
 func isShowWarnings(sql []byte) bool {
 	f := bytes.Fields(bytes.TrimRight(bytes.TrimSpace(sql), ";"))
 	return len(f) == 2 && equalFold(f[0], "show") && equalFold(f[1], "warnings")
+}
+
+// lockErrorAsUpdate makes the diagnostics of a lock error (1205, 1213)
+// that a statement of the proxy's own raised in place of the client's
+// single-table UPDATE what the client's statement would have left:
+// MariaDB lists such an error twice in SHOW WARNINGS after an UPDATE or
+// DELETE of one table, and once after the INSERT … SELECT the proxy ran.
+// It saves SHOW WARNINGS (see saveWarnings) with the error's row doubled.
+func (s *Session) lockErrorAsUpdate(code uint16) error {
+	if !s.dial.IsMariaDB() || (code != mysql.ER_LOCK_WAIT_TIMEOUT && code != mysql.ER_LOCK_DEADLOCK) {
+		return nil
+	}
+	if err := s.saveWarnings(); err != nil || s.warnings == nil {
+		return err
+	}
+	b := s.warnings
+	rows := 0
+	for _, r := range b.Roles {
+		if r == wire.RoleRow {
+			rows++
+		}
+	}
+	if rows != 1 {
+		return nil // not the one error row a failed statement leaves
+	}
+	for i, r := range b.Roles {
+		if r == wire.RoleRow {
+			b.Packets = slices.Insert(b.Packets, i, b.Packets[i])
+			b.Roles = slices.Insert(b.Roles, i, wire.RoleRow)
+			break
+		}
+	}
+	return nil
 }

@@ -91,6 +91,19 @@ func TestFoldsLockOnlyTheirRecords(t *testing.T) {
 		on(1, text("UPDATE t1 SET c1 = c1 + 1 WHERE id = 280")),
 		text("COMMIT"),
 		text("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ"),
+
+		// An increment that waits for a lock the client's own UPDATE
+		// would wait for gets the same error and diagnostics (MariaDB
+		// lists an UPDATE's lock wait timeout twice, the proxy's upsert's
+		// once) after one lock wait.
+		on(1, text("BEGIN")),
+		on(1, text("UPDATE t1 SET name = 'locked' WHERE id = 10")),
+		text("UPDATE t1 SET c1 = c1 + 1 WHERE id = 10"),
+		text("SHOW WARNINGS"),
+		prep("UPDATE t1 SET c2 = c2 + ? WHERE id = ?", 2, 10),
+		text("SHOW WARNINGS"),
+		on(1, text("ROLLBACK")),
+
 		text(touchRollup),
 		text("SELECT * FROM t1 ORDER BY id"),
 		text("SELECT * FROM t2 ORDER BY id"),
