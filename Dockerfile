@@ -1,5 +1,5 @@
-# slotproxy image: a static binary on distroless (CA certificates included,
-# runs as user nonroot).
+# slotproxy image: a static binary on an empty base image (scratch), with
+# the CA certificates of the build image, a /tmp, and user 65532 (nonroot).
 #
 #   docker build --pull -t slotproxy .
 #   docker run --rm -p 127.0.0.1:3307:3307 -p 127.0.0.1:9307:9307 slotproxy \
@@ -8,8 +8,10 @@
 # The default command reads /etc/slotproxy/config.yaml. The one shipped
 # below sets only listen (:3307) and metrics.listen (:9307: /metrics,
 # /healthz, /readyz): add --backend, as above (arguments replace the whole
-# default command, hence --config again), or mount your own file over it. Docker cannot run on our CI machines: keep this file correct by
-# reading it against cmd/slotproxy and internal/config.
+# default command, hence --config again), or mount your own file over it.
+# The image has no shell and no curl: its HEALTHCHECK is "slotproxy health".
+# Docker cannot run on our CI machines: keep this file correct by reading
+# it against cmd/slotproxy and internal/config.
 
 # go.mod needs Go >= 1.26.8, and the golang images set GOTOOLCHAIN=local:
 # build with --pull if a cached golang:1.26 is older.
@@ -19,11 +21,16 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-# "slotproxy version" prints VERSION; when empty, "dev" (.git is not in the
-# build context, see .dockerignore).
+# "slotproxy version" prints VERSION and COMMIT (docker build --build-arg
+# VERSION=$(git describe --tags --always --dirty) --build-arg
+# COMMIT=$(git rev-parse HEAD)); when empty, "dev" and "unknown" (.git is
+# not in the build context, see .dockerignore).
 ARG VERSION=
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" \
+ARG COMMIT=
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${COMMIT}" \
         -o /out/slotproxy ./cmd/slotproxy
+# An empty /tmp for the image (large statements are spooled there).
+RUN mkdir -p /out/tmp && touch /out/tmp/.keep
 # The image's configuration: the proxy and its HTTP endpoint on every
 # interface of the container (127.0.0.1, the default of metrics.listen,
 # would be the container's own loopback), defaults for everything else, and
@@ -44,15 +51,21 @@ RUN printf '%s\n' \
 FROM build AS demo-build
 RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/slotbench ./cmd/slotbench
 
-FROM gcr.io/distroless/static-debian12:nonroot AS demo
+FROM scratch AS demo
+COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
 COPY --from=demo-build /out/slotbench /slotbench
 COPY testdata/rules/repos.yaml /etc/slotproxy/rules/repos.yaml
+USER 65532:65532
 ENTRYPOINT ["/slotbench"]
 CMD ["--help"]
 
-FROM gcr.io/distroless/static-debian12:nonroot
+FROM scratch
+COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
+COPY --from=build --chown=65532:65532 /out/tmp /tmp
 COPY --from=build /out/slotproxy /slotproxy
 COPY --from=build /out/config.yaml /etc/slotproxy/config.yaml
+USER 65532:65532
 EXPOSE 3307 9307
+HEALTHCHECK --interval=10s --timeout=5s --start-period=30s CMD ["/slotproxy", "health", "--config", "/etc/slotproxy/config.yaml"]
 ENTRYPOINT ["/slotproxy"]
 CMD ["serve", "--config", "/etc/slotproxy/config.yaml"]

@@ -2,10 +2,15 @@
 #
 #   make demo    the one-minute demo: a contended counter, direct and through
 #                slotproxy, on a throwaway MariaDB
-#   make build   build ./slotproxy
+#   make build   build ./slotproxy (BIN=PATH elsewhere), stamped with the
+#                checkout's version and commit ("slotproxy version")
 #   make run     run the proxy locally in front of a throwaway MariaDB
 #   make test    install missing dependencies, vet, run all tests (race)
 #                against MariaDB and against MySQL, both at once
+#
+# make demo and make run install only what they need (MariaDB, and for
+# SERVER=mysql the MySQL chroot), showing each step; the client libraries
+# and ORMs of the test suite, and promtool, only make test installs.
 #   make bench-orm  the hot counter through Django and Sequelize, directly
 #                and through slotproxy (tx/s and speed-up)
 
@@ -25,20 +30,28 @@ FUZZ_TARGETS := \
 	./internal/wire:FuzzOKPacket ./executor:FuzzBinaryInt ./internal/wire:FuzzResponseRelay ./rewrite:FuzzRewrite
 FUZZTIME ?= 3s
 
+# The version "slotproxy version" prints: "git describe" of the checkout and
+# its commit (empty outside a git checkout: the binary then says dev).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+BIN ?= slotproxy
+
 build:
-	go build -o slotproxy ./cmd/slotproxy
+	go build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/slotproxy
 
 # make run [SERVER=mysql] [CONFIG=FILE] [RULES=DIR]: a server of its own and
 # slotproxy in front of it, on free ports (see docs/tutorial.md).
 SERVER ?= mariadb
 run:
-	@if [ "$(SERVER)" = mysql ]; then scripts/deps.sh >/dev/null; else scripts/deps.sh --no-mysql >/dev/null; fi
-	@go build -o .local/bin/slotproxy ./cmd/slotproxy
+	@if [ "$(SERVER)" = mysql ]; then scripts/deps.sh --no-clients; else scripts/deps.sh --no-mysql --no-clients; fi
+	@echo "building slotproxy and runlocal..."
+	@go build -ldflags "$(LDFLAGS)" -o .local/bin/slotproxy ./cmd/slotproxy
 	@go build -o .local/bin/runlocal ./cmd/runlocal
 	@.local/bin/runlocal --server "$(SERVER)" --config "$(CONFIG)" --rules "$(RULES)"
 
 demo:
-	@scripts/deps.sh --no-mysql >/dev/null
+	@scripts/deps.sh --no-mysql --no-clients
 	@echo "building slotbench..."
 	@go build -o .local/bin/slotbench ./cmd/slotbench
 	@.local/bin/slotbench --demo
@@ -51,11 +64,12 @@ test:
 	$(MAKE) --no-print-directory fuzz
 
 fuzz:
-	@for t in $(FUZZ_TARGETS); do \
+	@log=$$(mktemp "$${TMPDIR:-/tmp}/slotproxy-fuzz.XXXXXX"); trap 'rm -f "$$log"' EXIT; \
+	for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; name=$${t##*:}; \
 		echo "fuzz $$name ($$pkg) for $(FUZZTIME)"; \
-		go test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg > /tmp/slotproxy-fuzz.log 2>&1 || { cat /tmp/slotproxy-fuzz.log; exit 1; }; \
-		tail -n 1 /tmp/slotproxy-fuzz.log; \
+		go test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg > "$$log" 2>&1 || { cat "$$log"; exit 1; }; \
+		tail -n 1 "$$log"; \
 	done
 
 # The hot-counter workload (16 workers; increment + 2 ms of work per
@@ -65,7 +79,7 @@ fuzz:
 # (-benchtime 1x), timed by the program.
 ORM_BENCH_TX ?= 2000
 bench-orm:
-	@scripts/deps.sh $(if $(filter mysql,$(SLOTPROXY_TEST_SERVER)),,--no-mysql) >/dev/null
+	@scripts/deps.sh $(if $(filter mysql,$(SLOTPROXY_TEST_SERVER)),,--no-mysql)
 	SLOTPROXY_ORM_BENCH_TX=$(ORM_BENCH_TX) go test -run '^$$' -bench BenchmarkORMHotCounter -benchtime 1x ./internal/clients/
 
 # make history: the long history check (internal/history) through two
@@ -75,7 +89,7 @@ bench-orm:
 # per minute; the short run in make test has it.
 HISTORY_DURATION ?= 30m
 history:
-	@if [ "$(SERVER)" = mysql ]; then scripts/deps.sh >/dev/null; else scripts/deps.sh --no-mysql >/dev/null; fi
+	@if [ "$(SERVER)" = mysql ]; then scripts/deps.sh --no-clients; else scripts/deps.sh --no-mysql --no-clients; fi
 	SLOTPROXY_TEST_SERVER=$(SERVER) HISTORY_DURATION=$(HISTORY_DURATION) HISTORY_SEED=$(HISTORY_SEED) HISTORY_WORKERS=$(HISTORY_WORKERS) \
 		go test -count=1 -timeout 0 -run TestHistoryLong -v ./internal/history
 
@@ -87,5 +101,5 @@ history:
 # known differences).
 DIFFFUZZ_DURATION ?= 30m
 fuzz-diff:
-	@if [ "$(SERVER)" = mysql ]; then scripts/deps.sh >/dev/null; else scripts/deps.sh --no-mysql >/dev/null; fi
+	@if [ "$(SERVER)" = mysql ]; then scripts/deps.sh --no-clients; else scripts/deps.sh --no-mysql --no-clients; fi
 	SLOTPROXY_TEST_SERVER=$(SERVER) DIFFFUZZ_DURATION=$(DIFFFUZZ_DURATION) go test -count=1 -timeout 0 -run TestDiffFuzz -v ./internal/difffuzz

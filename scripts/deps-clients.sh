@@ -66,10 +66,12 @@ apt_install() {
 		policy_created=1
 	fi
 	if [ "$apt_updated" -eq 0 ]; then
+		log "apt-get update..."
 		"${SUDO[@]}" apt-get update -qq >"$tmp_log" 2>&1 ||
 			{ cat "$tmp_log" >&2; die "apt-get update failed"; }
 		apt_updated=1
 	fi
+	log "installing $*..."
 	if ! "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
 		apt-get install -y -qq --no-install-recommends "$@" >"$tmp_log" 2>&1; then
 		cat "$tmp_log" >&2

@@ -2,32 +2,44 @@
 # deps.sh — install what slotproxy's tests and make run need on
 # a Debian-like machine: MariaDB server and client, sysbench, openssl, curl, the
 # build tooling (make, gcc for go test -race, git, CA certificates), the
-# MySQL chroot, and check that Go is at least the version in go.mod.
+# MySQL chroot, promtool (Debian's prometheus package: the tests check the
+# alert rules in deploy/ with it), the client libraries and ORMs of the test
+# suite (scripts/deps-clients.sh), and check that Go is at least the version
+# in go.mod.
+#
+#   scripts/deps.sh               everything make test needs
+#   scripts/deps.sh --no-clients  without the client libraries, ORMs and
+#                                 promtool (make run, make demo)
+#   scripts/deps.sh --no-mysql    without the MySQL chroot
 #
 # The MySQL chroot: the tests run against MySQL too (internal/testdb,
 # SLOTPROXY_TEST_SERVER=mysql), which Debian 12 does not package and whose
 # packages conflict with MariaDB's. So Oracle's mysqld runs from a Debian
 # sid chroot with mysql-server-core and mysql-client-core, built here with
 # debootstrap into ${SLOTPROXY_MYSQL_CHROOT:-/var/lib/slotproxy/mysql-sid}
-# (outside the repository) from the Debian mirror of /etc/apt's sources.
-# It is built in a temporary directory next to it and renamed into place
-# once complete, so a broken build is never reused; a present chroot is
-# reused as is. "--no-mysql" skips it (make demo needs only MariaDB).
+# (outside the repository) from the Debian archive of /etc/apt's sources
+# (debootstrap's own default when they name none). It is built in a
+# temporary directory next to it and renamed into place once complete, so a
+# broken build is never reused; a present chroot is reused as is.
+# "--no-mysql" skips it (make demo needs only MariaDB).
 #
-# Idempotent: installs only what is missing and prints one line per package
-# installed. Never starts (or relies on) the system MariaDB service: tests
-# and make run run their own throwaway servers.
+# Idempotent: installs only what is missing, and says what it installs
+# before and after each step (the chroot build: one line per phase). Never
+# starts (or relies on) the system MariaDB service: tests and make run run
+# their own throwaway servers.
 #
 # Runs as root; as another user it uses sudo for apt-get and debootstrap if
 # available.
 set -euo pipefail
 
 with_mysql=1
+with_clients=1
 for arg in "$@"; do
 	case $arg in
 	--no-mysql) with_mysql=0 ;;
+	--no-clients) with_clients=0 ;;
 	*)
-		printf 'usage: %s [--no-mysql]\n' "$0" >&2
+		printf 'usage: %s [--no-mysql] [--no-clients]\n' "$0" >&2
 		exit 2
 		;;
 	esac
@@ -82,10 +94,12 @@ apt_install() {
 		policy_created=1
 	fi
 	if [ "$apt_updated" -eq 0 ]; then
+		log "apt-get update..."
 		"${SUDO[@]}" apt-get update -qq >"$apt_log" 2>&1 ||
 			{ cat "$apt_log" >&2; die "apt-get update failed"; }
 		apt_updated=1
 	fi
+	log "installing $*..."
 	if ! "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
 		apt-get install -y -qq --no-install-recommends "$@" >"$apt_log" 2>&1; then
 		cat "$apt_log" >&2
@@ -118,10 +132,13 @@ need gcc gcc libc6-dev
 need git git
 [ -e /etc/ssl/certs/ca-certificates.crt ] || apt_install ca-certificates
 need curl curl
+if [ "$with_clients" -eq 1 ]; then
+	need promtool prometheus # deploy/prometheus: checked by the tests
+fi
 
 # debian_mirror — the Debian archive URL of /etc/apt's sources (deb822
-# "URIs:" or one-line "deb URL SUITE"), not the security archive; the
-# default mirror when there is none.
+# "URIs:" or one-line "deb URL SUITE"), not the security archive; nothing
+# when there is none (debootstrap then uses its own default).
 debian_mirror() {
 	local f uri
 	for f in /etc/apt/sources.list.d/*.sources /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
@@ -136,7 +153,6 @@ debian_mirror() {
 			return
 		fi
 	done
-	echo "http://deb.debian.org/debian"
 }
 
 # build_mysql_chroot DIR — debootstrap Debian sid with MySQL into DIR.
@@ -159,13 +175,13 @@ build_mysql_chroot() {
 	need debootstrap debootstrap
 	mirror=$(debian_mirror)
 	chroot_build=$("${SUDO[@]}" mktemp -d "$parent/.$base.build.XXXXXX")
-	log "building the MySQL chroot $dir: debootstrap sid (mysql-server-core, mysql-client-core) from $mirror; a few minutes on the first run"
+	log "building the MySQL chroot $dir: debootstrap sid (mysql-server-core, mysql-client-core) from ${mirror:-the default archive of debootstrap}; a few minutes on the first run"
 	log=$(mktemp "${TMPDIR:-/tmp}/slotproxy-debootstrap.XXXXXX")
 	start=$SECONDS
 	# debootstrap prints "I: <Verb> <what>" per step and package: show the
 	# first line of each phase, so that a first run is not silent.
 	if ! "${SUDO[@]}" debootstrap --variant=minbase --include=mysql-server-core,mysql-client-core \
-		sid "$chroot_build" "$mirror" 2>&1 | tee "$log" |
+		sid "$chroot_build" ${mirror:+"$mirror"} 2>&1 | tee "$log" |
 		awk '/^I: / && !seen[$2]++ { sub(/^I: /, ""); print "deps: mysql chroot: " $0; fflush() }'; then
 		tail -n 30 "$log" >&2
 		rm -f "$log"
@@ -218,4 +234,6 @@ fi
 if [ "$(printf '%s\n%s\n' "$want_go" "$have_go" | sort -V | head -n1)" != "$want_go" ]; then
 	die "Go $have_go at $(command -v go) is too old; go.mod needs >= $want_go (install from https://go.dev/dl/ into /usr/local/go)"
 fi
-scripts/deps-clients.sh # real client libraries for internal/clients (cwd is the repository root)
+if [ "$with_clients" -eq 1 ]; then
+	scripts/deps-clients.sh # real client libraries for internal/clients (cwd is the repository root)
+fi

@@ -146,7 +146,11 @@ func run() error {
 	}
 	defer logFile.Close()
 	serve := exec.Command(slotproxy, "serve", "--config", cfg)
-	serve.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM} // never outlives this run
+	// A process group of its own: the terminal's Ctrl-C (SIGINT to the
+	// foreground group) reaches this run only, which then sends serve one
+	// SIGTERM (two signals would cut its graceful shutdown short). And it
+	// never outlives this run.
+	serve.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	serve.Stdout, serve.Stderr = io.MultiWriter(os.Stdout, logFile), io.MultiWriter(os.Stderr, logFile)
 	if err := serve.Start(); err != nil {
 		return err
@@ -201,10 +205,18 @@ reload() { kill -HUP "$(cat "$PIDFILE")"; }
 
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	select {
-	case err := <-exited:
+	if err := watch(exited, sigs, srv.Running, time.Second); err != nil {
+		_ = serve.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = serve.Process.Kill()
+		}
+		_ = os.Remove(pidFile)
+		if errors.Is(err, errServerGone) {
+			return fmt.Errorf("%w: the %s server of this run stopped (its log: %s); slotproxy stopped too", err, flavor, filepath.Join(srv.Dir, "server.log"))
+		}
 		return fmt.Errorf("slotproxy exited: %v (log: %s)", err, logPath)
-	case <-sigs:
 	}
 	_ = serve.Process.Signal(syscall.SIGTERM)
 	select {
@@ -215,6 +227,33 @@ reload() { kill -HUP "$(cat "$PIDFILE")"; }
 	}
 	_ = os.Remove(pidFile)
 	return nil
+}
+
+// errServerGone: the run's database server stopped on its own.
+var errServerGone = errors.New("database server gone")
+
+// watch waits until the run ends: nil when a signal arrives on sigs (the
+// user's Ctrl-C), the exit of slotproxy when it arrives on exited first,
+// and errServerGone when running (the database server's liveness, checked
+// every interval) turns false.
+func watch(exited <-chan error, sigs <-chan os.Signal, running func() bool, interval time.Duration) error {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-exited:
+			if err == nil {
+				err = errors.New("exit status 0")
+			}
+			return err
+		case <-sigs:
+			return nil
+		case <-tick.C:
+			if !running() {
+				return errServerGone
+			}
+		}
+	}
 }
 
 // rulesFor returns the rules directory of the run: dir when given, else

@@ -7,6 +7,8 @@
 //	slotproxy explain --config FILE [--backend HOST:PORT] [--db NAME] SQL
 //	slotproxy rollup --config FILE [--backend HOST:PORT] [--once] [--all]
 //	slotproxy check --config FILE [--backend HOST:PORT]
+//	slotproxy uninstall --config FILE [--backend HOST:PORT] [--yes]
+//	slotproxy health [--config FILE] [--metrics HOST:PORT] [--live]
 //	slotproxy version
 //	slotproxy help [COMMAND]
 //
@@ -49,6 +51,8 @@ func commands() []command {
 		{"rollup", "fold slot rows into their base rows", runRollup},
 		{"check", "validate the configuration and rules against the live schema", runCheck},
 		{"advise", "find hot counters in a database and write candidate rules", runAdvise},
+		{"uninstall", "fold every slot row and drop the slot tables (take slotproxy out)", runUninstall},
+		{"health", "ask a running serve whether it is ready (for images without curl)", runHealth},
 		{"version", "print the version", runVersion},
 		{"help", "show help for slotproxy or one of its commands", runHelp},
 	}
@@ -179,7 +183,7 @@ func runHelp(args []string, stdout, _ io.Writer) error {
 	case 0:
 		fmt.Fprintf(stdout, "slotproxy is a MySQL wire-protocol proxy.\n\nUsage: slotproxy COMMAND [FLAGS]\n\nCommands:\n")
 		for _, c := range commands() {
-			fmt.Fprintf(stdout, "  %-8s %s\n", c.name, c.summary)
+			fmt.Fprintf(stdout, "  %-9s %s\n", c.name, c.summary)
 		}
 		fmt.Fprintf(stdout, "\nRun \"slotproxy help COMMAND\" for the flags of a command.\n")
 		return nil

@@ -129,14 +129,18 @@ type slogPrinter struct{ log *slog.Logger }
 func (p slogPrinter) Println(v ...any) { p.log.Warn("metrics: " + fmt.Sprint(v...)) }
 
 // readiness decides /readyz: ready once serve accepts clients with its rules
-// loaded (when it has rules) and while the backend answers, until shutdown
-// begins.
+// loaded (when it has rules), while the backend answers and the last
+// reload succeeded, until shutdown begins.
 type readiness struct {
 	rules    bool        // rules are configured
 	loaded   atomic.Bool // the rules are loaded
 	serving  atomic.Bool // the proxy accepts clients
 	stopping atomic.Bool // shutdown has begun
 	probe    func(context.Context) error
+	reloads  *reloadMetrics // the outcome of the last reload; nil: none
+	// waiting is why the rules are not loaded yet (the backend is
+	// unreachable), nil while the first attempt runs.
+	waiting atomic.Pointer[error]
 
 	mu   sync.Mutex // serializes probes; guards at and last
 	at   time.Time  // when last was found
@@ -149,9 +153,15 @@ func (r *readiness) check(ctx context.Context) error {
 	case r.stopping.Load():
 		return errors.New("shutting down")
 	case r.rules && !r.loaded.Load():
+		if w := r.waiting.Load(); w != nil {
+			return fmt.Errorf("rules not loaded yet: %w", *w)
+		}
 		return errors.New("rules not loaded yet")
 	case !r.serving.Load():
 		return errors.New("not accepting connections yet")
+	}
+	if why := r.reloads.lastFailure(); why != "" {
+		return fmt.Errorf("the last reload failed, serve runs with the rules it had: %s", why)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -163,6 +173,16 @@ func (r *readiness) check(ctx context.Context) error {
 	r.last = r.probe(ctx)
 	r.at = time.Now()
 	return r.last
+}
+
+// setWaiting records why the rules are not loaded yet (nil: they are, or
+// the first attempt runs).
+func (r *readiness) setWaiting(err error) {
+	if err == nil {
+		r.waiting.Store(nil)
+		return
+	}
+	r.waiting.Store(&err)
 }
 
 // backendProbe returns the readiness check of the backend: the backend is

@@ -227,8 +227,10 @@ func TestReadyz(t *testing.T) {
 	})
 
 	t.Run("rules loading", func(t *testing.T) {
-		// A backend that accepts connections and never greets: serve hangs
-		// loading the rules until timeouts.connect + timeouts.handshake.
+		// A backend that accepts connections and never greets: loading the
+		// rules hangs until timeouts.connect + timeouts.handshake, fails,
+		// and serve tries again (the backend is unreachable: it sends no
+		// greeting) instead of exiting.
 		hung := newFakeBackend(t)
 		listen, metrics := freeAddr(t), freeAddr(t)
 		dir := t.TempDir()
@@ -239,7 +241,7 @@ func TestReadyz(t *testing.T) {
 			t.Fatal(err)
 		}
 		path := filepath.Join(dir, "config.yaml")
-		cfg := fmt.Sprintf("listen: %s\nbackend: %s\nrules: rules\nadmin:\n  user: root\n  password: x\ntimeouts:\n  connect: 1s\n  handshake: 3s\nmetrics:\n  listen: %s\n",
+		cfg := fmt.Sprintf("listen: %s\nbackend: %s\nrules: rules\nadmin:\n  user: root\n  password: x\ntimeouts:\n  connect: 1s\n  handshake: 1s\nmetrics:\n  listen: %s\n",
 			listen, hung.addr, metrics)
 		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 			t.Fatal(err)
@@ -262,23 +264,32 @@ func TestReadyz(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		if code != http.StatusServiceUnavailable || body != "not ready: rules not loaded yet\n" {
+		if code != http.StatusServiceUnavailable || !strings.HasPrefix(body, "not ready: rules not loaded yet") {
 			t.Errorf("/readyz while loading the rules: %d %q", code, body)
 		}
 		if code, body := get(t, metrics, "/healthz"); code != http.StatusOK || body != "ok\n" {
 			t.Errorf("/healthz while loading the rules: %d %q", code, body)
 		}
-		// serve gives up and exits 1 with one error line.
+		// The first attempt fails; serve says why and tries again.
+		line := p.waitFor(t, "trying again")
+		if !strings.Contains(line, "level=WARN") || !strings.Contains(line, "sent no greeting") {
+			t.Errorf("retry logged as: %s", line)
+		}
+		code, body = get(t, metrics, "/readyz")
+		if want := "not ready: rules not loaded yet: backend " + hung.addr + " sent no greeting"; code != http.StatusServiceUnavailable || !strings.HasPrefix(body, want) {
+			t.Errorf("/readyz while the backend does not greet: %d %q, want 503 %q…", code, body, want)
+		}
+		// SIGTERM while waiting: a clean exit.
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
 		select {
 		case err := <-p.exited:
-			if err == nil {
-				t.Errorf("serve exited 0 without a backend")
+			if err != nil {
+				t.Errorf("serve after SIGTERM while waiting for the backend: %v\nstderr:\n%s", err, p.stderr())
 			}
 		case <-time.After(15 * time.Second):
-			t.Fatal("serve still running 15s after the rules should have failed to load")
-		}
-		if out := p.stderr(); strings.Count(out, "\n") != 0 || !strings.HasPrefix(out, "slotproxy: connecting to backend") {
-			t.Errorf("stderr: %q, want one line about connecting to the backend", out)
+			t.Fatalf("serve still running 15s after SIGTERM\nstderr:\n%s", p.stderr())
 		}
 	})
 }

@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/slotproxy/slotproxy/internal/config"
 	"github.com/slotproxy/slotproxy/proxy"
@@ -26,6 +29,8 @@ type live struct {
 
 	cfg atomic.Pointer[config.Config] // what is in effect; replaced, never modified
 
+	reloads *reloadMetrics // outcomes of reloads, for /metrics and /readyz; may be nil
+
 	mu  sync.Mutex // held while loading a rewriter
 	set *rules.Set // the rules in effect; guarded by mu
 }
@@ -42,9 +47,11 @@ func (l *live) afterDDL(ctx context.Context) (*rewrite.Rewriter, error) {
 	defer l.mu.Unlock()
 	rw, _, err := loadRewriter(ctx, l.config(), l.set, l.log)
 	if err != nil {
+		l.reloads.record(reloadAfterDDL, err)
 		return nil, err
 	}
 	l.srv.SetRewriter(rw)
+	l.reloads.record(reloadAfterDDL, nil)
 	return rw, nil
 }
 
@@ -53,6 +60,10 @@ func (l *live) afterDDL(ctx context.Context) (*rewrite.Rewriter, error) {
 // why on one line and keeps what it had. Connections stay open, and
 // statements they prepared earlier keep the plan they were prepared with.
 // Keys that only take effect at start are logged in a warning.
+//
+// Each outcome is recorded (slotproxy_reloads_total, and /readyz is not
+// ready while the last reload has failed); a reload that has nothing to do
+// (serve started without --config) records none.
 func (l *live) reload(ctx context.Context) {
 	if l.path == "" {
 		l.log.Warn("reload: serve was started without --config; nothing to reload")
@@ -60,10 +71,14 @@ func (l *live) reload(ctx context.Context) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	fail := func(msg, why string) {
+		l.log.Error(msg, "err", why)
+		l.reloads.record(reloadSignal, errors.New(why))
+	}
 	cur := l.config()
 	next, err := serveConfig(l.path, l.over)
 	if err != nil {
-		l.log.Error("reload failed; keeping the previous configuration and rules", "err", oneLine(err))
+		fail("reload failed; keeping the previous configuration and rules", oneLine(err))
 		return
 	}
 	if keys := restartKeys(cur, next); len(keys) > 0 {
@@ -71,11 +86,12 @@ func (l *live) reload(ctx context.Context) {
 	}
 	if cur.Rules == "" || next.Rules == "" {
 		l.log.Info("reloaded the configuration; no rules to reload")
+		l.reloads.record(reloadSignal, nil)
 		return
 	}
 	set, err := rules.LoadDir(next.Rules)
 	if err != nil {
-		l.log.Error("reload failed; keeping the previous rules", "err", strings.Join(ruleProblems(err), "; "))
+		fail("reload failed; keeping the previous rules", strings.Join(ruleProblems(err), "; "))
 		return
 	}
 	eff := *cur
@@ -83,14 +99,86 @@ func (l *live) reload(ctx context.Context) {
 	rw, _, err := loadRewriter(ctx, &eff, set, l.log)
 	if err != nil {
 		// The same problems, with the same hints, as slotproxy check.
-		l.log.Error("reload failed; keeping the previous rules", "err", strings.Join(ruleProblems(err), "; "))
+		fail("reload failed; keeping the previous rules", strings.Join(ruleProblems(err), "; "))
 		return
 	}
 	l.srv.SetRewriter(rw)
 	l.cfg.Store(&eff)
 	l.set = set
+	l.reloads.record(reloadSignal, nil)
 	l.log.Info("reloaded rules", "dir", eff.Rules, "rules", set.Len(), "counters", countCounters(set),
 		"tables", len(rw.Catalog().Tables()))
+}
+
+// What triggered a reload: the "trigger" label of slotproxy_reloads_total.
+const (
+	reloadSignal   = "sighup"
+	reloadAfterDDL = "ddl"
+)
+
+// reloadMetrics records the outcomes of reloads: SIGHUP reloads of the
+// configuration and rules, and the catalog reloads after DDL. A nil
+// *reloadMetrics records nothing.
+type reloadMetrics struct {
+	total       *prometheus.CounterVec
+	successful  prometheus.Gauge
+	lastSuccess prometheus.Gauge
+	// failure is why the last reload failed; empty after a success.
+	failure atomic.Pointer[string]
+}
+
+func newReloadMetrics(reg prometheus.Registerer) *reloadMetrics {
+	m := &reloadMetrics{
+		total: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "slotproxy_reloads_total",
+			Help: "Reloads by trigger (sighup: the configuration and rules; ddl: the catalog after DDL on a ruled table) and result (ok, failed: the previous rules stay)."},
+			[]string{"trigger", "result"}),
+		successful: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "slotproxy_config_last_reload_successful",
+			Help: "1 unless the last reload failed (then serve runs with the rules it had, and /readyz is not ready until a reload succeeds)."}),
+		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "slotproxy_config_last_reload_success_timestamp_seconds",
+			Help: "Unix time of the last successful load of the configuration and rules (at start, or a reload)."}),
+	}
+	for _, trigger := range []string{reloadSignal, reloadAfterDDL} {
+		for _, result := range []string{"ok", "failed"} {
+			m.total.WithLabelValues(trigger, result)
+		}
+	}
+	m.successful.Set(1)
+	m.lastSuccess.SetToCurrentTime()
+	reg.MustRegister(m.total, m.successful, m.lastSuccess)
+	return m
+}
+
+// record counts the outcome err of a reload triggered by trigger.
+func (m *reloadMetrics) record(trigger string, err error) {
+	if m == nil {
+		return
+	}
+	if err != nil {
+		m.total.WithLabelValues(trigger, "failed").Inc()
+		m.successful.Set(0)
+		why := oneLine(err)
+		m.failure.Store(&why)
+		return
+	}
+	m.total.WithLabelValues(trigger, "ok").Inc()
+	m.successful.Set(1)
+	m.lastSuccess.SetToCurrentTime()
+	m.failure.Store(nil)
+}
+
+// lastFailure is why the last reload failed, or "" (also on a nil
+// *reloadMetrics).
+func (m *reloadMetrics) lastFailure() string {
+	if m == nil {
+		return ""
+	}
+	if p := m.failure.Load(); p != nil {
+		return *p
+	}
+	return ""
 }
 
 // countCounters is the number of counter columns of set's rules.

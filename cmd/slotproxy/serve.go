@@ -32,6 +32,12 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	signal.Notify(hups, syscall.SIGHUP)
 	defer signal.Stop(hups)
 
+	// SIGTERM and SIGINT end serve from here on: while it waits for the
+	// backend to load the rules as well as while it serves.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
+	defer signal.Stop(sigs)
+
 	fs := newFlagSet("serve", "--config FILE [--listen HOST:PORT] [--backend HOST:PORT] [--metrics HOST:PORT]",
 		"Run the proxy until SIGTERM or SIGINT, then let statements in flight finish\n"+
 			"for up to timeouts.shutdown (a second signal cuts that short).\n\n"+
@@ -39,16 +45,21 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 			"metrics.listen from FILE (--metrics \"\" turns the HTTP endpoint off);\n"+
 			"--config may be left out when --listen and --backend are given, and the\n"+
 			"defaults are used for everything else.\n\n"+
-			"With rules set in FILE, serve first connects as the admin account and checks\n"+
-			"the rules against the schema; it refuses to start if that fails (run\n"+
-			"\"slotproxy migrate\" first to create the slot tables). After DDL on a ruled\n"+
-			"table it reloads the schema.\n\n"+
+			"serve binds listen first (a port in use is an error at once). With rules\n"+
+			"set in FILE, it then connects as the admin account and checks the rules\n"+
+			"against the schema before it accepts clients: while the backend cannot be\n"+
+			"reached it waits and tries again (not ready meanwhile); it refuses to start\n"+
+			"if the rules do not match the schema (run \"slotproxy migrate\" first to\n"+
+			"create the slot tables) or the admin account is refused. After DDL on a\n"+
+			"ruled table it reloads the schema.\n\n"+
 			"SIGHUP rereads FILE and the rules and applies them without dropping\n"+
 			"connections (rules, slots_table and admin; other changes need a restart).\n"+
-			"If they fail to load, serve logs why and keeps the previous ones.\n\n"+
+			"If they fail to load, serve logs why, keeps the previous ones and is not\n"+
+			"ready until a reload succeeds.\n\n"+
 			"On metrics.listen serve answers /metrics (Prometheus), /healthz (200 while\n"+
 			"running) and /readyz (200 once serving with the rules loaded, while the\n"+
-			"backend answers; 503 with the reason otherwise).")
+			"backend answers and the last reload succeeded; 503 with the reason\n"+
+			"otherwise). Under systemd (Type=notify) it sends READY=1 once it serves.")
 	configPath := fs.String("config", "", "the configuration `FILE` (YAML)")
 	fs.String("listen", "", "accept clients on `HOST:PORT` (overrides listen)")
 	fs.String("backend", "", "relay to the MySQL server at `HOST:PORT` (overrides backend.address)")
@@ -81,12 +92,13 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("configuring proxy: %w", err)
 	}
 	proxy.RegisterServerGauges(reg, srv)
-	l := &live{path: *configPath, over: over, srv: srv, log: logger}
+	reloads := newReloadMetrics(reg)
+	l := &live{path: *configPath, over: over, srv: srv, log: logger, reloads: reloads}
 	l.cfg.Store(cfg)
 
 	// The HTTP endpoint comes up first, so that /healthz answers and
 	// /readyz says what serve is waiting for while the rules load.
-	ready := &readiness{rules: cfg.Rules != "", probe: backendProbe(l.config)}
+	ready := &readiness{rules: cfg.Rules != "", probe: backendProbe(l.config), reloads: reloads}
 	var ops *opsServer
 	if cfg.Metrics.Listen != "" {
 		if ops, err = startOps(cfg.Metrics.Listen, reg, ready, logger); err != nil {
@@ -94,6 +106,14 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		}
 		defer ops.stop()
 	}
+	// Then the clients' port, before the rules load and the roll-up
+	// starts: a port in use is reported at once. Clients that connect
+	// before serve accepts wait in the listen backlog.
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return err
+	}
+	defer ln.Close() // Serve closes it too; this covers the returns before it
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel() // stops reloads and roll-up once serving is over
@@ -102,7 +122,11 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		rw, version, err := loadRewriter(ctx, cfg, set, nil)
+		rw, version, err := startRewriter(ctx, cfg, set, ready, logger, sigs)
+		if errors.Is(err, errStopped) {
+			logger.Info("stopped")
+			return nil
+		}
 		if err != nil {
 			return err
 		}
@@ -150,12 +174,55 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 				return
 			case sig := <-hups:
 				logger.Info("reloading", "signal", sig.String())
+				notify("RELOADING=1")
 				l.reload(ctx)
+				notify("READY=1")
 			}
 		}
 	}()
 	defer func() { cancel(); <-reloaded }()
-	return serve(srv, cfg, logger, ready, ops)
+	return serve(srv, ln, cfg, logger, ready, ops, sigs)
+}
+
+// errStopped: a signal asked serve to stop before it served.
+var errStopped = errors.New("stopped by a signal")
+
+// retryMax bounds the wait between attempts to load the rules at start.
+const retryMax = 30 * time.Second
+
+// startRewriter loads the rules' rewriter when serve starts. While the
+// backend cannot be reached (no connection, no greeting, or it refuses
+// connections: too many, host blocked) it logs why, makes /readyz say so,
+// and tries again, waiting 1 s, then twice as long each time up to
+// retryMax, until SIGTERM or SIGINT on sigs (errStopped): under systemd or
+// Kubernetes the proxy may start before its database. Any other failure is
+// returned, as waiting would not cure it: a rule that does not match the
+// schema, slot tables missing (migrate), the admin account refused.
+func startRewriter(ctx context.Context, cfg *config.Config, set *rules.Set, ready *readiness, logger *slog.Logger,
+	sigs <-chan os.Signal) (*rewrite.Rewriter, string, error) {
+	wait := time.Second
+	for {
+		rw, version, err := loadRewriter(ctx, cfg, set, nil)
+		if err == nil {
+			ready.setWaiting(nil)
+			return rw, version, nil
+		}
+		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		unreachable := readGreeting(pctx, cfg.Backend.Address)
+		cancel()
+		if unreachable == nil {
+			return nil, "", err // the backend answers: the rules or the account are wrong
+		}
+		ready.setWaiting(unreachable)
+		logger.Warn("cannot load the rules: the backend is unreachable; trying again", "err", unreachable, "in", wait)
+		select {
+		case <-time.After(wait):
+		case sig := <-sigs:
+			logger.Info("shutting down before serving", "signal", sig.String())
+			return nil, "", errStopped
+		}
+		wait = min(2*wait, retryMax)
+	}
 }
 
 // flagValue returns a pointer to the value of the flag name if it was given
@@ -271,23 +338,14 @@ func clientTLSMode(cfg *config.Config) string {
 	return "off"
 }
 
-// serve listens on cfg.Listen and runs srv until SIGTERM or SIGINT. It then
+// serve runs srv on ln until SIGTERM or SIGINT arrives on sigs. It then
 // marks serve not ready, shuts srv down, giving statements in flight
 // cfg.Timeouts.Shutdown (or until a second signal) before closing every
 // connection, stops the HTTP endpoint ops (nil when off) and returns nil: a
 // forced close is logged as a warning, not an error. It returns an error
-// if it cannot listen or if srv stops serving on its own.
-func serve(srv *proxy.Server, cfg *config.Config, logger *slog.Logger, ready *readiness, ops *opsServer) error {
-	// Subscribe before listening, so that a signal arriving once clients can
-	// connect always means a graceful shutdown.
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
-	defer signal.Stop(sigs)
-
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return err
-	}
+// if srv stops serving on its own. Once it serves it tells systemd
+// (READY=1, see notify).
+func serve(srv *proxy.Server, ln net.Listener, cfg *config.Config, logger *slog.Logger, ready *readiness, ops *opsServer, sigs <-chan os.Signal) error {
 	ready.serving.Store(true)
 	metrics := "off"
 	if ops != nil {
@@ -298,7 +356,8 @@ func serve(srv *proxy.Server, cfg *config.Config, logger *slog.Logger, ready *re
 		"backend", cfg.Backend.Address,
 		"backend_tls", string(cfg.Backend.TLS.Mode),
 		"client_tls", clientTLSMode(cfg),
-		"metrics", metrics)
+		"metrics", metrics,
+		"version", versionString())
 	if generatedFingerprint != "" {
 		logger.Info("offering TLS to clients with a self-signed certificate made at start (set tls.cert and tls.key to use your own, or tls.generate: false to offer none)",
 			"sha256_fingerprint", generatedFingerprint)
@@ -306,6 +365,9 @@ func serve(srv *proxy.Server, cfg *config.Config, logger *slog.Logger, ready *re
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	if err := notify("READY=1\nSTATUS=serving on " + ln.Addr().String()); err != nil {
+		logger.Warn("could not tell systemd that serve is ready", "err", err)
+	}
 
 	select {
 	case err := <-served:
@@ -318,6 +380,7 @@ func serve(srv *proxy.Server, cfg *config.Config, logger *slog.Logger, ready *re
 		return fmt.Errorf("serving: %w", err)
 	case sig := <-sigs:
 		ready.stopping.Store(true)
+		notify("STOPPING=1")
 		logger.Info("shutting down", "signal", sig.String(), "timeout", cfg.Timeouts.Shutdown)
 		shutdown(srv, sigs, cfg.Timeouts.Shutdown, logger)
 	}
