@@ -743,8 +743,23 @@ func (s *Session) guardModeFor(p rewrite.Plan, ex *execution, wrapped bool) (gua
 	if len(p.Guard.Keys) == 0 {
 		return guardMode{restrict: true}, "", nil
 	}
-	keys := make([]string, 0, len(p.Guard.Keys))
-	for _, k := range p.Guard.Keys {
+	keys, ok := resolveKeys(p.Guard.Keys, ex)
+	if !ok {
+		return guardMode{}, refusal, nil
+	}
+	t := p.Guard.Table
+	if t == nil {
+		t = p.Table
+	}
+	return guardMode{keys: keys, table: t}, "", nil
+}
+
+// resolveKeys returns the values of keys (literals, or the execution's
+// parameters) as canonical decimal integers without repeats, or false when
+// one is not exactly an integer.
+func resolveKeys(kvs []rewrite.KeyValue, ex *execution) ([]string, bool) {
+	keys := make([]string, 0, len(kvs))
+	for _, k := range kvs {
 		v := ""
 		switch {
 		case k.Param < 0:
@@ -753,17 +768,13 @@ func (s *Session) guardModeFor(p rewrite.Plan, ex *execution, wrapped bool) (gua
 			v, _ = ex.params.intParam(k.Param)
 		}
 		if v == "" {
-			return guardMode{}, refusal, nil
+			return nil, false
 		}
 		if !slices.Contains(keys, v) {
 			keys = append(keys, v)
 		}
 	}
-	t := p.Guard.Table
-	if t == nil {
-		t = p.Table
-	}
-	return guardMode{keys: keys, table: t}, "", nil
+	return keys, true
 }
 
 // keyName is the key column of the table a plan writes, for messages.
@@ -1050,6 +1061,22 @@ func (s *Session) lockAndFoldKeys(p rewrite.Plan, ex *execution) (locked []strin
 		t := g.Table
 		if t == nil {
 			t = p.Table
+		}
+		if byKey, ok := resolveKeys(g.Keys, ex); ok && len(byKey) > 0 {
+			// The statement touches rows of these keys only: they are
+			// locked by key, as the statement itself locks them (its
+			// WHERE clause's other conditions never unlock a row it read).
+			keys, errPkt, err := s.lockKeys(t, byKey)
+			if err != nil || errPkt != nil {
+				return nil, errPkt, err
+			}
+			if i == 0 && p.Guard != nil {
+				locked = slices.Clone(keys)
+			}
+			if errPkt, err := s.foldKeys(t, keys); err != nil || errPkt != nil {
+				return nil, errPkt, err
+			}
+			continue
 		}
 		var keysResp *wire.Response
 		binaryRows := false

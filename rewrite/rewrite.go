@@ -209,8 +209,10 @@ type Guard struct {
 	KeysParams []int
 	// Keys are the values of a `key = v` or `key IN (v, …)` condition the
 	// statement's WHERE clause requires (nil when it requires none): the
-	// statement touches no row with another key. Under READ COMMITTED the
-	// executor locks the rows of these keys instead of running KeysSQL.
+	// statement touches no row with another key. The executor locks the
+	// rows of these keys by key instead of running KeysSQL, as the
+	// statement itself locks them (a server may scan a small table for
+	// KeysSQL and lock every row).
 	Keys []KeyValue
 	// Wide: KeysSQL selects (and locks) the table's slotted records only,
 	// not the rows the statement touches (no WHERE clause, or one that
@@ -342,9 +344,12 @@ func (t *Table) inUniqueKey(col string) bool {
 }
 
 // LockSQL locks the base rows of the given keys (decimal integers), for a
-// fold (FoldSQL) after it.
+// fold (FoldSQL) after it, and selects the keys that have one. It reads
+// the primary key (FORCE INDEX): a server that scanned a small table
+// instead would lock every row, where the client's own statement locks
+// the rows of its keys only.
 func (t *Table) LockSQL(keys []string) string {
-	return fmt.Sprintf("SELECT %s FROM %s WHERE %s IN (%s) FOR UPDATE", quoteIdent(t.Key), t.Qualified(), quoteIdent(t.Key), strings.Join(keys, ", "))
+	return fmt.Sprintf("SELECT %s FROM %s FORCE INDEX (PRIMARY) WHERE %s IN (%s) FOR UPDATE", quoteIdent(t.Key), t.Qualified(), quoteIdent(t.Key), strings.Join(keys, ", "))
 }
 
 // WideLockSQL locks the slot rows of every record of the table, and the

@@ -351,6 +351,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 			inc.Guard = &Guard{
 				KeysSQL:    fmt.Sprintf("SELECT %s.%s FROM %s WHERE %s FOR UPDATE", ref.qual, quoteIdent(t.Key), ref.from, parenthesize(where)),
 				KeysParams: w.paramsIn(s.Where),
+				Keys:       slices.Clone(inc.Keys),
 			}
 			return p
 		}
