@@ -2,14 +2,16 @@
 # deps.sh — install what slotproxy's tests and make run need on
 # a Debian-like machine: MariaDB server and client, sysbench, openssl, curl, the
 # build tooling (make, gcc for go test -race, git, CA certificates), the
-# MySQL chroot, promtool (Debian's prometheus package: the tests check the
-# alert rules in deploy/ with it), the client libraries and ORMs of the test
+# MySQL chroot, promtool and systemd-analyze (Debian's prometheus and
+# systemd packages: the tests check deploy/ with them), the client
+# libraries and ORMs of the test
 # suite (scripts/deps-clients.sh), and check that Go is at least the version
 # in go.mod.
 #
 #   scripts/deps.sh               everything make test needs
-#   scripts/deps.sh --no-clients  without the client libraries, ORMs and
-#                                 promtool (make run, make demo)
+#   scripts/deps.sh --no-clients  without the client libraries, ORMs,
+#                                 promtool and systemd-analyze (make run,
+#                                 make demo)
 #   scripts/deps.sh --no-mysql    without the MySQL chroot
 #
 # The MySQL chroot: the tests run against MySQL too (internal/testdb,
@@ -133,7 +135,10 @@ need git git
 [ -e /etc/ssl/certs/ca-certificates.crt ] || apt_install ca-certificates
 need curl curl
 if [ "$with_clients" -eq 1 ]; then
-	need promtool prometheus # deploy/prometheus: checked by the tests
+	# The production kit in deploy/, checked by the tests: the alert rules
+	# with promtool, the systemd unit with systemd-analyze.
+	need promtool prometheus
+	need systemd-analyze systemd
 fi
 
 # debian_mirror — the Debian archive URL of /etc/apt's sources (deb822

@@ -64,7 +64,7 @@ func (l *live) afterDDL(ctx context.Context) (*rewrite.Rewriter, error) {
 // Each outcome is recorded (slotproxy_reloads_total, and /readyz is not
 // ready while the last reload has failed); a reload that has nothing to do
 // (serve started without --config) records none.
-func (l *live) reload(ctx context.Context) {
+func (l *live) reload(ctx context.Context, trigger string) {
 	if l.path == "" {
 		l.log.Warn("reload: serve was started without --config; nothing to reload")
 		return
@@ -73,7 +73,7 @@ func (l *live) reload(ctx context.Context) {
 	defer l.mu.Unlock()
 	fail := func(msg, why string) {
 		l.log.Error(msg, "err", why)
-		l.reloads.record(reloadSignal, errors.New(why))
+		l.reloads.record(trigger, errors.New(why))
 	}
 	cur := l.config()
 	next, err := serveConfig(l.path, l.over)
@@ -86,7 +86,7 @@ func (l *live) reload(ctx context.Context) {
 	}
 	if cur.Rules == "" || next.Rules == "" {
 		l.log.Info("reloaded the configuration; no rules to reload")
-		l.reloads.record(reloadSignal, nil)
+		l.reloads.record(trigger, nil)
 		return
 	}
 	set, err := rules.LoadDir(next.Rules)
@@ -105,15 +105,16 @@ func (l *live) reload(ctx context.Context) {
 	l.srv.SetRewriter(rw)
 	l.cfg.Store(&eff)
 	l.set = set
-	l.reloads.record(reloadSignal, nil)
+	l.reloads.record(trigger, nil)
 	l.log.Info("reloaded rules", "dir", eff.Rules, "rules", set.Len(), "counters", countCounters(set),
 		"tables", len(rw.Catalog().Tables()))
 }
 
 // What triggered a reload: the "trigger" label of slotproxy_reloads_total.
 const (
-	reloadSignal   = "sighup"
-	reloadAfterDDL = "ddl"
+	reloadSignal   = "sighup" // SIGHUP
+	reloadWatch    = "watch"  // serve --watch saw the files change
+	reloadAfterDDL = "ddl"    // DDL on a ruled table through the proxy
 )
 
 // reloadMetrics records the outcomes of reloads: SIGHUP reloads of the
@@ -131,7 +132,7 @@ func newReloadMetrics(reg prometheus.Registerer) *reloadMetrics {
 	m := &reloadMetrics{
 		total: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "slotproxy_reloads_total",
-			Help: "Reloads by trigger (sighup: the configuration and rules; ddl: the catalog after DDL on a ruled table) and result (ok, failed: the previous rules stay)."},
+			Help: "Reloads by trigger (sighup, or watch: the configuration and rules, on SIGHUP or because serve --watch saw them change; ddl: the catalog after DDL on a ruled table) and result (ok, failed: the previous rules stay)."},
 			[]string{"trigger", "result"}),
 		successful: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "slotproxy_config_last_reload_successful",
@@ -140,7 +141,7 @@ func newReloadMetrics(reg prometheus.Registerer) *reloadMetrics {
 			Name: "slotproxy_config_last_reload_success_timestamp_seconds",
 			Help: "Unix time of the last successful load of the configuration and rules (at start, or a reload)."}),
 	}
-	for _, trigger := range []string{reloadSignal, reloadAfterDDL} {
+	for _, trigger := range []string{reloadSignal, reloadWatch, reloadAfterDDL} {
 		for _, result := range []string{"ok", "failed"} {
 			m.total.WithLabelValues(trigger, result)
 		}

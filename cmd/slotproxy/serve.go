@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,6 +11,8 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -53,7 +56,8 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 			"create the slot tables) or the admin account is refused. After DDL on a\n"+
 			"ruled table it reloads the schema.\n\n"+
 			"SIGHUP rereads FILE and the rules and applies them without dropping\n"+
-			"connections (rules, slots_table and admin; other changes need a restart).\n"+
+			"connections (rules, slots_table and admin; other changes need a restart);\n"+
+			"so does a change of FILE or of a rule file when --watch is set.\n"+
 			"If they fail to load, serve logs why, keeps the previous ones and is not\n"+
 			"ready until a reload succeeds.\n\n"+
 			"On metrics.listen serve answers /metrics (Prometheus), /healthz (200 while\n"+
@@ -64,8 +68,15 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	fs.String("listen", "", "accept clients on `HOST:PORT` (overrides listen)")
 	fs.String("backend", "", "relay to the MySQL server at `HOST:PORT` (overrides backend.address)")
 	fs.String("metrics", "", "serve metrics and health checks on `HOST:PORT` (overrides metrics.listen; \"\" turns them off)")
+	watch := fs.Duration("watch", 0, "every `DURATION`, reread --config FILE and the rule files and reload when they changed, as SIGHUP does (for a Kubernetes ConfigMap); 0: only on SIGHUP")
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
+	}
+	if *watch < 0 {
+		return usagef("serve: --watch: negative duration %v", *watch)
+	}
+	if *watch > 0 && *configPath == "" {
+		return usagef("serve: --watch needs --config")
 	}
 	if err := noArgs(fs); err != nil {
 		return err
@@ -168,6 +179,14 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	reloaded := make(chan struct{})
 	go func() {
 		defer close(reloaded)
+		var tick <-chan time.Time
+		var seen [sha256.Size]byte
+		if *watch > 0 {
+			t := time.NewTicker(*watch)
+			defer t.Stop()
+			tick = t.C
+			seen = filesDigest(*configPath, l.config().Rules)
+		}
 		for {
 			select {
 			case <-ctx.Done():
@@ -175,13 +194,51 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 			case sig := <-hups:
 				logger.Info("reloading", "signal", sig.String())
 				notify("RELOADING=1")
-				l.reload(ctx)
+				l.reload(ctx, reloadSignal)
+				notify("READY=1")
+				seen = filesDigest(*configPath, l.config().Rules)
+			case <-tick:
+				now := filesDigest(*configPath, l.config().Rules)
+				if now == seen {
+					continue
+				}
+				seen = now
+				logger.Info("reloading: the configuration file or the rule files changed", "config", *configPath)
+				notify("RELOADING=1")
+				l.reload(ctx, reloadWatch)
 				notify("READY=1")
 			}
 		}
 	}()
 	defer func() { cancel(); <-reloaded }()
 	return serve(srv, ln, cfg, logger, ready, ops, sigs)
+}
+
+// filesDigest is a digest of the configuration file at path and of the
+// rule files (*.yaml, *.yml) in the directory rules, read through symbolic
+// links (a Kubernetes ConfigMap volume swaps a link when it changes). A
+// file that cannot be read counts as empty: the reload reports it.
+func filesDigest(path, rules string) [sha256.Size]byte {
+	h := sha256.New()
+	add := func(name string) {
+		data, _ := os.ReadFile(name)
+		fmt.Fprintf(h, "%s\x00%d\x00", name, len(data))
+		h.Write(data)
+	}
+	add(path)
+	if rules != "" {
+		entries, _ := os.ReadDir(rules)
+		for _, e := range entries {
+			name := e.Name()
+			if strings.HasPrefix(name, ".") || !(strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")) {
+				continue
+			}
+			add(filepath.Join(rules, name))
+		}
+	}
+	var sum [sha256.Size]byte
+	copy(sum[:], h.Sum(nil))
+	return sum
 }
 
 // errStopped: a signal asked serve to stop before it served.
