@@ -43,8 +43,10 @@ build:
 # make run [SERVER=mysql] [CONFIG=FILE] [RULES=DIR]: a server of its own and
 # slotproxy in front of it, on free ports (see docs/tutorial.md).
 SERVER ?= mariadb
+# scripts/deps.sh's flag for SERVER: the MySQL chroot only for mysql.
+NO_MYSQL = $(if $(filter mysql,$(SERVER)),,--no-mysql)
 run:
-	@if [ "$(SERVER)" = mysql ]; then scripts/deps.sh --no-clients; else scripts/deps.sh --no-mysql --no-clients; fi
+	@scripts/deps.sh $(NO_MYSQL) --no-clients
 	@echo "building slotproxy and runlocal..."
 	@go build -ldflags "$(LDFLAGS)" -o .local/bin/slotproxy ./cmd/slotproxy
 	@go build -o .local/bin/runlocal ./cmd/runlocal
@@ -89,7 +91,7 @@ bench-orm:
 # per minute; the short run in make test has it.
 HISTORY_DURATION ?= 30m
 history:
-	@if [ "$(SERVER)" = mysql ]; then scripts/deps.sh --no-clients; else scripts/deps.sh --no-mysql --no-clients; fi
+	@scripts/deps.sh $(NO_MYSQL) --no-clients
 	SLOTPROXY_TEST_SERVER=$(SERVER) HISTORY_DURATION=$(HISTORY_DURATION) HISTORY_SEED=$(HISTORY_SEED) HISTORY_WORKERS=$(HISTORY_WORKERS) \
 		go test -count=1 -timeout 0 -run TestHistoryLong -v ./internal/history
 
@@ -101,5 +103,5 @@ history:
 # known differences).
 DIFFFUZZ_DURATION ?= 30m
 fuzz-diff:
-	@if [ "$(SERVER)" = mysql ]; then scripts/deps.sh --no-clients; else scripts/deps.sh --no-mysql --no-clients; fi
+	@scripts/deps.sh $(NO_MYSQL) --no-clients
 	SLOTPROXY_TEST_SERVER=$(SERVER) DIFFFUZZ_DURATION=$(DIFFFUZZ_DURATION) go test -count=1 -timeout 0 -run TestDiffFuzz -v ./internal/difffuzz

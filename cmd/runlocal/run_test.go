@@ -181,3 +181,46 @@ func TestRunServerDies(t *testing.T) {
 		t.Errorf("slotproxy (pid %d) still runs after make run ended", pid)
 	}
 }
+
+// TestMakeTargetsInstall: make run and make demo install only what they
+// need (no client libraries or ORMs; no MySQL chroot unless SERVER=mysql)
+// and let scripts/deps.sh show what it does (its output is not thrown
+// away); make test installs everything.
+func TestMakeTargetsInstall(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string // the deps.sh command line
+	}{
+		{[]string{"run"}, "scripts/deps.sh --no-mysql --no-clients"},
+		{[]string{"run", "SERVER=mysql"}, "scripts/deps.sh --no-clients"},
+		{[]string{"demo"}, "scripts/deps.sh --no-mysql --no-clients"},
+		{[]string{"test"}, "scripts/deps.sh"},
+	} {
+		out, err := exec.Command("make", append([]string{"-C", "../..", "-n", "--no-print-directory"}, tc.args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("make -n %v: %v\n%s", tc.args, err, out)
+		}
+		var deps []string
+		for _, line := range strings.Split(string(out), "\n") {
+			if strings.Contains(line, "scripts/deps.sh") {
+				deps = append(deps, line)
+			}
+		}
+		if len(deps) != 1 {
+			t.Errorf("make %v runs scripts/deps.sh %d times: %q", tc.args, len(deps), deps)
+			continue
+		}
+		line := deps[0]
+		if strings.Contains(line, "/dev/null") {
+			t.Errorf("make %v hides what scripts/deps.sh installs: %s", tc.args, line)
+		}
+		// The deps.sh invocation, up to the next command.
+		cmd := line[strings.Index(line, "scripts/deps.sh"):]
+		if i := strings.IndexAny(cmd, ";&|"); i >= 0 {
+			cmd = cmd[:i]
+		}
+		if got := strings.Join(strings.Fields(cmd), " "); got != tc.want {
+			t.Errorf("make %v runs %q, want %q", tc.args, got, tc.want)
+		}
+	}
+}

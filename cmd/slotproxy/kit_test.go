@@ -353,3 +353,20 @@ func TestVersionFromBuild(t *testing.T) {
 		t.Errorf("make build's binary reports dev: %q", out)
 	}
 }
+
+// TestPortInUseReportedFirst: with rules, a listen address in use is the
+// one error serve reports, before it loads the rules or starts the
+// roll-up (it binds first).
+func TestPortInUseReportedFirst(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	_, path := schemaConfig(t, busy.Addr().String())
+	migrateSchema(t, path)
+	_, stderr, code := runCLI(t, "serve", "--config", path)
+	if want := "slotproxy: listen tcp " + busy.Addr().String() + ": bind: address already in use\n"; code != 1 || stderr != want {
+		t.Fatalf("serve with rules on a port in use: exit %d, stderr:\n%s\nwant 1 and only:\n%s", code, stderr, want)
+	}
+}
