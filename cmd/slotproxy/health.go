@@ -63,7 +63,9 @@ func runHealth(args []string, stdout, _ io.Writer) error {
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	// Straight to serve: no HTTP proxy from the environment.
+	client := &http.Client{Transport: &http.Transport{Proxy: nil}}
+	resp, err := client.Do(req)
 	if err != nil {
 		return fmt.Errorf("health: %w", err)
 	}
