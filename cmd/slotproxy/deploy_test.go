@@ -712,8 +712,13 @@ func TestSystemdUnit(t *testing.T) {
 	}
 	next("RELOADING=1")
 	next("READY=1")
-	if !strings.Contains(stderr.String(), `msg="reloaded rules"`) {
-		t.Errorf("ExecReload did not reload the rules:\n%s", stderr.String())
+	// The log line was written before READY=1; its copy from the pipe may
+	// lag behind.
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(stderr.String(), `msg="reloaded rules"`); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Errorf("ExecReload did not reload the rules:\n%s", stderr.String())
+			break
+		}
 	}
 	began := time.Now()
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
