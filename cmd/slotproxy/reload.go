@@ -71,9 +71,11 @@ func (l *live) reload(ctx context.Context, trigger string) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	// Recorded before logged: once the log says so, /readyz and the
+	// metrics do too.
 	fail := func(msg, why string) {
-		l.log.Error(msg, "err", why)
 		l.reloads.record(trigger, errors.New(why))
+		l.log.Error(msg, "err", why)
 	}
 	cur := l.config()
 	next, err := serveConfig(l.path, l.over)
@@ -85,8 +87,8 @@ func (l *live) reload(ctx context.Context, trigger string) {
 		l.log.Warn("reload: these changes take effect only when serve restarts", "keys", strings.Join(keys, ", "))
 	}
 	if cur.Rules == "" || next.Rules == "" {
-		l.log.Info("reloaded the configuration; no rules to reload")
 		l.reloads.record(trigger, nil)
+		l.log.Info("reloaded the configuration; no rules to reload")
 		return
 	}
 	set, err := rules.LoadDir(next.Rules)
