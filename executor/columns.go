@@ -18,7 +18,7 @@ import (
 // proxy learns the definitions the client's own statement has, by preparing
 // it once on the backend (a prepare runs nothing), and sends those instead;
 // in binary (prepared) results it also encodes each value as the column's
-// own type. Definitions are cached per database and rewrite.Plan.MetaKey.
+// own type. Definitions are cached per database and the read's MetaKey (rewrite.Read).
 
 // metaCacheSize bounds the cached definitions.
 const metaCacheSize = 4096
@@ -63,7 +63,13 @@ func (c *metaCache) forget() {
 // originalColumns returns the column definitions of a read plan's own
 // statement, or nil when they cannot be learned.
 func (s *Session) originalColumns(p rewrite.Plan) ([][]byte, error) {
-	key := p.MetaKey
+	var key string
+	switch op := p.Op.(type) {
+	case *rewrite.Read:
+		key = op.MetaKey
+	case *rewrite.LockingRead:
+		key = op.MetaKey
+	}
 	if key == "" {
 		key = p.Original
 	}

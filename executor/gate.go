@@ -86,7 +86,7 @@ func (s *Session) enterGate(plans ...rewrite.Plan) bool {
 		return false
 	}
 	for _, p := range plans {
-		if !p.Shadow && (p.Kind == rewrite.KindIncrement || p.Kind == rewrite.KindRead) {
+		if k := p.Kind(); !p.Shadow && (k == rewrite.KindIncrement || k == rewrite.KindRead) {
 			entered, waited, overflowed := s.env.Gate.enter()
 			if waited {
 				s.metrics().Queued(overflowed)

@@ -76,9 +76,10 @@ func (s *Session) handlePrepare(rw *rewrite.Rewriter, payload []byte) error {
 		return err
 	}
 	p := plans[0]
-	sql := p.SQL
+	sql := p.SQL()
+	_, refused := p.Op.(*rewrite.Refused)
 	switch {
-	case p.Kind == rewrite.KindRefused && !p.Shadow:
+	case refused && !p.Shadow:
 		seq := s.respSeq
 		return s.refuse(p.Table, p.Reason, &seq)
 	case p.Shadow:
@@ -89,9 +90,12 @@ func (s *Session) handlePrepare(rw *rewrite.Rewriter, payload []byte) error {
 		return err
 	}
 	var orig [][]byte
-	if p.Kind == rewrite.KindRead && !p.Shadow {
-		if orig, err = s.originalColumns(p); err != nil {
-			return err
+	switch p.Op.(type) {
+	case *rewrite.Read, *rewrite.LockingRead:
+		if !p.Shadow {
+			if orig, err = s.originalColumns(p); err != nil {
+				return err
+			}
 		}
 	}
 	// Rewritten statements are prepared by the executor, to learn the
@@ -105,7 +109,7 @@ func (s *Session) handlePrepare(rw *rewrite.Rewriter, payload []byte) error {
 	}
 	st := &stmtInfo{plan: p, params: params, origCols: orig, rw: rw}
 	s.rw.stmts[id] = st
-	if p.Kind == rewrite.KindIncrement && !p.Shadow {
+	if _, ok := p.Op.(*rewrite.Increment); ok && !p.Shadow {
 		if sql, param, ok := rw.SlotParam(p, s.rewriteSession()); ok {
 			sid, n, errPkt, err := s.prepare([]byte(sql), false)
 			if err != nil {
@@ -139,9 +143,12 @@ func (s *Session) handleExecute(rw *rewrite.Rewriter, payload []byte) error {
 	}
 	p := st.plan
 	s.stmtsInCommand = 1
-	if st.rw != rw && rw != nil && (p.Kind == rewrite.KindIncrement || p.Kind == rewrite.KindGuarded || p.Refresh != nil) {
-		if done, err := s.executeReplanned(rw, st, payload); done || err != nil {
-			return err
+	switch p.Op.(type) {
+	case *rewrite.Increment, *rewrite.Guarded, *rewrite.WriteOthers:
+		if st.rw != rw && rw != nil {
+			if done, err := s.executeReplanned(rw, st, payload); done || err != nil {
+				return err
+			}
 		}
 	}
 	if s.enterGate(p) {
@@ -152,12 +159,13 @@ func (s *Session) handleExecute(rw *rewrite.Rewriter, payload []byte) error {
 	} else if ok {
 		p = g
 	}
-	switch {
-	case p.Shadow:
+	if p.Shadow {
 		s.countShadow(p)
 		_, err := s.forward(payload, wire.Results, nil)
 		return err
-	case p.Kind == rewrite.KindRead && p.Locking:
+	}
+	switch op := p.Op.(type) {
+	case *rewrite.LockingRead:
 		seq := s.respSeq
 		ep, err := parseExecute(payload, st.params, st.types, st.longData)
 		ep.longVals = st.longVals
@@ -169,12 +177,12 @@ func (s *Session) handleExecute(rw *rewrite.Rewriter, payload []byte) error {
 			st.types = bytes.Clone(ep.types)
 		}
 		ex := &execution{payload: payload, params: ep, stmtID: binary.LittleEndian.Uint32(payload[1:])}
-		_, err = s.execLockedRead(p, ex, &seq, false, newColumnPatch(st.origCols, true))
+		_, err = s.execLockedRead(op, ex, &seq, false, newColumnPatch(st.origCols, true))
 		return err
-	case p.Kind == rewrite.KindRead:
+	case *rewrite.Read:
 		s.env.Stats.RewrittenReads.Add(1)
 		s.metrics().Statement(PathRewrittenRead, "")
-		if errPkt, err := s.foldOwn(p.Reads); err != nil || errPkt != nil {
+		if errPkt, err := s.foldOwn(op.Reads); err != nil || errPkt != nil {
 			if err != nil {
 				return err
 			}
@@ -220,9 +228,9 @@ func (s *Session) executeReplanned(rw *rewrite.Rewriter, st *stmtInfo, payload [
 	var p rewrite.Plan
 	switch {
 	case err == nil && plans == nil: // it names no ruled table any more
-		p = rewrite.Plan{Kind: rewrite.KindOriginal, SQL: old.Original, Original: old.Original}
+		p = rewrite.Plan{Op: &rewrite.AsWritten{}, Original: old.Original}
 	case err != nil || len(plans) != 1:
-		p = rewrite.Plan{Kind: rewrite.KindRefused, Table: old.Table, Original: old.Original,
+		p = rewrite.Plan{Op: &rewrite.Refused{}, Table: old.Table, Original: old.Original,
 			Reason: "a prepared statement that can no longer be planned as one statement: prepare it again"}
 	default:
 		p = plans[0]
@@ -242,21 +250,22 @@ func (s *Session) executeReplanned(rw *rewrite.Rewriter, st *stmtInfo, payload [
 	}
 	ex := &execution{payload: payload, params: ep, stmtID: binary.LittleEndian.Uint32(payload[1:])}
 	seq := s.respSeq
-	switch {
-	case p.Kind == rewrite.KindRefused && !p.Shadow:
-		return true, s.refuse(p.Table, p.Reason, &seq)
-	case p.Shadow || p.Kind == rewrite.KindOriginal || p.Kind == rewrite.KindRead:
-		if p.Shadow {
-			s.countShadow(p)
-		}
+	if p.Shadow {
+		s.countShadow(p)
 		_, err := s.execAsWritten(p, ex, &seq, false)
 		return true, err
-	case p.Kind == rewrite.KindIncrement:
-		_, err := s.execOnBase(p, ex, &seq, false)
+	}
+	switch op := p.Op.(type) {
+	case *rewrite.Refused:
+		return true, s.refuse(p.Table, p.Reason, &seq)
+	case *rewrite.Increment:
+		_, err := s.execOnBase(p, op, ex, &seq, false)
 		return true, err
-	default: // guarded
-		sql := p.SQL
-		_, err := s.execGuardedWith(p, ex, &seq, false, func() ([]byte, []byte, error) { return s.statementPacket(sql, ex) })
+	case *rewrite.Guarded:
+		_, err := s.execGuardedWith(p, op, nil, ex, &seq, false, func() ([]byte, []byte, error) { return s.statementPacket(op.SQL, ex) })
+		return true, err
+	default:
+		_, err := s.execAsWritten(p, ex, &seq, false)
 		return true, err
 	}
 }
@@ -265,11 +274,11 @@ func (s *Session) executeReplanned(rw *rewrite.Rewriter, st *stmtInfo, payload [
 // one statement run the same SQL, but for the slot an increment's plan
 // picked.
 func (s *Session) samePlan(ra *rewrite.Rewriter, a rewrite.Plan, rb *rewrite.Rewriter, b rewrite.Plan) bool {
-	if a.Kind != b.Kind || a.Shadow != b.Shadow || ruleName(a.Table) != ruleName(b.Table) {
+	if a.Kind() != b.Kind() || a.Shadow != b.Shadow || ruleName(a.Table) != ruleName(b.Table) {
 		return false
 	}
-	if a.Kind != rewrite.KindIncrement {
-		return a.SQL == b.SQL
+	if a.Kind() != rewrite.KindIncrement {
+		return a.SQL() == b.SQL()
 	}
 	sess := s.rewriteSession()
 	sa, oka := ra.SlotSentinelSQL(a, sess)

@@ -378,12 +378,12 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 		return err
 	}
 	if s.log.Enabled(context.Background(), slog.LevelDebug) {
-		s.log.Debug("rewrite", "sql", string(sql), "plans", len(plans), "kind", plans[0].Kind.String())
+		s.log.Debug("rewrite", "sql", string(sql), "plans", len(plans), "kind", plans[0].Kind().String())
 	}
 	s.stmtsInCommand = len(plans)
 	seq := s.respSeq
 	for _, p := range plans {
-		if p.Kind == rewrite.KindRefused && !p.Shadow {
+		if _, refused := p.Op.(*rewrite.Refused); refused && !p.Shadow {
 			// Nothing of the query runs: its statements are refused as a
 			// whole (no partial effects to reason about).
 			return s.refuse(p.Table, p.Reason, &seq)
@@ -400,76 +400,52 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 		}
 		return s.execCut(rw, plans, &seq)
 	}
-	// Reads only: one rewritten query, relayed as usual (but not when a
-	// SHOW WARNINGS in it is answered with the warnings the proxy keeps).
-	simple := s.warnings == nil && len(plans) == 1
-	for _, p := range plans {
-		if !p.Shadow && p.Kind != rewrite.KindRead && !p.AsWritten() {
-			simple = false
-		}
-		if (p.Locking || p.Refresh != nil) && !p.Shadow {
-			simple = false
-		}
-	}
-	if simple && len(plans) == 1 && plans[0].Kind == rewrite.KindRead && !plans[0].Shadow && plans[0].SQL == plans[0].Original {
-		// Counters read rolled up only: the statement as written, once
-		// the transaction's own increments of them are folded.
+	if len(plans) == 1 && s.warnings == nil {
+		// One statement, relayed as usual (a SHOW WARNINGS in it would be
+		// answered with the warnings the proxy keeps).
 		p := plans[0]
-		s.metrics().Statement(PathRolledUpRead, "")
-		if errPkt, err := s.foldOwn(p.RolledUp); err != nil || errPkt != nil {
-			if err != nil {
-				return err
-			}
-			return s.writeErr(errPkt, &seq)
-		}
-		_, err := s.forward(payload, wire.Results, nil)
-		return err
-	}
-	if simple && len(plans) == 1 && plans[0].Kind == rewrite.KindRead && !plans[0].Shadow {
-		p := plans[0]
-		s.env.Stats.RewrittenReads.Add(1)
-		s.metrics().Statement(PathRewrittenRead, "")
-		if errPkt, err := s.foldOwn(p.Reads); err != nil || errPkt != nil {
-			if err != nil {
-				return err
-			}
-			return s.writeErr(errPkt, &seq)
-		}
-		orig, err := s.originalColumns(p)
-		if err != nil {
+		if p.Shadow {
+			s.countShadow(p)
+			_, err := s.forward(payload, wire.Results, nil)
 			return err
 		}
-		_, err = s.forwardPatched(queryPacket(p.SQL), wire.Results, nil, newColumnPatch(orig, false))
-		return err
-	}
-	if simple {
-		for _, p := range plans {
-			if p.Kind == rewrite.KindRead && !p.Shadow {
-				if errPkt, err := s.foldOwn(p.Reads); err != nil || errPkt != nil {
-					if err != nil {
-						return err
-					}
-					return s.writeErr(errPkt, &seq)
-				}
-			}
-		}
-		var text strings.Builder
-		for _, p := range plans {
-			switch {
-			case p.Shadow:
-				s.countShadow(p)
-				text.WriteString(p.Original)
-			case p.Kind == rewrite.KindRead:
+		switch op := p.Op.(type) {
+		case *rewrite.Read:
+			reads := op.Reads
+			if op.SQL == p.Original {
+				// Counters read rolled up only: the statement as written,
+				// once the transaction's own increments of them are
+				// folded.
+				reads = op.RolledUp
+				s.metrics().Statement(PathRolledUpRead, "")
+			} else {
 				s.env.Stats.RewrittenReads.Add(1)
 				s.metrics().Statement(PathRewrittenRead, "")
-				text.WriteString(p.SQL)
-			default:
-				s.metrics().Statement(PathPassThrough, "")
-				text.WriteString(p.SQL)
 			}
+			if errPkt, err := s.foldOwn(reads); err != nil || errPkt != nil {
+				if err != nil {
+					return err
+				}
+				return s.writeErr(errPkt, &seq)
+			}
+			if op.SQL == p.Original {
+				_, err := s.forward(payload, wire.Results, nil)
+				return err
+			}
+			orig, err := s.originalColumns(p)
+			if err != nil {
+				return err
+			}
+			_, err = s.forwardPatched(queryPacket(op.SQL), wire.Results, nil, newColumnPatch(orig, false))
+			return err
+		case *rewrite.LockingRead:
+			orig, err := s.originalColumns(p)
+			if err != nil {
+				return err
+			}
+			_, err = s.execLockedRead(op, nil, &seq, false, newColumnPatch(orig, false))
+			return err
 		}
-		_, err := s.forward(queryPacket(text.String()), wire.Results, nil)
-		return err
 	}
 	// Several statements in one query need multi-statement support, which
 	// the proxy honours as the server would: without it, the server gets the
@@ -477,14 +453,6 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 	if len(plans) > 1 && !s.multiStatements() {
 		s.metrics().Statement(PathPassThrough, "")
 		_, err := s.forward(payload, wire.Results, nil)
-		return err
-	}
-	if len(plans) == 1 && plans[0].Locking && !plans[0].Shadow {
-		orig, err := s.originalColumns(plans[0])
-		if err != nil {
-			return err
-		}
-		_, err = s.execLockedRead(plans[0], nil, &seq, false, newColumnPatch(orig, false))
 		return err
 	}
 	for i, p := range plans {
@@ -561,9 +529,9 @@ func (s *Session) countShadow(p rewrite.Plan) {
 	// statement at debug.
 	now := time.Now().UnixNano()
 	if last := s.env.shadowLogged.Load(); now-last >= int64(time.Second) && s.env.shadowLogged.CompareAndSwap(last, now) {
-		s.log.Info("shadow: would rewrite", "rule", ruleName(p.Table), "as", p.Kind.String(), "shadowed_so_far", n)
+		s.log.Info("shadow: would rewrite", "rule", ruleName(p.Table), "as", p.Kind().String(), "shadowed_so_far", n)
 	} else {
-		s.log.Debug("shadow: would rewrite", "rule", ruleName(p.Table), "as", p.Kind.String())
+		s.log.Debug("shadow: would rewrite", "rule", ruleName(p.Table), "as", p.Kind().String())
 	}
 }
 

@@ -29,7 +29,8 @@ import (
 // replayed is an increment of the open transaction, as the client saw it.
 type replayed struct {
 	plan     rewrite.Plan
-	ex       *execution // nil for a text statement
+	inc      *rewrite.Increment // plan's
+	ex       *execution         // nil for a text statement
 	affected uint64
 	warnings uint16
 }
@@ -40,7 +41,7 @@ const maxReplayed = 16
 // recordIncrement keeps a slotted increment the client got ok for, when
 // it is the only statement of its command and every command of the
 // transaction since its BEGIN was one (see replayable).
-func (s *Session) recordIncrement(p rewrite.Plan, ex *execution, ok *wire.OK) {
+func (s *Session) recordIncrement(p rewrite.Plan, inc *rewrite.Increment, ex *execution, ok *wire.OK) {
 	if !s.inTransaction() || s.stmtsInCommand != 1 || len(s.txn.replay) >= maxReplayed || !s.replayable() {
 		return
 	}
@@ -50,7 +51,7 @@ func (s *Session) recordIncrement(p rewrite.Plan, ex *execution, ok *wire.OK) {
 		}
 		ex = ex.clone()
 	}
-	s.txn.replay = append(s.txn.replay, replayed{plan: p, ex: ex, affected: ok.Affected, warnings: ok.Warnings})
+	s.txn.replay = append(s.txn.replay, replayed{plan: p, inc: inc, ex: ex, affected: ok.Affected, warnings: ok.Warnings})
 }
 
 // replayable reports whether the open transaction (or the one the server
@@ -116,8 +117,8 @@ func (s *Session) replayOnce(steps []replayed) (same, deadlocked bool, err error
 	}
 	for _, st := range steps {
 		p := st.plan
-		g := rewrite.Plan{Kind: rewrite.KindGuarded, Table: p.Table, SQL: p.Original, Original: p.Original, Guard: p.Increment.Guard, Increment: p.Increment}
-		res, errPkt, _, err := s.guardedOnce(g, st.ex, false, guardMode{}, func() ([]byte, []byte, error) { return s.statementPacket(p.Original, st.ex) })
+		op := &rewrite.Guarded{SQL: p.Original, Guards: []*rewrite.Guard{st.inc.Guard}}
+		res, errPkt, _, err := s.guardedOnce(p, op, st.ex, false, guardMode{}, func() ([]byte, []byte, error) { return s.statementPacket(p.Original, st.ex) })
 		if err != nil {
 			return false, false, err
 		}

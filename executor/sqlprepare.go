@@ -54,17 +54,20 @@ func (s *Session) sqlPrepared(rw *rewrite.Rewriter, sql, payload []byte) (done b
 	case w == nil:
 		return false, nil
 	case verb == rewrite.ExecuteVerb:
-		g := *w.Guard
+		wop := w.Op.(*rewrite.Guarded)
+		g := *wop.Guards[0]
 		bound, ok := rewrite.BindVars(g.KeysSQL, s.rewriteSession(), pick(using, g.KeysParams))
 		if !ok {
 			return false, nil // the server's own error for a wrong USING list
 		}
 		g.KeysSQL, g.KeysParams, g.Keys = bound, nil, nil
+		op := *wop
+		op.Guards = []*rewrite.Guard{&g}
 		p := *w
-		p.Guard, p.Original = &g, string(sql)
+		p.Op, p.Original = &op, string(sql)
 		seq := s.respSeq
 		s.stmtsInCommand = 1
-		_, err := s.execGuardedWith(p, nil, &seq, false, func() ([]byte, []byte, error) { return payload, nil, nil })
+		_, err := s.execGuardedWith(p, &op, nil, nil, &seq, false, func() ([]byte, []byte, error) { return payload, nil, nil })
 		return true, err
 	case verb == rewrite.PrepareVerb || verb == rewrite.DeallocateVerb:
 		if rw.Catalog().Mentions(string(sql)) {

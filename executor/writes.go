@@ -70,7 +70,7 @@ func (s *Session) incPatch(matched, changed uint64) func(*wire.OK) {
 // prepared plan. It reports whether the client got an ERR.
 func (s *Session) execPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) (bool, error) {
 	if saved := s.warnings; saved != nil {
-		if ex == nil && p.Kind == rewrite.KindOriginal && isShowWarnings([]byte(p.Original)) {
+		if _, ok := p.Op.(*rewrite.AsWritten); ok && ex == nil && isShowWarnings([]byte(p.Original)) {
 			// SHOW WARNINGS after a statement of the same query whose
 			// warnings the proxy's own statements cleared on the server.
 			status := func(uint16) uint16 {
@@ -85,66 +85,90 @@ func (s *Session) execPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) 
 	}
 	if p.Shadow {
 		s.countShadow(p)
+		return s.relayPlan(p, queryPacket(p.Original), ex, seq, more)
 	}
-	if write, ok := s.rw.locked[ruleName(p.Table)]; ok && p.Table != nil && !p.Shadow {
-		switch {
-		case p.Kind == rewrite.KindIncrement && write:
-			// The table is the session's alone until it unlocks it:
-			// the increment runs on the base row.
-			return s.execOnBase(p, ex, seq, more)
-		case (p.Kind == rewrite.KindIncrement || p.Kind == rewrite.KindGuarded) && !write:
+	if write, ok := s.rw.locked[ruleName(p.Table)]; ok && p.Table != nil {
+		switch op := p.Op.(type) {
+		case *rewrite.Increment:
+			if write {
+				// The table is the session's alone until it unlocks it:
+				// the increment runs on the base row.
+				return s.execOnBase(p, op, ex, seq, more)
+			}
 			// Locked READ: the server refuses the write, as directly.
 			return s.execAsWritten(p, ex, seq, more)
+		case *rewrite.Guarded:
+			if !write {
+				return s.execAsWritten(p, ex, seq, more)
+			}
 		}
 	}
 	if g, ok, err := s.refreshing(p); err != nil {
 		return false, err
 	} else if ok {
-		return s.execGuarded(g, ex, seq, more)
+		p = g
 	}
-	switch {
-	case p.Kind == rewrite.KindRefused && !p.Shadow:
+	switch op := p.Op.(type) {
+	case *rewrite.Refused:
 		return true, s.refuse(p.Table, p.Reason, seq)
-	case p.Kind == rewrite.KindIncrement && !p.Shadow:
-		return s.execIncrement(p, ex, seq, more)
-	case p.Kind == rewrite.KindGuarded && !p.Shadow:
-		return s.execGuarded(p, ex, seq, more)
-	case p.Kind == rewrite.KindRead && p.Locking && !p.Shadow:
-		return s.execLockedRead(p, ex, seq, more, nil)
-	}
-	sql := p.SQL
-	switch {
-	case p.Shadow:
-		sql = p.Original
-	case p.Kind == rewrite.KindRead:
-		s.env.Stats.RewrittenReads.Add(1)
-		s.metrics().Statement(PathRewrittenRead, "")
-		errPkt, err := s.foldOwn(p.Reads)
-		if err != nil {
-			return false, err
+	case *rewrite.Increment:
+		return s.execIncrement(p, op, ex, seq, more)
+	case *rewrite.Guarded:
+		return s.execGuarded(p, op, ex, seq, more)
+	case *rewrite.LockingRead:
+		return s.execLockedRead(op, ex, seq, more, nil)
+	case *rewrite.Read:
+		return s.execRead(p, op.SQL, op.Reads, ex, seq, more)
+	case *rewrite.WriteOthers:
+		if len(op.Reads) > 0 {
+			return s.execRead(p, op.SQL, op.Reads, ex, seq, more)
 		}
-		if errPkt != nil {
-			return true, s.writeErr(errPkt, seq)
-		}
-		if ex == nil {
-			// A statement of a multi-statement query: its columns are
-			// described as its own statement's, as a single read's are.
-			orig, err := s.originalColumns(p)
-			if err != nil {
-				return false, err
-			}
-			res, err := s.relayAsPatched(queryPacket(sql), seq, more, newColumnPatch(orig, false))
-			if err != nil || res.Failed() {
-				return res.Failed(), err
-			}
-			return false, s.afterSuccess(p)
-		}
-	default:
 		s.metrics().Statement(PathPassThrough, ruleName(p.Table))
+		return s.relayPlan(p, queryPacket(op.SQL), ex, seq, more)
+	case *rewrite.LockTables:
+		s.metrics().Statement(PathPassThrough, ruleName(p.Table))
+		return s.relayPlan(p, queryPacket(op.SQL), ex, seq, more)
+	default: // *rewrite.AsWritten
+		s.metrics().Statement(PathPassThrough, ruleName(p.Table))
+		return s.relayPlan(p, queryPacket(p.Original), ex, seq, more)
 	}
-	payload := queryPacket(sql)
+}
+
+// execRead runs a statement whose counter reads are rewritten (sql):
+// once the transaction's own increments of the tables it reads (reads)
+// are folded, as its exclusive locks would have them; a statement of a
+// multi-statement query gets its own statement's column definitions, as
+// a single read does.
+func (s *Session) execRead(p rewrite.Plan, sql string, reads []*rewrite.Table, ex *execution, seq *byte, more bool) (bool, error) {
+	s.env.Stats.RewrittenReads.Add(1)
+	s.metrics().Statement(PathRewrittenRead, "")
+	errPkt, err := s.foldOwn(reads)
+	if err != nil {
+		return false, err
+	}
+	if errPkt != nil {
+		return true, s.writeErr(errPkt, seq)
+	}
 	if ex != nil {
-		payload = ex.payload // the client's execution of the statement prepared as sql
+		return s.relayPlan(p, nil, ex, seq, more)
+	}
+	orig, err := s.originalColumns(p)
+	if err != nil {
+		return false, err
+	}
+	res, err := s.relayAsPatched(queryPacket(sql), seq, more, newColumnPatch(orig, false))
+	if err != nil || res.Failed() {
+		return res.Failed(), err
+	}
+	return false, s.afterSuccess(p)
+}
+
+// relayPlan sends payload (for a prepared plan, the client's execution ex
+// instead), relays its response, and does the plan's follow-up once it
+// succeeded.
+func (s *Session) relayPlan(p rewrite.Plan, payload []byte, ex *execution, seq *byte, more bool) (bool, error) {
+	if ex != nil {
+		payload = ex.payload // the client's execution of the statement prepared as planned
 	}
 	res, err := s.relayAs(payload, seq, more)
 	if err != nil || res.Failed() {
@@ -156,45 +180,47 @@ func (s *Session) execPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) 
 // afterSuccess does a plan's follow-up once its statement succeeded and
 // the client has its response.
 func (s *Session) afterSuccess(p rewrite.Plan) error {
-	if p.Prepares != nil {
-		s.notePrepared(p.Prepares.Name, p.Prepares.Write)
-	}
-	if p.After != "" {
-		if err := s.clearAfter(p); err != nil {
-			return fmt.Errorf("%w: %w", ErrAnswered, err)
-		}
-	}
-	for _, name := range p.Temp {
-		s.rw.temp = slices.DeleteFunc(s.rw.temp, func(t string) bool { return t == name })
-		if p.TempCreate {
-			s.rw.temp = append(s.rw.temp, name)
-		}
-	}
-	if p.Locks != nil {
+	if lt, ok := p.Op.(*rewrite.LockTables); ok {
 		s.rw.locked = map[string]bool{}
-		for _, l := range p.Locks {
+		for _, l := range lt.Locks {
 			s.rw.locked[ruleName(l.Table)] = l.Write
 		}
 	}
-	if p.Reload {
-		s.env.SchemaChanged()
-	}
-	if p.Reload && s.env.OnDDL != nil {
-		// The session's next statement is planned with the new catalog
-		// (a view it just created is read through).
-		s.env.OnDDL()
+	for _, e := range p.Then {
+		switch e := e.(type) {
+		case *rewrite.SQLPrepare:
+			s.notePrepared(e.Prepares.Name, e.Prepares.Write)
+		case *rewrite.ClearSlots:
+			if err := s.clearSlots(e); err != nil {
+				return fmt.Errorf("%w: %w", ErrAnswered, err)
+			}
+		case *rewrite.TempTables:
+			for _, name := range e.Names {
+				s.rw.temp = slices.DeleteFunc(s.rw.temp, func(t string) bool { return t == name })
+				if e.Create {
+					s.rw.temp = append(s.rw.temp, name)
+				}
+			}
+		case *rewrite.Reload:
+			s.env.SchemaChanged()
+			if s.env.OnDDL != nil {
+				// The session's next statement is planned with the new
+				// catalog (a view it just created is read through).
+				s.env.OnDDL()
+			}
+		}
 	}
 	return nil
 }
 
-// clearAfter runs a plan's slot clean-up (after a TRUNCATE or a DROP
+// clearSlots runs a plan's slot clean-up (after a TRUNCATE or a DROP
 // TABLE, which committed any open transaction) as a transaction of its
 // own: with autocommit off it would otherwise open a transaction that the
 // client's next ROLLBACK undoes, leaving the slots to count for keys
 // inserted again. A deadlock or lock wait timeout is tried again.
-func (s *Session) clearAfter(p rewrite.Plan) error {
+func (s *Session) clearSlots(c *rewrite.ClearSlots) error {
 	for attempt := 1; ; attempt++ {
-		r, err := s.query(p.After)
+		r, err := s.query(c.SQL)
 		if err != nil {
 			return err
 		}
@@ -215,7 +241,7 @@ func (s *Session) clearAfter(p rewrite.Plan) error {
 		}
 		if attempt >= 3 {
 			s.log.Error("slot clean-up after the statement failed: the table's slots stay until roll-up removes them as orphans",
-				"table", p.Table.Qualified(), "err", (&backendError{r.Err}).Error())
+				"table", c.Table.Qualified(), "err", (&backendError{r.Err}).Error())
 			return nil
 		}
 		time.Sleep(time.Duration(attempt) * 10 * time.Millisecond)
@@ -333,8 +359,7 @@ func (s *Session) asWrittenPacket(p rewrite.Plan, ex *execution) (pkt, errPkt []
 	return s.statementPacket(p.Original, ex)
 }
 
-func (s *Session) execIncrement(p rewrite.Plan, ex *execution, seq *byte, more bool) (bool, error) {
-	inc := p.Increment
+func (s *Session) execIncrement(p rewrite.Plan, inc *rewrite.Increment, ex *execution, seq *byte, more bool) (bool, error) {
 	keys, changed, plain := incArgs(inc, ex)
 	if !plain {
 		// A key or a delta the server converts with its own rules ('1e3',
@@ -342,13 +367,13 @@ func (s *Session) execIncrement(p rewrite.Plan, ex *execution, seq *byte, more b
 		// base row, which the record's slots are folded into first, so that
 		// the server computes from the total (in DOUBLE arithmetic, say)
 		// and checks the total against the column's range.
-		return s.execOnBase(p, ex, seq, more)
+		return s.execOnBase(p, inc, ex, seq, more)
 	}
 	if s.env.lockedCounters(p.Table) && (s.inTransaction() || !s.autocommit()) {
 		// This table's counters are read after increments in transactions
 		// (see noteReadAfterIncrement): increments inside a transaction
 		// lock the record, so such readers wait instead of deadlocking.
-		return s.execOnBase(p, ex, seq, more)
+		return s.execOnBase(p, inc, ex, seq, more)
 	}
 	if denied, err := s.checkPrivileges(inc); err != nil || denied != nil {
 		if err != nil {
@@ -363,7 +388,7 @@ func (s *Session) execIncrement(p rewrite.Plan, ex *execution, seq *byte, more b
 	// (see asWrittenPacket): such an execution is not run twice.
 	retryable := autocommitted || (s.txnFresh() && (ex == nil || !slices.Contains(ex.params.long, true)))
 	for attempt := 1; ; attempt++ {
-		payload := queryPacket(p.SQL)
+		payload := queryPacket(inc.SQL)
 		if ex != nil {
 			payload = ex.slottedPacket(s, p.Table)
 		}
@@ -381,7 +406,7 @@ func (s *Session) execIncrement(p rewrite.Plan, ex *execution, seq *byte, more b
 				// client's statement decides on the base row, with the
 				// server's own errors.
 				s.rolledBack = false
-				return s.execOnBase(p, ex, seq, more)
+				return s.execOnBase(p, inc, ex, seq, more)
 			}
 			if retryable && s.retry(r.ErrCode, attempt) {
 				if errPkt, err := s.restartTxn(autocommitted); err != nil || errPkt != nil {
@@ -436,7 +461,7 @@ func (s *Session) execIncrement(p rewrite.Plan, ex *execution, seq *byte, more b
 			rowsChanged = matched // every record a non-zero delta names changes
 		}
 		s.incPatch(matched, rowsChanged)(&ok)
-		s.recordIncrement(p, ex, &ok)
+		s.recordIncrement(p, inc, ex, &ok)
 		return false, s.writeOK(ok, seq, more)
 	}
 }
@@ -469,9 +494,9 @@ func infoRecords(info []byte) (uint64, bool) {
 // record is locked and its slots folded into the base row first, in one
 // transaction (the client's, or one of the proxy's own around an
 // autocommit statement). The response is the statement's own.
-func (s *Session) execOnBase(p rewrite.Plan, ex *execution, seq *byte, more bool) (bool, error) {
-	g := rewrite.Plan{Kind: rewrite.KindGuarded, Table: p.Table, SQL: p.Original, Original: p.Original, Guard: p.Increment.Guard, Increment: p.Increment}
-	return s.execGuardedWith(g, ex, seq, more, func() ([]byte, []byte, error) { return s.statementPacket(p.Original, ex) })
+func (s *Session) execOnBase(p rewrite.Plan, inc *rewrite.Increment, ex *execution, seq *byte, more bool) (bool, error) {
+	op := &rewrite.Guarded{SQL: p.Original, Guards: []*rewrite.Guard{inc.Guard}}
+	return s.execGuardedWith(p, op, inc, ex, seq, more, func() ([]byte, []byte, error) { return s.statementPacket(p.Original, ex) })
 }
 
 // noteOwnIncrement records that the open transaction incremented records
@@ -591,23 +616,24 @@ func (s *Session) retry(code uint16, attempt int) bool {
 // execGuarded folds the slots of every record the write may touch into the
 // base rows, then runs the write, all in one transaction (the client's, or
 // one the proxy opens and commits around an autocommit statement).
-func (s *Session) execGuarded(p rewrite.Plan, ex *execution, seq *byte, more bool) (bool, error) {
-	return s.execGuardedWith(p, ex, seq, more, func() ([]byte, []byte, error) {
+func (s *Session) execGuarded(p rewrite.Plan, op *rewrite.Guarded, ex *execution, seq *byte, more bool) (bool, error) {
+	return s.execGuardedWith(p, op, nil, ex, seq, more, func() ([]byte, []byte, error) {
 		if ex != nil {
 			return ex.payload, nil, nil
 		}
-		return queryPacket(p.SQL), nil, nil
+		return queryPacket(op.SQL), nil, nil
 	})
 }
 
 // execGuardedWith is execGuarded whose statement is main's: the command
-// to send, or an ERR to report instead.
-func (s *Session) execGuardedWith(p rewrite.Plan, ex *execution, seq *byte, more bool, main func() ([]byte, []byte, error)) (bool, error) {
+// to send, or an ERR to report instead. inc, when set, is the increment
+// op is made of (an increment run on the base row: see execOnBase).
+func (s *Session) execGuardedWith(p rewrite.Plan, op *rewrite.Guarded, inc *rewrite.Increment, ex *execution, seq *byte, more bool, main func() ([]byte, []byte, error)) (bool, error) {
 	// An autocommit statement gets a transaction of its own around the
 	// fold and the statement; inside the client's transaction (or with
 	// autocommit off) everything runs in the client's transaction.
 	wrapped := s.autocommitted() && !s.tablesLocked()
-	gm, refusal, err := s.guardModeFor(p, ex, wrapped)
+	gm, refusal, err := s.guardModeFor(p, op, inc, ex, wrapped)
 	if err != nil {
 		return false, err
 	}
@@ -617,7 +643,7 @@ func (s *Session) execGuardedWith(p rewrite.Plan, ex *execution, seq *byte, more
 	s.env.Stats.GuardedWrites.Add(1)
 	s.metrics().Statement(PathGuarded, ruleName(p.Table))
 	for attempt := 1; ; attempt++ {
-		res, errPkt, again, err := s.guardedOnce(p, ex, wrapped, gm, main)
+		res, errPkt, again, err := s.guardedOnce(p, op, ex, wrapped, gm, main)
 		if err != nil {
 			return false, err
 		}
@@ -643,9 +669,9 @@ func (s *Session) execGuardedWith(p rewrite.Plan, ex *execution, seq *byte, more
 				}
 				return st
 			}
-			if p.Increment != nil && !wrapped && len(res.Packets) > 0 {
+			if inc != nil && !wrapped && len(res.Packets) > 0 {
 				if ok, err := wire.ParseOK(res.Packets[len(res.Packets)-1]); err == nil {
-					s.recordIncrement(p, ex, &ok)
+					s.recordIncrement(p, inc, ex, &ok)
 				}
 			}
 			if err := res.WriteTo(s.link.Client, seq, s.link.Caps, status); err != nil {
@@ -657,7 +683,7 @@ func (s *Session) execGuardedWith(p rewrite.Plan, ex *execution, seq *byte, more
 		if wrapped && s.retry(code, attempt) {
 			continue
 		}
-		if !wrapped && p.Increment != nil && code == mysql.ER_LOCK_DEADLOCK && attempt <= guardAttempts {
+		if !wrapped && inc != nil && code == mysql.ER_LOCK_DEADLOCK && attempt <= guardAttempts {
 			// An increment on the base row in a transaction that has run
 			// nothing but increments: the transaction runs again (see
 			// replay.go) and the increment with it.
@@ -689,7 +715,7 @@ type guardMode struct {
 	keys  []string
 	table *rewrite.Table
 	// restrict: the client's transaction runs at READ COMMITTED or READ
-	// UNCOMMITTED, and the statement runs as its Plan.Restrict with the
+	// UNCOMMITTED, and the statement runs as its Guarded.Restrict with the
 	// keys its guard locked: it touches no row whose slots the guard did
 	// not fold, as if it had run when the guard did.
 	restrict bool
@@ -705,8 +731,8 @@ type guardMode struct {
 // REPEATABLE READ and SERIALIZABLE: at a weaker level a row the guard did
 // not lock can appear, with increments in its slots, before the
 // statement writes it.
-func (s *Session) guardModeFor(p rewrite.Plan, ex *execution, wrapped bool) (guardMode, string, error) {
-	if s.tablesLocked() || p.Increment != nil || p.Reload {
+func (s *Session) guardModeFor(p rewrite.Plan, op *rewrite.Guarded, inc *rewrite.Increment, ex *execution, wrapped bool) (guardMode, string, error) {
+	if s.tablesLocked() || inc != nil || rewrite.Has[*rewrite.Reload](p) {
 		// LOCK TABLES: nobody else writes the table. An increment run on
 		// the base row adds to whatever it finds: a slot it did not fold
 		// still counts.
@@ -726,8 +752,9 @@ func (s *Session) guardModeFor(p rewrite.Plan, ex *execution, wrapped bool) (gua
 	refusal := "the transaction runs at " + level + ", where InnoDB takes no gap locks, so rows this write finds only as it runs " +
 		"could hold increments the proxy did not fold. Run it at REPEATABLE READ or SERIALIZABLE, in autocommit, or name its rows by key (" +
 		keyName(p) + " = value or IN (values))"
-	narrowable := p.Guard != nil && len(p.Guards) == 0 && (len(p.Guard.Keys) > 0 || p.Restrict != "" && !p.Guard.Wide)
-	if p.Delete && !narrowable {
+	g := op.Guards[0]
+	narrowable := len(op.Guards) == 1 && (len(g.Keys) > 0 || op.Restrict != "" && !g.Wide)
+	if op.Delete && !narrowable {
 		// A DELETE the proxy cannot narrow to the rows its guard locked
 		// (no WHERE clause, several tables) runs as usual: a row it finds
 		// only as it runs leaves slot rows without a base row, which no
@@ -740,18 +767,14 @@ func (s *Session) guardModeFor(p rewrite.Plan, ex *execution, wrapped bool) (gua
 		// hold increments the guard did not fold.
 		return guardMode{}, refusal, nil
 	}
-	if len(p.Guard.Keys) == 0 {
+	if len(g.Keys) == 0 {
 		return guardMode{restrict: true}, "", nil
 	}
-	keys, ok := resolveKeys(p.Guard.Keys, ex)
+	keys, ok := resolveKeys(g.Keys, ex)
 	if !ok {
 		return guardMode{}, refusal, nil
 	}
-	t := p.Guard.Table
-	if t == nil {
-		t = p.Table
-	}
-	return guardMode{keys: keys, table: t}, "", nil
+	return guardMode{keys: keys, table: g.Table}, "", nil
 }
 
 // resolveKeys returns the values of keys (literals, or the execution's
@@ -789,7 +812,7 @@ func keyName(p rewrite.Plan) string {
 // response (an OK, or the rows of a RETURNING clause), or the ERR to report
 // (the proxy's own transaction already rolled back), or again: the attempt
 // was undone and must be made again (guardMode.keys).
-func (s *Session) guardedOnce(p rewrite.Plan, ex *execution, wrapped bool, gm guardMode, main func() ([]byte, []byte, error)) (_ *wire.Buffer, _ []byte, again bool, _ error) {
+func (s *Session) guardedOnce(p rewrite.Plan, op *rewrite.Guarded, ex *execution, wrapped bool, gm guardMode, main func() ([]byte, []byte, error)) (_ *wire.Buffer, _ []byte, again bool, _ error) {
 	s.wrapping = wrapped
 	defer func() { s.wrapping = false }()
 	fail := func(pkt []byte) (*wire.Buffer, []byte, bool, error) {
@@ -831,7 +854,7 @@ func (s *Session) guardedOnce(p rewrite.Plan, ex *execution, wrapped bool, gm gu
 		if s.env.GuardWindow != nil {
 			s.env.GuardWindow()
 		}
-	} else if locked, errPkt, err := s.lockAndFoldKeys(p, ex); err != nil || errPkt != nil {
+	} else if locked, errPkt, err := s.lockAndFoldKeys(op.Guards, ex); err != nil || errPkt != nil {
 		if err != nil {
 			return nil, nil, false, err
 		}
@@ -844,11 +867,11 @@ func (s *Session) guardedOnce(p rewrite.Plan, ex *execution, wrapped bool, gm gu
 		if len(locked) > 0 {
 			list = strings.Join(locked, ", ")
 		}
-		restricted := strings.Replace(p.Restrict, rewrite.RestrictKeys, list, 1)
+		restricted := strings.Replace(op.Restrict, rewrite.RestrictKeys, list, 1)
 		main = func() ([]byte, []byte, error) { return s.statementPacket(restricted, ex) }
 	}
-	if gm.unguarded && p.Unguarded != "" {
-		main = func() ([]byte, []byte, error) { return s.statementPacket(p.Unguarded, ex) }
+	if gm.unguarded && op.Unguarded != "" {
+		main = func() ([]byte, []byte, error) { return s.statementPacket(op.Unguarded, ex) }
 	}
 	payload, errPkt, err := main()
 	if err != nil {
@@ -1004,12 +1027,13 @@ func (s *Session) lockKeysAndFold(t *rewrite.Table, keys []string) (missing []st
 	return missing, errPkt, err
 }
 
-// refreshing returns p as the guarded write it must run as now (ok):
-// a write of rows of a ruled table that assigns no counter (p.Refresh),
-// in a transaction whose snapshot may predate folds of those records
+// refreshing returns p as the guarded write it must run as now (ok): a
+// write of rows of a ruled table that assigns no counter (WriteOthers), in
+// a transaction whose snapshot may predate folds of those records
 // (snapshotFolds). Its guard folds and refreshes them first.
 func (s *Session) refreshing(p rewrite.Plan) (g rewrite.Plan, ok bool, err error) {
-	if p.Refresh == nil || p.Shadow || (p.Kind != rewrite.KindOriginal && p.Kind != rewrite.KindRead) {
+	w, isWrite := p.Op.(*rewrite.WriteOthers)
+	if !isWrite || p.Shadow {
 		return p, false, nil
 	}
 	on, err := s.snapshotFolds()
@@ -1017,7 +1041,7 @@ func (s *Session) refreshing(p rewrite.Plan) (g rewrite.Plan, ok bool, err error
 		return p, false, err
 	}
 	g = p
-	g.Kind, g.Guard, g.Table, g.Refresh = rewrite.KindGuarded, p.Refresh, p.Refresh.Table, nil
+	g.Op, g.Table = &rewrite.Guarded{SQL: w.SQL, Guards: []*rewrite.Guard{w.Guard}}, w.Guard.Table
 	return g, true, nil
 }
 
@@ -1043,25 +1067,19 @@ func (s *Session) snapshotFolds() (bool, error) {
 	return !strings.HasPrefix(s.rw.isolation, "READ"), nil
 }
 
-// lockAndFold runs a plan's guards: each locks the records its statement
-// may touch and their slots are folded into their base rows. errPkt is the
-// error to report (the statement must not run).
-func (s *Session) lockAndFold(p rewrite.Plan, ex *execution) (errPkt []byte, err error) {
-	_, errPkt, err = s.lockAndFoldKeys(p, ex)
+// lockAndFold runs guards: each locks the records its statement may touch
+// and their slots are folded into their base rows. errPkt is the error to
+// report (the statement must not run).
+func (s *Session) lockAndFold(guards []*rewrite.Guard, ex *execution) (errPkt []byte, err error) {
+	_, errPkt, err = s.lockAndFoldKeys(guards, ex)
 	return errPkt, err
 }
 
-// lockAndFoldKeys is lockAndFold that also returns the keys p.Guard locked.
-func (s *Session) lockAndFoldKeys(p rewrite.Plan, ex *execution) (locked []string, errPkt []byte, err error) {
-	guards := p.Guards
-	if p.Guard != nil {
-		guards = append([]*rewrite.Guard{p.Guard}, guards...)
-	}
+// lockAndFoldKeys is lockAndFold that also returns the keys the first
+// guard locked.
+func (s *Session) lockAndFoldKeys(guards []*rewrite.Guard, ex *execution) (locked []string, errPkt []byte, err error) {
 	for i, g := range guards {
 		t := g.Table
-		if t == nil {
-			t = p.Table
-		}
 		if byKey, ok := resolveKeys(g.Keys, ex); ok && len(byKey) > 0 {
 			// The statement touches rows of these keys only: they are
 			// locked by key, as the statement itself locks them (its
@@ -1070,7 +1088,7 @@ func (s *Session) lockAndFoldKeys(p rewrite.Plan, ex *execution) (locked []strin
 			if err != nil || errPkt != nil {
 				return nil, errPkt, err
 			}
-			if i == 0 && p.Guard != nil {
+			if i == 0 {
 				locked = slices.Clone(keys)
 			}
 			if errPkt, err := s.foldKeys(t, keys); err != nil || errPkt != nil {
@@ -1110,7 +1128,7 @@ func (s *Session) lockAndFoldKeys(p rewrite.Plan, ex *execution) (locked []strin
 			}
 			keys = append(keys, k)
 		}
-		if i == 0 && p.Guard != nil {
+		if i == 0 {
 			locked = slices.Clone(keys)
 		}
 		if errPkt, err := s.foldKeys(t, keys); err != nil || errPkt != nil {
@@ -1124,7 +1142,7 @@ func (s *Session) lockAndFoldKeys(p rewrite.Plan, ex *execution) (locked []strin
 // it may read are locked and folded first (the client's transaction, or
 // one of the proxy's own around an autocommit statement), so it reads the
 // latest totals and concurrent increments of them wait.
-func (s *Session) execLockedRead(p rewrite.Plan, ex *execution, seq *byte, more bool, cp *columnPatch) (bool, error) {
+func (s *Session) execLockedRead(op *rewrite.LockingRead, ex *execution, seq *byte, more bool, cp *columnPatch) (bool, error) {
 	s.env.Stats.RewrittenReads.Add(1)
 	s.metrics().Statement(PathRewrittenRead, "")
 	wrapped := s.autocommitted() && !s.tablesLocked()
@@ -1140,7 +1158,7 @@ func (s *Session) execLockedRead(p rewrite.Plan, ex *execution, seq *byte, more 
 				return true, s.writeErr(r.Err, seq)
 			}
 		}
-		errPkt, err := s.lockAndFold(p, ex)
+		errPkt, err := s.lockAndFold(op.Guards, ex)
 		if err != nil {
 			return false, err
 		}
@@ -1155,7 +1173,7 @@ func (s *Session) execLockedRead(p rewrite.Plan, ex *execution, seq *byte, more 
 			}
 			return true, s.writeErr(errPkt, seq)
 		}
-		payload := queryPacket(p.SQL)
+		payload := queryPacket(op.SQL)
 		if ex != nil {
 			payload = ex.payload
 		}
@@ -1219,7 +1237,7 @@ func (s *Session) foldOwn(tables []*rewrite.Table) (errPkt []byte, err error) {
 		}
 		if keys[""] {
 			// A key the proxy could not tell: every slotted record.
-			if errPkt, err := s.lockAndFold(rewrite.Plan{Table: t, Guard: &rewrite.Guard{Table: t, KeysSQL: t.WideLockSQL()}}, nil); err != nil || errPkt != nil {
+			if errPkt, err := s.lockAndFold([]*rewrite.Guard{{Table: t, KeysSQL: t.WideLockSQL(), Wide: true}}, nil); err != nil || errPkt != nil {
 				if isDeadlock(errPkt) {
 					s.env.noteReadAfterIncrement(t, s.log)
 					if again, err := s.replayTxn(); again || err != nil {

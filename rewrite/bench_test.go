@@ -41,7 +41,7 @@ func BenchmarkRewriteIncrement(b *testing.B) {
 	r := testRewriter(mariadb)
 	b.ReportAllocs()
 	for b.Loop() {
-		if plans, err := r.Rewrite(benchIncrement, Session{DB: "app"}); err != nil || plans[0].Kind != KindIncrement {
+		if plans, err := r.Rewrite(benchIncrement, Session{DB: "app"}); err != nil || plans[0].Kind() != KindIncrement {
 			b.Fatal(err)
 		}
 	}
@@ -51,7 +51,7 @@ func BenchmarkRewriteRead(b *testing.B) {
 	r := testRewriter(mariadb)
 	b.ReportAllocs()
 	for b.Loop() {
-		if plans, err := r.Rewrite(benchRead, Session{DB: "app"}); err != nil || plans[0].Kind != KindRead {
+		if plans, err := r.Rewrite(benchRead, Session{DB: "app"}); err != nil || plans[0].Kind() != KindRead {
 			b.Fatal(err)
 		}
 	}

@@ -35,8 +35,8 @@ func TestToUTF8(t *testing.T) {
 			if err != nil || got != tc.want {
 				t.Fatalf("toUTF8(%q, %q) = %q, %v; want %q", tc.sql, tc.charset, got, err, tc.want)
 			}
-			back, err := tr.plans([]Plan{{SQL: got, Original: got}})
-			if err != nil || back[0].SQL != tc.sql || back[0].Original != tc.sql {
+			back, err := tr.plans([]Plan{{Op: &Read{SQL: got}, Original: got}})
+			if err != nil || back[0].SQL() != tc.sql || back[0].Original != tc.sql {
 				t.Fatalf("converting back: %+v, %v; want %q", back, err, tc.sql)
 			}
 		})
@@ -54,11 +54,11 @@ func TestRewriteGBK(t *testing.T) {
 		t.Fatalf("Rewrite: %v, %v", plans, err)
 	}
 	p := plans[0]
-	if p.Kind != KindGuarded || p.Original != sql {
-		t.Fatalf("plan %v for %q, original %q", p.Kind, sql, p.Original)
+	if p.Kind() != KindGuarded || p.Original != sql {
+		t.Fatalf("plan %v for %q, original %q", p.Kind(), sql, p.Original)
 	}
-	if !strings.Contains(p.Guard.KeysSQL, "'\xbf\\' OR id = 2") {
-		t.Fatalf("guard does not read the statement as the server does: %q", p.Guard.KeysSQL)
+	if keys := p.Guards()[0].KeysSQL; !strings.Contains(keys, "'\xbf\\' OR id = 2") {
+		t.Fatalf("guard does not read the statement as the server does: %q", keys)
 	}
 	if _, err := r.Rewrite(sql, Session{DB: "app"}); err == nil {
 		t.Fatalf("rewritten with the character set unknown")
@@ -79,12 +79,17 @@ func TestRewriteGBKGuards(t *testing.T) {
 			t.Fatalf("Rewrite(%q): %v, %v", sql, plans, err)
 		}
 		p := plans[0]
-		for _, q := range []string{guardSQL(p.Refresh), guardSQL(p.Guard), p.Restrict} {
+		restrict := ""
+		if g, ok := p.Op.(*Guarded); ok {
+			restrict = g.Restrict
+		}
+		_, refresh := p.Op.(*WriteOthers)
+		for _, q := range []string{guardSQL(p.Guards()[0]), restrict} {
 			if q != "" && !strings.Contains(q, "'\xbf\\'") {
 				t.Errorf("%q: %q is not in the client's character set", sql, q)
 			}
 		}
-		if p.Refresh == nil && p.Restrict == "" {
+		if !refresh && restrict == "" {
 			t.Errorf("%q: neither a refresh guard nor a restricted form", sql)
 		}
 	}

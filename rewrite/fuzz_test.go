@@ -64,17 +64,17 @@ func fuzzCheck(t *testing.T, sql string, sess Session) {
 	mode := sessionMode(sess)
 	p.SetSQLMode(mode)
 	for i, pl := range plans {
-		if direct[i].SQL != pl.SQL {
-			t.Fatalf("template and parse disagree on %q:\n%s\n%s", sql, pl.SQL, direct[i].SQL)
+		if direct[i].SQL() != pl.SQL() {
+			t.Fatalf("template and parse disagree on %q:\n%s\n%s", sql, pl.SQL(), direct[i].SQL())
 		}
-		out := []string{pl.SQL}
-		if pl.Increment != nil {
-			out = append(out, pl.Increment.ProbeSQL, pl.Increment.Guard.KeysSQL)
+		out := []string{pl.SQL()}
+		if inc, ok := pl.Op.(*Increment); ok {
+			out = append(out, inc.ProbeSQL)
 		}
-		if pl.Guard != nil {
-			out = append(out, pl.Guard.KeysSQL)
+		for _, g := range pl.Guards() {
+			out = append(out, g.KeysSQL)
 		}
-		if pl.Kind == KindOriginal {
+		if pl.Kind() == KindOriginal {
 			continue
 		}
 		for _, q := range out {

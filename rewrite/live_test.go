@@ -171,31 +171,67 @@ func liveStatements(p Plan) []string {
 		return nil
 	}
 	var out []string
-	switch p.Kind {
-	case KindRead:
-		out = append(out, p.SQL)
-	case KindIncrement:
-		out = append(out, p.Increment.ProbeSQL, p.SQL, p.Increment.Guard.KeysSQL)
-		out = append(out, p.Table.FoldSQL([]string{"1", "2"}, false)...)
-	case KindGuarded:
-		out = append(out, p.Guard.KeysSQL)
-		// Both folds: in a transaction's snapshot (refresh) and not.
-		out = append(out, p.Table.FoldSQL([]string{"1", "2"}, true)...)
-		out = append(out, p.Table.FoldSQL([]string{"1", "2"}, false)...)
-		if !p.Reload {
+	folds := func(g *Guard, refresh bool) {
+		t := g.Table
+		keys := []string{"1", "2"}
+		out = append(out, t.FoldSQL(keys, refresh)...)
+		out = append(out, t.SlotRowsSQL(keys))
+		rows := liveSlotRows(t)
+		out = append(out, t.LockSlotRowsSQL(rows)...)
+		out = append(out, t.FoldRowsSQL(keys, rows, refresh)...)
+	}
+	switch op := p.Op.(type) {
+	case *Read:
+		out = append(out, op.SQL)
+	case *LockingRead:
+		for _, g := range op.Guards {
+			out = append(out, g.KeysSQL)
+			folds(g, false)
+		}
+		out = append(out, op.SQL)
+	case *Increment:
+		out = append(out, op.ProbeSQL, op.SQL, op.Guard.KeysSQL, op.Guard.Table.LockSQL([]string{"1", "2"}))
+		folds(op.Guard, false)
+	case *Guarded:
+		for _, g := range op.Guards {
+			out = append(out, g.KeysSQL, g.Table.LockSQL([]string{"1", "2"}))
+			// Both folds: in a transaction's snapshot (refresh) and not.
+			folds(g, true)
+			folds(g, false)
+		}
+		if !Has[*Reload](p) {
 			// DDL (ALTER TABLE) is the client's own statement, and no
 			// ROLLBACK undoes it.
-			out = append(out, p.SQL)
+			out = append(out, op.SQL)
+			if op.Unguarded != "" {
+				out = append(out, op.Unguarded)
+			}
+		}
+	case *WriteOthers:
+		out = append(out, op.Guard.KeysSQL)
+		folds(op.Guard, true)
+	}
+	for _, e := range p.Then {
+		if c, ok := e.(*ClearSlots); ok {
+			out = append(out, c.SQL)
 		}
 	}
-	if p.Refresh != nil {
-		out = append(out, p.Refresh.KeysSQL)
-		out = append(out, p.Refresh.Table.FoldSQL([]string{"1", "2"}, true)...)
-	}
-	if p.After != "" {
-		out = append(out, p.After)
-	}
 	return out
+}
+
+// liveSlotRows are the slot rows of t's records 1 and 2 that liveSeed
+// inserts (with their counts).
+func liveSlotRows(t *Table) []SlotRow {
+	seeded := []SlotRow{{1, "1", 0, "5"}, {2, "1", 1, "1"}, {1, "2", 3, "4"}, {3, "1", 0, "2"}, {4, "1", 3, "63853185600000001"}, {5, "1", 3, "1717243200000000"}}
+	var rows []SlotRow
+	for _, r := range seeded {
+		for _, c := range t.Counters {
+			if c.RecordType == r.RecordType {
+				rows = append(rows, r)
+			}
+		}
+	}
+	return rows
 }
 
 // execLive runs q (prepared with every parameter 1 when it has

@@ -57,7 +57,7 @@ func (r *Rewriter) lockTables(text string, toks []token, sess Session) (Plan, bo
 			}
 		}
 		if t := r.cat.slotTable(schema, name); t != nil {
-			return Plan{Kind: KindRefused, Table: t, Reason: schema + "." + name + " is slotproxy's own table: LOCK TABLES locks it for the ruled tables it names"}, true
+			return Plan{Op: &Refused{}, Table: t, Reason: schema + "." + name + " is slotproxy's own table: LOCK TABLES locks it for the ruled tables it names"}, true
 		}
 		if t := r.cat.lookup(schema, name); t != nil && !t.Shadow && !sess.shadowed(schema, name) {
 			found := false
@@ -105,8 +105,8 @@ func (r *Rewriter) lockTables(text string, toks []token, sess Session) (Plan, bo
 			extra = append(extra, l.Table.Qualified()+" AS `_t` WRITE")
 		}
 	}
-	return Plan{Kind: KindOriginal, Table: locks[0].Table, Locks: locks,
-		SQL:    text[:insertAt] + ", " + strings.Join(extra, ", ") + text[insertAt:],
+	return Plan{Op: &LockTables{Locks: locks, SQL: text[:insertAt] + ", " + strings.Join(extra, ", ") + text[insertAt:]},
+		Table:  locks[0].Table,
 		Reason: "LOCK TABLES of a ruled table: its slot table is locked with it; increments run on the base row until UNLOCK TABLES"}, true
 }
 

@@ -1,6 +1,7 @@
 package rewrite
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math/big"
@@ -18,207 +19,6 @@ import (
 
 	"github.com/slotproxy/slotproxy/internal/dialect"
 )
-
-// Kind says how a statement is executed.
-type Kind uint8
-
-const (
-	// KindOriginal: send the client's statement unchanged.
-	KindOriginal Kind = iota
-	// KindRead: reads of counters rewritten; send Plan.SQL.
-	KindRead
-	// KindIncrement: a counter increment turned into a slotted upsert.
-	KindIncrement
-	// KindGuarded: a write that needs exact base values; fold the slots of
-	// the records it may touch into their base rows first (Guard), then
-	// send Plan.SQL, in one transaction.
-	KindGuarded
-	// KindRefused: a statement that reads or writes counters of a ruled
-	// table (Table) and cannot be planned exactly; the client gets an error
-	// naming the rule and Reason, and nothing runs (fail closed: an error
-	// is better than a wrong total).
-	KindRefused
-)
-
-func (k Kind) String() string {
-	return [...]string{"original", "read", "increment", "guarded", "refused"}[k]
-}
-
-// Plan is the rewrite of one statement.
-type Plan struct {
-	Kind Kind
-	// SQL is the statement to send: rewritten, or the original text.
-	SQL string
-	// Original is the statement's own text.
-	Original string
-	// Reason explains a KindOriginal plan for a statement that names a
-	// ruled table, a KindRefused plan's refusal, or why a KindGuarded
-	// plan's increment was not slotted (empty when there is nothing to
-	// explain).
-	Reason string
-	// Prepares is set for a PREPARE name FROM 'text' of a ruled table:
-	// what the session keeps for the EXECUTEs of name (see Prepares).
-	Prepares *Prepares
-	// Table is the ruled table the statement writes, if any.
-	Table *Table
-	// Increment is set for KindIncrement.
-	Increment *Increment
-	// Guard is set for KindGuarded.
-	Guard *Guard
-	// After runs once SQL succeeded (TRUNCATE: clear the table's slots).
-	After string
-	// Invalidate: the statement may remove rows of Table; forget which keys
-	// are known to exist.
-	Invalidate bool
-	// Restrict is a KindGuarded plan's statement with its WHERE clause
-	// also requiring the key to be among RestrictKeys, for which the
-	// executor substitutes the keys its Guard locked (NULL for none):
-	// under READ COMMITTED the statement then touches only rows whose
-	// slots were folded, as if it had run when the guard did. Empty when
-	// the statement has no WHERE clause of a single table.
-	Restrict string
-	// Unguarded is a KindGuarded plan's statement with the counters of the
-	// rows it writes read as totals, for running it when its guard has not
-	// folded every row it may touch (a DELETE at READ COMMITTED that cannot
-	// be narrowed: see Delete); empty when it is SQL. SQL reads them as the
-	// client wrote it: once the guard folded those records, their base
-	// columns are their totals (and reading them so locks no range of the
-	// slot table).
-	Unguarded string
-	// Delete: a KindGuarded plan of a DELETE (no RETURNING). At READ
-	// COMMITTED in a transaction, one that cannot be narrowed to the keys
-	// its guard locked runs as usual: rows it finds only as it runs can
-	// leave slot rows behind, which never change a total (no base row
-	// reads them) and which roll-up deletes.
-	Delete bool
-	// Reload: DDL on Table; reload its column list.
-	Reload bool
-	// Temp names the temporary tables ("schema.table", lower case) the
-	// statement creates (TempCreate) or drops, when they are named like a
-	// ruled table: while one exists, that name means it, not the ruled
-	// table (Session.TempTables).
-	Temp       []string
-	TempCreate bool
-	// Shadow: Table's rule is in shadow mode; SQL is the original statement
-	// and the rest of the plan says what would have been done.
-	Shadow bool
-	// ChangesSession: the statement may change the default database,
-	// sql_mode or client character set, so statements after it in the same
-	// query must be planned again once it has run.
-	ChangesSession bool
-	// Reads are the ruled tables whose counters a KindRead plan reads.
-	Reads []*Table
-	// Refresh is set on a KindOriginal or KindRead plan of a write of
-	// Table's rows that assigns no counter (UPDATE of other columns, an
-	// upsert that updates them): it locks the rows the write may touch.
-	// Inside a REPEATABLE READ transaction that may have read before, the
-	// executor runs the plan as a guarded write with it, folding and
-	// refreshing those records first (Table.FoldSQL): the write makes each
-	// row the transaction's own, current version, and the slot rows its
-	// snapshot sees must then be current too.
-	Refresh *Guard
-	// Locking: a KindRead plan of a locking read (FOR UPDATE, FOR SHARE,
-	// LOCK IN SHARE MODE). Guards lock and fold the records it may read
-	// first, so it reads latest totals and increments of them wait, as on
-	// the base row.
-	Locking bool
-	// Guards are guards besides Guard (a plan that folds records of
-	// several tables).
-	Guards []*Guard
-	// RolledUp are the tables whose counters a KindRead plan reads as their
-	// base column (Table.RolledUp). When the session's transaction
-	// incremented records of one of them, those records are folded before
-	// the read (as for any read of its own increments), so the read is
-	// exact for them. A plan whose SQL is its Original (no counter of
-	// another table read) needs nothing else.
-	RolledUp []*Table
-	// Locks are the ruled tables a LOCK TABLES statement locks (its SQL
-	// locks their slot tables too): once it succeeded, the session holds
-	// them until UNLOCK TABLES, BEGIN or another LOCK TABLES (see
-	// EndsTableLocks).
-	Locks []TableLock
-	// MetaKey, for a KindRead plan of a SELECT, identifies the result's
-	// column definitions: statements with the same MetaKey (in the same
-	// database) return columns of the same types, lengths and names. It is
-	// the text of the select list exactly, then the rest of the statement
-	// with its integer literals masked (they cannot change a column's
-	// definition there). Empty: no key (use Original).
-	MetaKey string
-}
-
-// Increment describes a slotted increment (see Rewriter.slottedIncrement):
-// Plan.SQL adds the deltas to a slot row of the record the WHERE clause
-// selects. It keeps the original statement's placeholders in their order.
-type Increment struct {
-	// Keys are the keys of the records the increment may write: the WHERE
-	// clause's `key = v` or `key IN (v, …)`.
-	Keys []KeyValue
-	// Zero: every delta is a literal 0, so the UPDATE would change no row.
-	Zero bool
-	// DeltaParams are the placeholder indexes of the deltas (-1 for a
-	// literal), so a prepared execution can tell a zero increment.
-	DeltaParams []int
-	// DeltaZero tells, for each delta, whether it is a literal 0.
-	DeltaZero []bool
-	// TouchParams are the placeholder indexes of the times assigned to
-	// touch columns (-1 for a literal or a function): the executor runs
-	// the statement as written unless each is a time in the strict form
-	// (ValidTime) or a DATETIME or TIMESTAMP parameter.
-	TouchParams []int
-	// TouchInts tells, for each of TouchParams, whether its column is an
-	// integer touch column (the parameter must then be an integer).
-	TouchInts []bool
-	// RecordTypes are the record types of the counters and touch columns
-	// it writes: one slot row each per record.
-	RecordTypes []int
-	// Counters is how many counters and touch columns one record's
-	// increment writes: the slot rows Plan.SQL inserts or updates per
-	// record.
-	Counters int
-	// ProbeSQL is the client's statement made to touch no row, with its
-	// placeholders NULL: it checks the client's privileges for the
-	// statement (the slotted write needs other ones).
-	ProbeSQL string
-	// PrivKey names the privileges ProbeSQL checks: the probe's text with
-	// its integer literals masked.
-	PrivKey string
-	// Guard locks and folds the record, for running the client's statement
-	// on the base row instead (a delta beyond the slot's share of the
-	// range, or a counter read after increments in transactions).
-	Guard *Guard
-}
-
-// KeyValue is a key value in a statement: a literal (as SQL) or a
-// placeholder.
-type KeyValue struct {
-	// Literal is the value as SQL when it is a literal.
-	Literal string
-	// Param is the placeholder's index, or -1.
-	Param int
-}
-
-// Guard finds the records a write may touch, so their slots can be folded
-// into the base rows first.
-type Guard struct {
-	// Table is the ruled table whose records are folded; nil means the
-	// plan's Table.
-	Table *Table
-	// KeysSQL selects the keys, locking the base rows (FOR UPDATE).
-	KeysSQL string
-	// KeysParams are the original placeholder indexes KeysSQL uses, in order.
-	KeysParams []int
-	// Keys are the values of a `key = v` or `key IN (v, …)` condition the
-	// statement's WHERE clause requires (nil when it requires none): the
-	// statement touches no row with another key. The executor locks the
-	// rows of these keys by key instead of running KeysSQL, as the
-	// statement itself locks them (a server may scan a small table for
-	// KeysSQL and lock every row).
-	Keys []KeyValue
-	// Wide: KeysSQL selects (and locks) the table's slotted records only,
-	// not the rows the statement touches (no WHERE clause, or one that
-	// reads counters only): the locked keys cannot narrow the statement.
-	Wide bool
-}
 
 // SlottedSQL selects those of keys (decimal integers) whose records have
 // slot rows with counts (zero rows, which folds leave, change no total).
@@ -373,7 +173,7 @@ type Session struct {
 	// backslash or backquote are not rewritten.
 	Charset string
 	// TempTables are the session's temporary tables named like a ruled
-	// table ("schema.table", lower case; see Plan.Temp): they shadow it.
+	// table ("schema.table", lower case; see TempTables): they shadow it.
 	TempTables []string
 	// SlotFor, when set, picks the slot of an increment of t instead of
 	// Options.Slot (the executor's: one that no other open transaction of
@@ -523,7 +323,7 @@ func (r *Rewriter) rewrite(sql string, sess Session, slot func(int) int) ([]Plan
 			// be found. It is one plan, planned again once the statements
 			// before it have run (see SessionCut).
 			rest := sql[pos:]
-			return append(plans, Plan{Kind: KindOriginal, SQL: rest, Original: rest,
+			return append(plans, Plan{Op: &AsWritten{}, Original: rest,
 				Reason: "read once the statements before it have changed the session"}), nil
 		default:
 			return nil, fmt.Errorf("rewrite: cannot locate statement text")
@@ -531,16 +331,22 @@ func (r *Rewriter) rewrite(sql string, sess Session, slot func(int) int) ([]Plan
 		pos = end
 		plan := r.plan(st, sql, start, end, sess, slot)
 		plan.Original = text
-		if sel, ok := st.(*ast.SelectStmt); ok && plan.Kind == KindRead && sel.Fields != nil && len(sel.Fields.Fields) > 0 {
+		if sel, ok := st.(*ast.SelectStmt); ok && sel.Fields != nil && len(sel.Fields.Fields) > 0 {
 			last := sel.Fields.Fields[len(sel.Fields.Fields)-1]
 			if fe := last.Offset + len(last.Text()); fe > start && fe <= end && sql[last.Offset:fe] == last.Text() {
-				plan.MetaKey = sql[start:fe] + "\x00" + maskInts(maskSentinels(sql[fe:end]), sess)
+				key := sql[start:fe] + "\x00" + maskInts(maskSentinels(sql[fe:end]), sess)
+				switch op := plan.Op.(type) {
+				case *Read:
+					op.MetaKey = key
+				case *LockingRead:
+					op.MetaKey = key
+				}
 			}
 		}
-		plan.ChangesSession = changesSession(st)
-		if plan.Kind == KindOriginal && plan.Locks == nil {
-			plan.SQL = text
+		if o, ok := plan.Op.(*WriteOthers); ok && o.SQL == "" {
+			o.SQL = text
 		}
+		plan.ChangesSession = changesSession(st)
 		plans = append(plans, plan)
 	}
 	return plans, nil
@@ -564,7 +370,7 @@ func (r *Rewriter) withReturning(p *parser.Parser, sql string, parseErr error, s
 	}
 	prefix := sql[:cut]
 	plans, err := r.rewrite(prefix, sess, slot)
-	if err != nil || len(plans) != 1 || plans[0].Kind == KindIncrement {
+	if err != nil || len(plans) != 1 {
 		return nil, false
 	}
 	pl := &plans[0]
@@ -574,8 +380,25 @@ func (r *Rewriter) withReturning(p *parser.Parser, sql string, parseErr error, s
 	}
 	end += len(pl.Original)
 	rest := sql[end:] // the blanks before RETURNING, the clause, what follows
+	add := func(s *string) {
+		if *s != "" {
+			*s += rest
+		}
+	}
+	switch op := pl.Op.(type) {
+	case *AsWritten, *Refused:
+	case *Read:
+		add(&op.SQL)
+	case *WriteOthers:
+		add(&op.SQL)
+	case *Guarded:
+		add(&op.SQL)
+		add(&op.Unguarded)
+		add(&op.Restrict)
+	default:
+		return nil, false
+	}
 	pl.Original += rest
-	pl.SQL += rest
 	return plans, true
 }
 
@@ -643,92 +466,6 @@ func sessionMode(sess Session) mysql.SQLMode {
 	return mode
 }
 
-// RestrictKeys marks where Plan.Restrict takes the list of keys.
-const RestrictKeys = "/*slotproxy:keys*/"
-
-// Changed reports whether any plan differs from sending the text as is.
-func Changed(plans []Plan) bool {
-	for i, p := range plans {
-		if !p.AsWritten() {
-			return true
-		}
-		if p.ChangesSession && i < len(plans)-1 {
-			return true // what follows must be planned again
-		}
-	}
-	return false
-}
-
-// AsWritten reports whether p only sends the client's statement as
-// written: nothing runs before or after it, and the session keeps nothing
-// of it.
-func (p Plan) AsWritten() bool {
-	return p.Kind == KindOriginal && p.After == "" && !p.Invalidate && !p.Reload && p.Temp == nil && p.Locks == nil &&
-		p.Prepares == nil && p.Refresh == nil
-}
-
-// mapSQL replaces every SQL text of p by f's image of it: the statement,
-// the original, the follow-up, the restricted statement, the metadata key,
-// and the increment's and the guards' statements and key literals. Guards
-// and the increment are copied first: plans of a template share them.
-func (p *Plan) mapSQL(f func(string) (string, error)) error {
-	var err error
-	text := func(s *string) {
-		if err == nil {
-			*s, err = f(*s)
-		}
-	}
-	guard := func(g *Guard) *Guard {
-		if g == nil {
-			return nil
-		}
-		c := *g
-		text(&c.KeysSQL)
-		if c.Keys != nil {
-			c.Keys = append([]KeyValue(nil), c.Keys...)
-			for i := range c.Keys {
-				text(&c.Keys[i].Literal)
-			}
-		}
-		return &c
-	}
-	for _, s := range []*string{&p.SQL, &p.Original, &p.After, &p.Restrict, &p.MetaKey, &p.Unguarded} {
-		text(s)
-	}
-	if p.Increment != nil {
-		inc := *p.Increment
-		inc.Keys = append([]KeyValue(nil), inc.Keys...)
-		for i := range inc.Keys {
-			text(&inc.Keys[i].Literal)
-		}
-		text(&inc.ProbeSQL)
-		inc.Guard = guard(inc.Guard)
-		p.Increment = &inc
-	}
-	p.Guard = guard(p.Guard)
-	p.Refresh = guard(p.Refresh)
-	if p.Guards != nil {
-		gs := make([]*Guard, len(p.Guards))
-		for i, g := range p.Guards {
-			gs[i] = guard(g)
-		}
-		p.Guards = gs
-	}
-	return err
-}
-
-// SessionCut returns the index of the first plan that changes the session
-// and is followed by another, or -1: the plans after it were made for the
-// session as it was before the query.
-func SessionCut(plans []Plan) int {
-	for i, p := range plans[:max(len(plans)-1, 0)] {
-		if p.ChangesSession {
-			return i
-		}
-	}
-	return -1
-}
-
 // plan decides one statement. sql[start:end] is its text.
 func (r *Rewriter) plan(st ast.StmtNode, sql string, start, end int, sess Session, slot func(int) int) Plan {
 	w := &reads{r: r, sql: sql, sess: sess, tables: map[*Table]bool{}, params: numberParams(st), slot: slot}
@@ -738,7 +475,7 @@ func (r *Rewriter) plan(st ast.StmtNode, sql string, start, end int, sess Sessio
 		}
 	}
 	if t, view := r.writesView(st, sess); t != nil {
-		return Plan{Kind: KindRefused, Table: t, Reason: "it writes through view " + view + ", which reads ruled table " + t.Qualified() +
+		return Plan{Op: &Refused{}, Table: t, Reason: "it writes through view " + view + ", which reads ruled table " + t.Qualified() +
 			": the proxy plans writes of the table, not of views over it (write " + t.Qualified() + " itself)"}
 	}
 	var p Plan
@@ -753,12 +490,12 @@ func (r *Rewriter) plan(st ast.StmtNode, sql string, start, end int, sess Sessio
 		if s.TemporaryKeyword != ast.TemporaryNone {
 			schema := schemaOr(s.Table.Schema.O, sess.DB)
 			if t := r.cat.lookup(schema, s.Table.Name.O); t != nil {
-				p = Plan{Kind: KindOriginal, Temp: []string{strings.ToLower(schema + "." + s.Table.Name.O)}, TempCreate: true,
+				p = Plan{Op: &AsWritten{}, Then: []Effect{&TempTables{Names: []string{strings.ToLower(schema + "." + s.Table.Name.O)}, Create: true}},
 					Reason: "a temporary table named like " + t.Qualified() + ": it hides the ruled table until dropped"}
 				if s.Select != nil {
 					w.visit(s.Select)
-					if rp := w.readPlan(start, end); rp.Kind != KindOriginal {
-						rp.Temp, rp.TempCreate = p.Temp, true
+					if rp := w.readPlan(start, end); rp.Kind() != KindOriginal {
+						rp.Then = p.Then
 						p = rp
 					}
 				}
@@ -769,10 +506,10 @@ func (r *Rewriter) plan(st ast.StmtNode, sql string, start, end int, sess Sessio
 		p = w.readPlan(start, end)
 	case *ast.TruncateTableStmt:
 		if sess.shadowed(schemaOr(s.Table.Schema.O, sess.DB), s.Table.Name.O) {
-			return Plan{Kind: KindOriginal, Reason: "TRUNCATE of a temporary table"}
+			return Plan{Op: &AsWritten{}, Reason: "TRUNCATE of a temporary table"}
 		}
 		if t := r.cat.lookup(schemaOr(s.Table.Schema.O, sess.DB), s.Table.Name.O); t != nil {
-			p = Plan{Kind: KindOriginal, Table: t, After: t.ClearSQL(), Invalidate: true, Reason: "TRUNCATE: slots cleared after it"}
+			p = Plan{Op: &AsWritten{}, Table: t, Then: []Effect{&ClearSlots{Table: t, SQL: t.ClearSQL()}}, Reason: "TRUNCATE: slots cleared after it"}
 		}
 		return r.shadow(p)
 	case *ast.AlterTableStmt:
@@ -781,7 +518,7 @@ func (r *Rewriter) plan(st ast.StmtNode, sql string, start, end int, sess Sessio
 			// It may add a column computed from a counter, which the
 			// server computes from the row: the table's slots are folded
 			// into its rows first, so that it computes from the totals.
-			p.Kind, p.SQL, p.Guard = KindGuarded, sql[start:end], wideGuard(p.Table, "FOR UPDATE")
+			p.Op = &Guarded{SQL: sql[start:end], Guards: []*Guard{wideGuard(p.Table, "FOR UPDATE")}}
 			p.Reason = "ALTER TABLE of a ruled table: every slotted record is folded first, and the catalog is reloaded after it"
 		}
 		return r.shadow(p)
@@ -799,15 +536,19 @@ func (r *Rewriter) plan(st ast.StmtNode, sql string, start, end int, sess Sessio
 			}
 		}
 		if s.TemporaryKeyword != ast.TemporaryNone || temp != nil {
-			return Plan{Kind: KindOriginal, Temp: temp, Reason: "DROP of a temporary table"}
+			p := Plan{Op: &AsWritten{}, Reason: "DROP of a temporary table"}
+			if temp != nil {
+				p.Then = []Effect{&TempTables{Names: temp}}
+			}
+			return p
 		}
 		if s.IsView {
 			for _, tn := range s.Tables {
 				if t := r.cat.view(schemaOr(tn.Schema.O, sess.DB), tn.Name.O); t != nil {
-					return Plan{Kind: KindOriginal, Table: t, Reload: true, Reason: "DROP VIEW of a view of a ruled table: the catalog is reloaded after it"}
+					return Plan{Op: &AsWritten{}, Table: t, Then: []Effect{&Reload{}}, Reason: "DROP VIEW of a view of a ruled table: the catalog is reloaded after it"}
 				}
 			}
-			return Plan{Kind: KindOriginal}
+			return Plan{Op: &AsWritten{}}
 		}
 		// Dropping a ruled table drops its counters: its slot rows go
 		// with it, or a table re-created under the name (a dump being
@@ -823,10 +564,10 @@ func (r *Rewriter) plan(st ast.StmtNode, sql string, start, end int, sess Sessio
 			return r.ddl(sess, s.Tables...)
 		case 1:
 			t := dropped[0]
-			return Plan{Kind: KindOriginal, Table: t, After: t.ClearSQL(), Invalidate: true, Reload: true,
+			return Plan{Op: &AsWritten{}, Table: t, Then: []Effect{&ClearSlots{Table: t, SQL: t.ClearSQL()}, &Reload{}},
 				Reason: "DROP TABLE of a ruled table: its slots cleared after it"}
 		default:
-			return Plan{Kind: KindRefused, Table: dropped[0], Reason: "DROP TABLE of several ruled tables in one statement (drop them one at a time, so that each one's slots are cleared with it)"}
+			return Plan{Op: &Refused{}, Table: dropped[0], Reason: "DROP TABLE of several ruled tables in one statement (drop them one at a time, so that each one's slots are cleared with it)"}
 		}
 	case *ast.RenameTableStmt:
 		var names []*ast.TableName
@@ -840,7 +581,7 @@ func (r *Rewriter) plan(st ast.StmtNode, sql string, start, end int, sess Sessio
 		}
 		if s.Kind == ast.SelectStmtKindTable {
 			if !r.opts.Dialect.TableStatement() {
-				return Plan{Kind: KindOriginal, Reason: "no TABLE statement on this server: it rejects it"}
+				return Plan{Op: &AsWritten{}, Reason: "no TABLE statement on this server: it rejects it"}
 			}
 			if tp, ok := r.tableStmt(sql[start:end], sess, slot); ok {
 				return tp
@@ -849,7 +590,7 @@ func (r *Rewriter) plan(st ast.StmtNode, sql string, start, end int, sess Sessio
 		w.rolledOK = s.LockInfo == nil || s.LockInfo.LockType == ast.SelectLockNone
 		w.visit(st)
 		p = w.readPlan(start, end)
-		if p.Kind == KindRead && s.LockInfo != nil && s.LockInfo.LockType != ast.SelectLockNone {
+		if _, ok := p.Op.(*Read); ok && s.LockInfo != nil && s.LockInfo.LockType != ast.SelectLockNone {
 			w.lockedRead(&p, s)
 		}
 	case *ast.SetOprStmt:
@@ -863,23 +604,23 @@ func (r *Rewriter) plan(st ast.StmtNode, sql string, start, end int, sess Sessio
 		t := r.cat.lookup(schemaOr(s.Table.Schema.O, sess.DB), s.Table.Name.O)
 		if t == nil || sess.shadowed(t.Schema, t.Name) || s.OnDuplicate != ast.OnDuplicateKeyHandlingReplace {
 			// New rows only: no slot row is theirs.
-			return Plan{Kind: KindOriginal}
+			return Plan{Op: &AsWritten{}}
 		}
 		if s.FileLocRef == ast.FileLocClient {
-			return r.shadow(Plan{Kind: KindRefused, Table: t, Reason: "LOAD DATA LOCAL … REPLACE into a ruled table: the rows it replaces are known only once it runs, and a file the client sends cannot be loaded inside the transaction that folds the table first (load it with IGNORE, or into another table and REPLACE … SELECT from there)"})
+			return r.shadow(Plan{Op: &Refused{}, Table: t, Reason: "LOAD DATA LOCAL … REPLACE into a ruled table: the rows it replaces are known only once it runs, and a file the client sends cannot be loaded inside the transaction that folds the table first (load it with IGNORE, or into another table and REPLACE … SELECT from there)"})
 		}
 		// The rows it replaces are known only once it runs: every slotted
 		// record is folded first.
-		return r.shadow(w.wideGuarded([]*Table{t}, start, end, true))
+		return r.shadow(w.wideGuarded([]*Table{t}, start, end))
 	case *ast.CreateViewStmt:
 		// The body is stored as written: reads through the view inline it
 		// (inlinedRead), so its counters are read as totals then.
 		w.visit(s.Select)
 		switch rp := w.readPlan(start, end); {
-		case rp.Kind == KindRefused:
+		case rp.Kind() == KindRefused:
 			return rp
-		case rp.Kind == KindRead && len(s.Cols) > 0 && !r.opts.Dialect.IsMariaDB():
-			return Plan{Kind: KindRefused, Table: rp.Reads[0], Reason: "a view over counters with a column list of its own: " +
+		case rp.Kind() == KindRead && len(s.Cols) > 0 && !r.opts.Dialect.IsMariaDB():
+			return Plan{Op: &Refused{}, Table: rp.Op.(*Read).Reads[0], Reason: "a view over counters with a column list of its own: " +
 				"the server stores its definition without those names, so reads through it could not be planned with totals " +
 				"(name the columns with AS in its SELECT instead)"}
 		}
@@ -894,10 +635,10 @@ func (r *Rewriter) plan(st ast.StmtNode, sql string, start, end int, sess Sessio
 			if t != nil {
 				// The catalog learns the view: reads through it are
 				// planned with its definition, writes refused.
-				return Plan{Kind: KindOriginal, Table: t, Reload: true, Reason: "a view of a ruled table, created as written: the catalog is reloaded after it"}
+				return Plan{Op: &AsWritten{}, Table: t, Then: []Effect{&Reload{}}, Reason: "a view of a ruled table, created as written: the catalog is reloaded after it"}
 			}
 		}
-		return Plan{Kind: KindOriginal}
+		return Plan{Op: &AsWritten{}}
 	case *ast.PrepareStmt:
 		return r.prepareStmt(s, sess, slot)
 	case *ast.LockTablesStmt:
@@ -907,9 +648,9 @@ func (r *Rewriter) plan(st ast.StmtNode, sql string, start, end int, sess Sessio
 				return lp
 			}
 		}
-		return Plan{Kind: KindOriginal}
+		return Plan{Op: &AsWritten{}}
 	case *ast.ExplainStmt, *ast.ShowStmt:
-		return Plan{Kind: KindOriginal, Reason: "EXPLAIN/SHOW pass through"}
+		return Plan{Op: &AsWritten{}, Reason: "EXPLAIN/SHOW pass through"}
 	default:
 		// Other statements (CREATE TABLE … SELECT, SET @x = (SELECT …), DO …)
 		// still get their counter reads rewritten.
@@ -951,11 +692,16 @@ func (r *Rewriter) tableStmt(text string, sess Session, slot func(int) int) (Pla
 		return Plan{}, false
 	}
 	plans, err := r.rewrite(text[:toks[0].start]+"SELECT * FROM"+text[toks[0].end:], sess, slot)
-	if err != nil || len(plans) != 1 || plans[0].Kind == KindOriginal {
+	if err != nil || len(plans) != 1 || plans[0].Kind() == KindOriginal {
 		return Plan{}, false
 	}
 	p := plans[0]
-	p.MetaKey = ""
+	switch op := p.Op.(type) {
+	case *Read:
+		op.MetaKey = ""
+	case *LockingRead:
+		op.MetaKey = ""
+	}
 	return p, true
 }
 
@@ -964,14 +710,15 @@ func (r *Rewriter) tableStmt(text string, sess Session, slot func(int) int) (Pla
 // executions would run unplanned); PREPARE … FROM @var passes through.
 func (r *Rewriter) prepareStmt(s *ast.PrepareStmt, sess Session, slot func(int) int) Plan {
 	if s.SQLVar != nil {
-		return Plan{Kind: KindOriginal}
+		return Plan{Op: &AsWritten{}}
 	}
 	plans, err := r.rewrite(s.SQLText, sess, slot)
 	var ue *UnparsedError
-	other := Plan{Kind: KindOriginal, Prepares: &Prepares{Name: strings.ToLower(s.Name)}}
+	name := strings.ToLower(s.Name)
+	other := Plan{Op: &AsWritten{}, Then: []Effect{&SQLPrepare{Prepares{Name: name}}}}
 	switch {
 	case errors.As(err, &ue):
-		return Plan{Kind: KindRefused, Table: ue.Table, Reason: "PREPARE … FROM a statement slotproxy cannot parse: " + ue.Reason()}
+		return Plan{Op: &Refused{}, Table: ue.Table, Reason: "PREPARE … FROM a statement slotproxy cannot parse: " + ue.Reason()}
 	case err != nil || len(plans) != 1 || !Changed(plans):
 		return other
 	}
@@ -979,34 +726,38 @@ func (r *Rewriter) prepareStmt(s *ast.PrepareStmt, sess Session, slot func(int) 
 	if ip.Shadow {
 		return other
 	}
-	name := strings.ToLower(s.Name)
-	if ip.Kind == KindIncrement || ip.Kind == KindGuarded && len(ip.Guards) == 0 && ip.Guard != nil {
+	var write *Plan
+	switch op := ip.Op.(type) {
+	case *Increment:
+		write = &Plan{Op: &Guarded{SQL: ip.Original, Guards: []*Guard{op.Guard}}, Table: ip.Table, Original: ip.Original}
+	case *Guarded:
+		if len(op.Guards) == 1 {
+			g := *op
+			g.Restrict = ""
+			write = &Plan{Op: &g, Table: ip.Table, Original: ip.Original}
+		}
+	case *Read:
+		return Plan{Op: &Read{Reads: op.Reads, SQL: "PREPARE " + quoteIdent(s.Name) + " FROM " + quoteString(op.SQL, !sess.NoBackslashEscapes)},
+			Table: ip.Table}
+	}
+	if write != nil {
 		// Its EXECUTEs fold the records it may write first, then run as
 		// written: exact, as directly (an increment only not slotted).
-		w := ip
-		if ip.Kind == KindIncrement {
-			w = Plan{Kind: KindGuarded, Table: ip.Table, SQL: ip.Original, Original: ip.Original, Guard: ip.Increment.Guard}
-		}
-		w.Restrict = ""
-		return Plan{Kind: KindOriginal, Table: ip.Table, Prepares: &Prepares{Name: name, Write: &w},
+		return Plan{Op: &AsWritten{}, Table: ip.Table, Then: []Effect{&SQLPrepare{Prepares{Name: name, Write: write}}},
 			Reason: "PREPARE … FROM a write of counters: each EXECUTE folds the records it may write first, then runs it on the base rows (use the driver's prepared statements to have increments slotted)"}
 	}
-	if ip.Kind == KindRead && !ip.Locking {
-		return Plan{Kind: KindRead, Reads: ip.Reads, Table: ip.Table,
-			SQL: "PREPARE " + quoteIdent(s.Name) + " FROM " + quoteString(ip.SQL, !sess.NoBackslashEscapes)}
-	}
 	t := ip.Table
-	if t == nil && len(ip.Reads) > 0 {
-		t = ip.Reads[0]
+	if r, ok := ip.Op.(*LockingRead); t == nil && ok && len(r.Reads) > 0 {
+		t = r.Reads[0]
 	}
-	reason := fmt.Sprintf("PREPARE … FROM a statement planned as %s: its EXECUTEs would run it unplanned (use the driver's prepared statements, or send it as text)", ip.Kind)
-	if ip.Locking {
+	reason := fmt.Sprintf("PREPARE … FROM a statement planned as %s: its EXECUTEs would run it unplanned (use the driver's prepared statements, or send it as text)", ip.Kind())
+	switch ip.Op.(type) {
+	case *LockingRead:
 		reason = "PREPARE … FROM a locking read of counters: its EXECUTEs would not fold the records they lock (use the driver's prepared statements, or send it as text)"
-	}
-	if ip.Kind == KindRefused {
+	case *Refused:
 		reason = "PREPARE … FROM a statement that is refused: " + ip.Reason
 	}
-	return Plan{Kind: KindRefused, Table: t, Reason: reason}
+	return Plan{Op: &Refused{}, Table: t, Reason: reason}
 }
 
 // lockedRead makes the read plan p of the locking read s guarded: the
@@ -1021,16 +772,18 @@ func (w *reads) lockedRead(p *Plan, s *ast.SelectStmt) {
 	case ast.SelectLockForUpdateSkipLocked, ast.SelectLockForShareSkipLocked:
 		lock = "FOR UPDATE SKIP LOCKED"
 	}
-	p.Locking = true
+	read := p.Op.(*Read)
+	lr := &LockingRead{SQL: read.SQL, Reads: read.Reads, MetaKey: read.MetaKey}
+	p.Op = lr
 	sc := w.scopeOf(s.From)
 	if len(sc.refs) == 1 && sc.refs[0].table != nil {
 		w.push(sc)
-		p.Guards = []*Guard{w.guardFor(sc.refs[0].table, &sc.refs[0], s.Where, lock)}
+		lr.Guards = []*Guard{w.guardFor(sc.refs[0].table, &sc.refs[0], s.Where, lock)}
 		w.pop()
 		return
 	}
-	for _, t := range p.Reads {
-		p.Guards = append(p.Guards, wideGuard(t, lock))
+	for _, t := range lr.Reads {
+		lr.Guards = append(lr.Guards, wideGuard(t, lock))
 	}
 }
 
@@ -1081,16 +834,16 @@ func (r *Rewriter) writesView(st ast.StmtNode, sess Session) (*Table, string) {
 func (r *Rewriter) ddl(sess Session, tables ...*ast.TableName) Plan {
 	for _, tn := range tables {
 		if t := r.cat.lookup(schemaOr(tn.Schema.O, sess.DB), tn.Name.O); t != nil {
-			return Plan{Kind: KindOriginal, Table: t, Reload: true, Reason: "DDL on a ruled table: columns reloaded after it"}
+			return Plan{Op: &AsWritten{}, Table: t, Then: []Effect{&Reload{}}, Reason: "DDL on a ruled table: columns reloaded after it"}
 		}
 	}
-	return Plan{Kind: KindOriginal}
+	return Plan{Op: &AsWritten{}}
 }
 
 // shadow turns a plan for a shadow-mode table into a pass-through that still
 // says what would have been done.
 func (r *Rewriter) shadow(p Plan) Plan {
-	if p.Table != nil && p.Table.Shadow && p.Kind != KindOriginal {
+	if p.Table != nil && p.Table.Shadow && p.Kind() != KindOriginal {
 		p.Shadow = true
 	}
 	return p
@@ -1102,18 +855,19 @@ func (w *reads) readPlan(start, end int) Plan {
 		return w.refused(nil, w.failed)
 	}
 	if len(w.edits) == 0 && len(w.rolled) == 0 {
-		return Plan{Kind: KindOriginal}
+		return Plan{Op: &AsWritten{}}
 	}
-	p := Plan{Kind: KindRead, SQL: apply(w.sql, start, end, w.edits), RolledUp: w.rolled}
+	op := &Read{SQL: apply(w.sql, start, end, w.edits), RolledUp: w.rolled}
+	p := Plan{Op: op}
 	if len(w.edits) == 0 {
 		// Only rolled-up counters: the statement as written, unless the
-		// transaction read its own increments (see Plan.RolledUp).
+		// transaction read its own increments (see Read.RolledUp).
 		p.Reason = "counters read rolled up (reads: rolled_up)"
 	}
 	for t := range w.tables {
-		p.Reads = append(p.Reads, t)
+		op.Reads = append(op.Reads, t)
 	}
-	sort.Slice(p.Reads, func(i, j int) bool { return p.Reads[i].Qualified() < p.Reads[j].Qualified() })
+	sort.Slice(op.Reads, func(i, j int) bool { return op.Reads[i].Qualified() < op.Reads[j].Qualified() })
 	// A read passes through in shadow mode only when every ruled table it
 	// names is in shadow mode: an active table's counters need their slots
 	// (and totals of a shadow table are right either way).
@@ -1138,7 +892,7 @@ func (w *reads) refused(t *Table, reason string) Plan {
 			}
 		}
 	}
-	return Plan{Kind: KindRefused, Table: t, Reason: reason}
+	return Plan{Op: &Refused{}, Table: t, Reason: reason}
 }
 
 func schemaOr(schema, db string) string {
@@ -1146,6 +900,31 @@ func schemaOr(schema, db string) string {
 		return schema
 	}
 	return db
+}
+
+// explainRolledUp says which tables' counters a read reads rolled up.
+func explainRolledUp(b *strings.Builder, tables []*Table) {
+	for _, t := range tables {
+		fmt.Fprintf(b, "-- reads: rolled_up: the counters of %s read as their base values, at most %v behind (exact for the transaction's own increments)\n", t.Qualified(), t.MaxStaleness)
+	}
+}
+
+// explainGuard shows a guard and the fold after it (refresh: inside a
+// REPEATABLE READ transaction that may have read): the slot rows of the
+// records it locked, read where every committed row is visible (outside
+// the client's transaction when it may have read), then for a record
+// <key> with one slot row per counter at slot 0, the locking of those rows
+// and the fold.
+func explainGuard(b *strings.Builder, g *Guard, refresh bool) {
+	t := g.Table
+	fmt.Fprintf(b, "guard: %s\n", g.KeysSQL)
+	fmt.Fprintf(b, "slot rows: %s\n", t.SlotRowsSQL([]string{"<keys>"}))
+	var rows []SlotRow
+	for _, c := range t.Counters {
+		rows = append(rows, SlotRow{RecordType: c.RecordType, Key: "<key>", Slot: 0, Count: "1"})
+	}
+	stmts := append(t.LockSlotRowsSQL(rows), t.FoldRowsSQL([]string{"<key>"}, rows, refresh)...)
+	fmt.Fprintf(b, "fold: %s\n", strings.Join(stmts, ";\n      "))
 }
 
 // Explain renders plans for people: the SQL that would be sent, or
@@ -1173,14 +952,10 @@ func Explain(plans []Plan, err error) string {
 			fmt.Fprintf(&b, "-- statement %d\n", i+1)
 		}
 		if p.Shadow {
-			fmt.Fprintf(&b, "pass-through: shadow mode; would run as %s:\n", p.Kind)
+			fmt.Fprintf(&b, "pass-through: shadow mode; would run as %s:\n", p.Kind())
 		}
-		switch p.Kind {
-		case KindOriginal:
-			if p.Locks != nil {
-				fmt.Fprintf(&b, "%s\n-- %s\n", p.SQL, p.Reason)
-				break
-			}
+		switch op := p.Op.(type) {
+		case *AsWritten:
 			if !p.Shadow {
 				reason := p.Reason
 				if reason == "" {
@@ -1188,41 +963,44 @@ func Explain(plans []Plan, err error) string {
 				}
 				fmt.Fprintf(&b, "pass-through: %s\n", reason)
 			}
-			if p.After != "" {
-				fmt.Fprintf(&b, "then: %s\n", p.After)
+		case *LockTables:
+			fmt.Fprintf(&b, "%s\n-- %s\n", op.SQL, p.Reason)
+		case *Read:
+			fmt.Fprintf(&b, "%s\n", op.SQL)
+			explainRolledUp(&b, op.RolledUp)
+		case *LockingRead:
+			for _, g := range op.Guards {
+				explainGuard(&b, g, false)
 			}
-		case KindRead:
-			for _, g := range p.Guards {
-				fmt.Fprintf(&b, "guard: %s\n", g.KeysSQL)
-				fmt.Fprintf(&b, "fold: %s\n", strings.Join(g.Table.FoldSQL([]string{"<keys>"}, false), ";\n      "))
+			fmt.Fprintf(&b, "then: %s\n", op.SQL)
+		case *WriteOthers:
+			if len(op.Reads) == 0 {
+				fmt.Fprintf(&b, "pass-through: %s\n", cmp.Or(p.Reason, "writes no counter"))
+			} else {
+				fmt.Fprintf(&b, "%s\n", op.SQL)
 			}
-			if p.Locking {
-				fmt.Fprintf(&b, "then: ")
+			if op.Guard != nil && !p.Shadow {
+				b.WriteString("-- in a REPEATABLE READ transaction that may have read, first:\n")
+				explainGuard(&b, op.Guard, true)
 			}
-			fmt.Fprintf(&b, "%s\n", p.SQL)
-			for _, t := range p.RolledUp {
-				fmt.Fprintf(&b, "-- reads: rolled_up: the counters of %s read as their base values, at most %v behind (exact for the transaction's own increments)\n", t.Qualified(), t.MaxStaleness)
-			}
-		case KindIncrement:
-			fmt.Fprintf(&b, "%s\n", p.SQL)
-			fmt.Fprintf(&b, "privilege check: %s\n", p.Increment.ProbeSQL)
-		case KindRefused:
+		case *Increment:
+			fmt.Fprintf(&b, "%s\n", op.SQL)
+			fmt.Fprintf(&b, "privilege check: %s\n", op.ProbeSQL)
+		case *Refused:
 			fmt.Fprintf(&b, "refused: rule %s.%s: %s\n", p.Table.Schema, p.Table.Name, p.Reason)
-		case KindGuarded:
+		case *Guarded:
 			if p.Reason != "" {
 				fmt.Fprintf(&b, "-- %s\n", p.Reason)
 			}
-			fmt.Fprintf(&b, "guard: %s\n", p.Guard.KeysSQL)
-			fmt.Fprintf(&b, "fold: %s\n", strings.Join(p.Table.FoldSQL([]string{"<keys>"}, false), ";\n      "))
-			for _, g := range p.Guards {
-				fmt.Fprintf(&b, "guard: %s\n", g.KeysSQL)
-				fmt.Fprintf(&b, "fold: %s\n", strings.Join(g.Table.FoldSQL([]string{"<keys>"}, false), ";\n      "))
+			for _, g := range op.Guards {
+				explainGuard(&b, g, false)
 			}
-			fmt.Fprintf(&b, "then: %s\n", p.SQL)
+			fmt.Fprintf(&b, "then: %s\n", op.SQL)
 		}
-		if g := p.Refresh; g != nil && !p.Shadow {
-			fmt.Fprintf(&b, "-- in a REPEATABLE READ transaction that may have read, first:\nguard: %s\n", g.KeysSQL)
-			fmt.Fprintf(&b, "fold: %s\n", strings.Join(g.Table.FoldSQL([]string{"<keys>"}, true), ";\n      "))
+		for _, e := range p.Then {
+			if c, ok := e.(*ClearSlots); ok {
+				fmt.Fprintf(&b, "then: %s\n", c.SQL)
+			}
 		}
 	}
 	return strings.TrimRight(b.String(), "\n")

@@ -5,7 +5,7 @@ import "strings"
 // SQL-level prepared statements (PREPARE name FROM 'text', EXECUTE name
 // USING @a, …, DEALLOCATE PREPARE name) run their text when EXECUTE names
 // them, a statement that names no table. So the plan of a write prepared
-// this way travels with its PREPARE (Plan.Prepares) and the executor keeps
+// this way travels with its PREPARE (an SQLPrepare effect) and the executor keeps
 // it by name, to fold the records an EXECUTE may write before it runs.
 
 // Prepares is a PREPARE's statement as the executor keeps it.

@@ -172,7 +172,7 @@ func (t *template) instantiate(sql string, spans [][2]int, slot func(*Table) int
 	out := make([]Plan, len(t.plans))
 	for i, p := range t.plans {
 		slotText := ""
-		if p.Kind == KindIncrement && p.Table != nil {
+		if _, ok := p.Op.(*Increment); ok && p.Table != nil {
 			slotText = strconv.Itoa(slot(p.Table))
 		}
 		_ = p.mapSQL(func(s string) (string, error) { return substitute(s, lits, slotText), nil }) // substitute cannot fail
@@ -245,15 +245,19 @@ func substitute(s string, lits []string, slot string) string {
 // that differ only in the slot they picked (a prepared statement's plan
 // before and after a catalog reload, say).
 func (r *Rewriter) SlotSentinelSQL(p Plan, sess Session) (string, bool) {
-	if p.Kind != KindIncrement {
+	if _, ok := p.Op.(*Increment); !ok {
 		return "", false
 	}
 	slot, _ := strconv.Atoi(slotSentinel)
 	plans, err := r.rewrite(p.Original, sess, func(int) int { return slot })
-	if err != nil || len(plans) != 1 || plans[0].Kind != KindIncrement {
+	if err != nil || len(plans) != 1 {
 		return "", false
 	}
-	return plans[0].SQL, true
+	inc, ok := plans[0].Op.(*Increment)
+	if !ok {
+		return "", false
+	}
+	return inc.SQL, true
 }
 
 // SlotParam returns the slotted upsert of increment plan p (planned for
@@ -263,7 +267,7 @@ func (r *Rewriter) SlotSentinelSQL(p Plan, sess Session) (string, bool) {
 // upsert with one slot (the plan's own SQL, with the slot it was planned
 // with, serves instead).
 func (r *Rewriter) SlotParam(p Plan, sess Session) (sql string, param int, ok bool) {
-	if p.Kind != KindIncrement || sess.Charset != "" && !strings.EqualFold(sess.Charset, "utf8mb4") && !strings.EqualFold(sess.Charset, "utf8mb3") && !strings.EqualFold(sess.Charset, "utf8") {
+	if _, ok := p.Op.(*Increment); !ok || sess.Charset != "" && !strings.EqualFold(sess.Charset, "utf8mb4") && !strings.EqualFold(sess.Charset, "utf8mb3") && !strings.EqualFold(sess.Charset, "utf8") {
 		return "", 0, false
 	}
 	s, ok := r.SlotSentinelSQL(p, sess)

@@ -132,7 +132,7 @@ func (r *Rewriter) foldFirst(sql string, toks []token, sess Session, multi bool)
 		}
 		p := r.foldFirst(inner, itoks, sess, false)
 		if p != nil {
-			p.SQL, p.Original = sql, sql
+			p.Op.(*Guarded).SQL, p.Original = sql, sql
 		}
 		return p
 	}
@@ -158,12 +158,12 @@ func (r *Rewriter) foldFirst(sql string, toks []token, sess Session, multi bool)
 	if len(tables) == 0 {
 		return nil
 	}
-	p := &Plan{Kind: KindGuarded, Table: tables[0], SQL: sql, Original: sql, Guard: wideGuard(tables[0], "FOR UPDATE"), Invalidate: true,
-		Reason: "not parsed: every slotted record of the ruled tables it names is folded first, then it runs as written"}
-	for _, t := range tables[1:] {
-		p.Guards = append(p.Guards, wideGuard(t, "FOR UPDATE"))
+	op := &Guarded{SQL: sql}
+	for _, t := range tables {
+		op.Guards = append(op.Guards, wideGuard(t, "FOR UPDATE"))
 	}
-	return p
+	return &Plan{Op: op, Table: tables[0], Original: sql,
+		Reason: "not parsed: every slotted record of the ruled tables it names is folded first, then it runs as written"}
 }
 
 // restoreCuts puts the clauses cut out of a statement back into its plan,
@@ -174,36 +174,49 @@ func restoreCuts(p *Plan, cuts []cut) {
 			continue
 		}
 		p.Original = strings.Replace(p.Original, c.marker, c.text, 1)
-		if p.Kind == KindRefused {
+		var main *string // the operation's statement (none: the Original)
+		allowed := false
+		switch op := p.Op.(type) {
+		case *Refused:
 			continue
+		case *AsWritten:
+			allowed = true
+		case *Read:
+			main, allowed = &op.SQL, c.kind == cutInto
+		case *LockingRead:
+			main, allowed = &op.SQL, c.kind == cutInto
+		case *WriteOthers:
+			main, allowed = &op.SQL, c.kind == cutRowAlias && len(op.Reads) == 0
+		case *Guarded:
+			main, allowed = &op.SQL, c.kind == cutRowAlias && op.Unguarded == "" && op.Restrict == ""
 		}
-		allowed := p.Kind == KindOriginal || p.Kind == KindRead
 		what := "SELECT … INTO"
 		if c.kind == cutRowAlias {
-			allowed = p.Kind == KindOriginal || p.Kind == KindGuarded
 			what = "INSERT … AS alias"
 		}
-		if c.kind == cutInto {
+		if main != nil && c.kind == cutInto {
 			// A read rewrite names a rewritten field after the field's
 			// text, which the parser ends after the marker: the name goes
 			// before the clause.
-			if i := strings.Index(p.SQL, c.marker+" AS `"); i >= 0 {
-				rest := p.SQL[i+len(c.marker):]
+			if i := strings.Index(*main, c.marker+" AS `"); i >= 0 {
+				rest := (*main)[i+len(c.marker):]
 				if n := identEnd(rest, len(" AS "), false); n > 0 {
-					p.SQL = strings.TrimRight(p.SQL[:i], " ") + rest[:n] + " " + c.marker + rest[n:]
+					*main = strings.TrimRight((*main)[:i], " ") + rest[:n] + " " + c.marker + rest[n:]
 				}
 			}
 		}
-		if !allowed || strings.Count(p.SQL, c.marker) != 1 {
+		if !allowed || main != nil && strings.Count(*main, c.marker) != 1 {
 			t := p.Table
-			if t == nil && len(p.Reads) > 0 {
-				t = p.Reads[0]
+			if r, ok := p.Op.(*Read); t == nil && ok && len(r.Reads) > 0 {
+				t = r.Reads[0]
 			}
-			*p = Plan{Kind: KindRefused, Table: t, Original: p.Original,
-				Reason: fmt.Sprintf("%s planned as %s cannot keep the clause %q (send it without the clause)", what, p.Kind, c.text)}
+			*p = Plan{Op: &Refused{}, Table: t, Original: p.Original,
+				Reason: fmt.Sprintf("%s planned as %s cannot keep the clause %q (send it without the clause)", what, p.Kind(), c.text)}
 			return
 		}
-		p.SQL = strings.Replace(p.SQL, c.marker, c.text, 1)
+		if main != nil {
+			*main = strings.Replace(*main, c.marker, c.text, 1)
+		}
 	}
 }
 
@@ -311,10 +324,16 @@ func (r *Rewriter) executeImmediate(sql string, toks []token, sess Session, slot
 	}
 	p := plans[0]
 	p.Original = sql
-	if p.Kind == KindOriginal {
-		p.SQL = sql
+	switch op := p.Op.(type) {
+	case *Read:
+		op.MetaKey = ""
+	case *LockingRead:
+		op.MetaKey = ""
+	case *WriteOthers:
+		if len(op.Reads) == 0 {
+			op.SQL = sql
+		}
 	}
-	p.MetaKey = ""
 	return []Plan{p}, true
 }
 

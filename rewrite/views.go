@@ -173,7 +173,7 @@ func (r *Rewriter) inlinedRead(st ast.StmtNode, sql string, start, end int, sess
 		return Plan{}, false
 	}
 	p := plans[0]
-	if p.Kind == KindOriginal {
+	if p.Kind() == KindOriginal {
 		return Plan{}, false // no counter read through the views: as written
 	}
 	p.Original = text
@@ -246,7 +246,7 @@ func (r *Rewriter) updateThroughView(s *ast.UpdateStmt, sql string, start, end i
 		repl += " AS " + quoteIdent(tn.Name.O)
 	}
 	plans, err := r.rewrite(text[:toks[first].start]+repl+text[toks[i].end:], sess, slot)
-	if err != nil || len(plans) != 1 || plans[0].Kind == KindRefused {
+	if err != nil || len(plans) != 1 || plans[0].Kind() == KindRefused {
 		return Plan{}, false
 	}
 	return plans[0], true

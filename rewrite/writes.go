@@ -198,7 +198,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 		if assigned == nil {
 			return w.readPlan(start, end)
 		}
-		return w.wideGuarded(assigned, start, end, false)
+		return w.wideGuarded(assigned, start, end)
 	}
 	ref := &sc.refs[0]
 	w.target = ref
@@ -344,11 +344,12 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 		we := exprEnd(w.sql, w.sess, ws)
 		if we > ws {
 			where := w.sql[ws:we]
-			p := Plan{Kind: KindIncrement, Table: t, Increment: inc}
-			p.SQL = r.slottedIncrement(t, ref, ctrs, values, where, w.slot)
+			p := Plan{Op: inc, Table: t}
+			inc.SQL = r.slottedIncrement(t, ref, ctrs, values, where, w.slot)
 			inc.ProbeSQL = w.probe(start, end, ws, we)
 			inc.PrivKey = maskInts(maskSentinels(inc.ProbeSQL), w.sess)
 			inc.Guard = &Guard{
+				Table:      t,
 				KeysSQL:    fmt.Sprintf("SELECT %s.%s FROM %s WHERE %s FOR UPDATE", ref.qual, quoteIdent(t.Key), ref.from, parenthesize(where)),
 				KeysParams: w.paramsIn(s.Where),
 				Keys:       slices.Clone(inc.Keys),
@@ -376,8 +377,8 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 	}
 	if !absolute {
 		p := w.readPlan(start, end)
-		if other && p.Kind != KindRefused {
-			p.Refresh = r.refreshGuard(t, func() *Guard { return r.guardWhere(t, ref, s.TableRefs, s.Where, w) }, w)
+		if other && p.Kind() != KindRefused {
+			p = writeOthers(p, r.refreshGuard(t, func() *Guard { return r.guardWhere(t, ref, s.TableRefs, s.Where, w) }, w))
 		}
 		return p
 	}
@@ -389,14 +390,31 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 		return w.refused(t, w.failed)
 	}
 	p := Plan{
-		Kind:     KindGuarded,
-		Table:    t,
-		SQL:      apply(w.sql, start, end, foldedEdits(w.edits)),
-		Guard:    g,
-		Restrict: w.restricted(s.Where, ref, t, start, end),
+		Op: &Guarded{
+			SQL:      apply(w.sql, start, end, foldedEdits(w.edits)),
+			Guards:   []*Guard{g},
+			Restrict: w.restricted(s.Where, ref, t, start, end),
+		},
+		Table: t,
 	}
 	if why != "" {
 		p.Reason = "increment not slotted (" + why + "): the records' slots are folded and it runs on the base row"
+	}
+	return p
+}
+
+// writeOthers makes p, the read plan of a write of a ruled table's other
+// columns, a WriteOthers with the refresh guard g; p as it is when g is
+// nil.
+func writeOthers(p Plan, g *Guard) Plan {
+	if g == nil {
+		return p
+	}
+	switch op := p.Op.(type) {
+	case *AsWritten:
+		p.Op = &WriteOthers{Guard: g} // its SQL: the statement's text (see rewrite)
+	case *Read:
+		p.Op = &WriteOthers{SQL: op.SQL, Reads: op.Reads, Guard: g}
 	}
 	return p
 }
@@ -448,8 +466,10 @@ func (r *Rewriter) delete(s *ast.DeleteStmt, w *reads, start, end int) Plan {
 		if targets == nil {
 			return w.readPlan(start, end)
 		}
-		p := w.wideGuarded(targets, start, end, true)
-		p.Delete = p.Kind == KindGuarded
+		p := w.wideGuarded(targets, start, end)
+		if g, ok := p.Op.(*Guarded); ok {
+			g.Delete = true
+		}
 		return p
 	}
 	t, sc := w.singleTable(s.TableRefs)
@@ -473,19 +493,16 @@ func (r *Rewriter) delete(s *ast.DeleteStmt, w *reads, start, end int) Plan {
 	if w.failed != "" {
 		return w.refused(t, w.failed)
 	}
-	p := Plan{
-		Kind:       KindGuarded,
-		Table:      t,
-		SQL:        apply(w.sql, start, end, foldedEdits(w.edits)),
-		Guard:      g,
-		Invalidate: true,
-		Delete:     true,
-		Restrict:   w.restricted(s.Where, &sc.refs[0], t, start, end),
+	op := &Guarded{
+		SQL:      apply(w.sql, start, end, foldedEdits(w.edits)),
+		Guards:   []*Guard{g},
+		Delete:   true,
+		Restrict: w.restricted(s.Where, &sc.refs[0], t, start, end),
 	}
-	if unguarded := apply(w.sql, start, end, w.edits); unguarded != p.SQL {
-		p.Unguarded = unguarded
+	if unguarded := apply(w.sql, start, end, w.edits); unguarded != op.SQL {
+		op.Unguarded = unguarded
 	}
-	return p
+	return Plan{Op: op, Table: t}
 }
 
 // wideGuarded is the plan for a write to ts (the ruled tables it writes)
@@ -493,22 +510,16 @@ func (r *Rewriter) delete(s *ast.DeleteStmt, w *reads, start, end int) Plan {
 // folded first. The guards lock all of their slot rows, and the gaps
 // between them, so no increment of them can add a slot until the write
 // commits.
-func (w *reads) wideGuarded(ts []*Table, start, end int, invalidate bool) Plan {
+func (w *reads) wideGuarded(ts []*Table, start, end int) Plan {
 	if w.failed != "" {
 		return w.refused(ts[0], w.failed)
 	}
-	p := Plan{
-		Kind:       KindGuarded,
-		Table:      ts[0],
-		SQL:        apply(w.sql, start, end, w.edits),
-		Guard:      wideGuard(ts[0], "FOR UPDATE"),
-		Invalidate: invalidate,
-		Reason:     "every slotted record of the table is folded first (the rows written are known only once it runs)",
+	op := &Guarded{SQL: apply(w.sql, start, end, w.edits)}
+	for _, t := range ts {
+		op.Guards = append(op.Guards, wideGuard(t, "FOR UPDATE"))
 	}
-	for _, t := range ts[1:] {
-		p.Guards = append(p.Guards, wideGuard(t, "FOR UPDATE"))
-	}
-	return p
+	return Plan{Op: op, Table: ts[0],
+		Reason: "every slotted record of the table is folded first (the rows written are known only once it runs)"}
 }
 
 // guardWhere selects, locking them, the keys of the rows of t a
@@ -669,14 +680,14 @@ func (r *Rewriter) insert(s *ast.InsertStmt, w *reads, start, end int) Plan {
 	w.pop()
 	if !needsFold {
 		p := w.readPlan(start, end)
-		if len(s.OnDuplicate) > 0 && p.Kind != KindRefused {
-			p.Refresh = r.refreshGuard(t, func() *Guard {
-				gp := r.upsertGuarded(s, t, w, start, end)
-				if gp.Kind != KindGuarded {
+		if len(s.OnDuplicate) > 0 && p.Kind() != KindRefused {
+			p = writeOthers(p, r.refreshGuard(t, func() *Guard {
+				gp, ok := r.upsertGuarded(s, t, w, start, end).Op.(*Guarded)
+				if !ok {
 					return nil
 				}
-				return gp.Guard
-			}, w)
+				return gp.Guards[0]
+			}, w))
 		}
 		return p
 	}
@@ -727,13 +738,13 @@ func (r *Rewriter) upsertGuarded(s *ast.InsertStmt, t *Table, w *reads, start, e
 	keyCol := colIndex(t.Key)
 	if s.Select != nil || keyCol < 0 || len(s.Lists) == 0 {
 		// The rows it may replace or update are known only once it runs.
-		return w.wideGuarded([]*Table{t}, start, end, s.IsReplace)
+		return w.wideGuarded([]*Table{t}, start, end)
 	}
 	g := &Guard{}
 	var keys []string
 	for _, row := range s.Lists {
 		if keyCol >= len(row) || !isIntLiteralOrParam(row[keyCol]) {
-			return w.wideGuarded([]*Table{t}, start, end, s.IsReplace)
+			return w.wideGuarded([]*Table{t}, start, end)
 		}
 		e := row[keyCol]
 		keys = append(keys, r.restore(e, w.sess))
@@ -760,14 +771,14 @@ func (r *Rewriter) upsertGuarded(s *ast.InsertStmt, t *Table, w *reads, start, e
 		// default, or a value that is an expression, could conflict with
 		// rows the proxy cannot name: every record is folded then.
 		if len(uk) == 0 {
-			return w.wideGuarded([]*Table{t}, start, end, s.IsReplace)
+			return w.wideGuarded([]*Table{t}, start, end)
 		}
 		cols := make([]string, len(uk))
 		idx := make([]int, len(uk))
 		for j, c := range uk {
 			cols[j] = quoteIdent(c)
 			if idx[j] = colIndex(c); idx[j] < 0 {
-				return w.wideGuarded([]*Table{t}, start, end, s.IsReplace)
+				return w.wideGuarded([]*Table{t}, start, end)
 			}
 		}
 		tuples := make([]string, len(s.Lists))
@@ -775,7 +786,7 @@ func (r *Rewriter) upsertGuarded(s *ast.InsertStmt, t *Table, w *reads, start, e
 			vals := make([]string, len(uk))
 			for j, k := range idx {
 				if k >= len(row) || !isLiteralOrParam(row[k]) {
-					return w.wideGuarded([]*Table{t}, start, end, s.IsReplace)
+					return w.wideGuarded([]*Table{t}, start, end)
 				}
 				vals[j] = r.restore(unparen(row[k]), w.sess)
 				if p := w.paramIndex(unparen(row[k])); p >= 0 {
@@ -787,7 +798,8 @@ func (r *Rewriter) upsertGuarded(s *ast.InsertStmt, t *Table, w *reads, start, e
 		where += fmt.Sprintf(" OR (%s) IN (%s)", strings.Join(cols, ", "), strings.Join(tuples, ", "))
 	}
 	g.KeysSQL = fmt.Sprintf("SELECT %s FROM %s WHERE %s FOR UPDATE", quoteIdent(t.Key), t.Qualified(), where)
-	return Plan{Kind: KindGuarded, Table: t, SQL: apply(w.sql, start, end, w.edits), Guard: g, Invalidate: s.IsReplace}
+	g.Table = t
+	return Plan{Op: &Guarded{SQL: apply(w.sql, start, end, w.edits), Guards: []*Guard{g}}, Table: t}
 }
 
 // slottedIncrement builds the slotted write for increments of ctrs by

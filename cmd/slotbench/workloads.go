@@ -382,16 +382,16 @@ func (b *bench) counterReadAt(ctx context.Context, slotRows int, withRewritten b
 	}
 	if withRewritten {
 		plans, err := b.srv.Rewriter().Rewrite(sqlCounterRead, rewrite.Session{DB: schema})
-		if err != nil || len(plans) != 1 || plans[0].Kind != rewrite.KindRead {
+		if err != nil || len(plans) != 1 || plans[0].Kind() != rewrite.KindRead {
 			return nil, fmt.Errorf("rewriting %q: %v (%s)", sqlCounterRead, err, rewrite.Explain(plans, err))
 		}
-		b.rep.RewrittenCounterRead = plans[0].SQL
+		b.rep.RewrittenCounterRead = plans[0].SQL()
 		join := fmt.Sprintf("SELECT CAST(r.downloads + COALESCE(SUM(s.count), 0) AS SIGNED) FROM repos r "+
 			"LEFT JOIN %s s ON s.record_type = %d AND s.record_id = r.id WHERE r.id = ? GROUP BY r.id", config.DefaultSlotsTable, b.recordType)
 		slots := fmt.Sprintf("SELECT CAST(COALESCE(SUM(count), 0) AS SIGNED) FROM %s WHERE record_type = %d AND record_id = ?",
 			config.DefaultSlotsTable, b.recordType)
 		sc.targets = append(sc.targets,
-			&target{name: "relay-rewritten", addr: b.relay.addr(), build: b.counterReadOp(plans[0].SQL, int64(slotRows))},
+			&target{name: "relay-rewritten", addr: b.relay.addr(), build: b.counterReadOp(plans[0].SQL(), int64(slotRows))},
 			&target{name: "relay-join", addr: b.relay.addr(), build: b.counterReadOp(join, int64(slotRows))},
 			&target{name: "relay-slots", addr: b.relay.addr(), build: b.counterReadOp(slots, int64(slotRows))})
 	}

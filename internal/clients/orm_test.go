@@ -586,7 +586,7 @@ func (e *ormEnv) plan(sql string) (kind, reason string) {
 	case len(plans) != 1:
 		return "", ""
 	}
-	return plans[0].Kind.String(), plans[0].Reason
+	return plans[0].Kind().String(), plans[0].Reason
 }
 
 // ormShapes describes what the client sent, by shape, with what became of

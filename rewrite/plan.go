@@ -1,0 +1,490 @@
+package rewrite
+
+import (
+	"slices"
+)
+
+// A Plan is the rewrite of one statement: the operation that runs it (Op,
+// one of the types below, each with exactly what it needs) and what the
+// session learns once it succeeded (Then).
+type Plan struct {
+	Op Op
+	// Original is the statement's own text.
+	Original string
+	// Table is the ruled table the statement writes, or whose rule a
+	// refusal or a shadow plan names; nil for none.
+	Table *Table
+	// Reason explains the plan to people (explain), and is a refusal's
+	// reason; empty when there is nothing to explain.
+	Reason string
+	// Shadow: Table's rule is in shadow mode. The statement runs as
+	// written; Op is what would have run.
+	Shadow bool
+	// ChangesSession: the statement may change the default database,
+	// sql_mode or client character set, so statements after it in the
+	// same query must be planned again once it has run (SessionCut).
+	ChangesSession bool
+	// Then are what the session does or learns once the statement
+	// succeeded and the client has its response, in order.
+	Then []Effect
+}
+
+// Kind names an operation's kind (explain, logs).
+type Kind uint8
+
+const (
+	// KindOriginal: the client's statement is sent as written.
+	KindOriginal Kind = iota
+	// KindRead: counter reads rewritten.
+	KindRead
+	// KindIncrement: a counter increment turned into a slotted upsert.
+	KindIncrement
+	// KindGuarded: the records a write may touch are folded first.
+	KindGuarded
+	// KindRefused: nothing runs; the client gets an error naming the
+	// rule and the reason (fail closed: an error is better than a wrong
+	// total).
+	KindRefused
+)
+
+func (k Kind) String() string {
+	return [...]string{"original", "read", "increment", "guarded", "refused"}[k]
+}
+
+// Kind is the kind of p's operation.
+func (p Plan) Kind() Kind { return p.Op.Kind() }
+
+// An Op is how a statement runs: *AsWritten, *Read, *LockingRead,
+// *WriteOthers, *Increment, *Guarded, *LockTables or *Refused.
+type Op interface {
+	Kind() Kind
+	// mapSQL returns a copy of the operation with f's image of each of
+	// its SQL texts (see Plan.mapSQL).
+	mapSQL(f func(string) (string, error)) (Op, error)
+}
+
+// AsWritten sends the client's statement as written.
+type AsWritten struct{}
+
+// Read sends the statement with its counter reads rewritten to totals
+// (SQL), or as written when every counter it reads is read rolled up.
+type Read struct {
+	SQL string
+	// Reads are the ruled tables whose counters it reads: the records the
+	// session's transaction incremented of them are folded before it
+	// runs, so that it reads them as its own exclusive lock would.
+	Reads []*Table
+	// RolledUp are the tables whose counters it reads as their base
+	// column (Table.RolledUp). A plan whose SQL is its Original reads no
+	// counter of another table.
+	RolledUp []*Table
+	// MetaKey, for a SELECT, identifies the result's column definitions:
+	// statements with the same MetaKey (in the same database) return
+	// columns of the same types, lengths and names. It is the text of the
+	// select list exactly, then the rest of the statement with its integer
+	// literals masked (they cannot change a column's definition there).
+	// Empty: no key (use the Original).
+	MetaKey string
+}
+
+// LockingRead is a locking read of counters (FOR UPDATE, FOR SHARE, LOCK
+// IN SHARE MODE): its Guards lock and fold the records it may read first,
+// so it reads their latest totals and increments of them wait, as on the
+// base rows.
+type LockingRead struct {
+	SQL     string
+	Guards  []*Guard
+	Reads   []*Table
+	MetaKey string
+}
+
+// WriteOthers is a write of a ruled table's rows that assigns no counter
+// (an UPDATE of other columns, an upsert that updates only them): it runs
+// as a read (SQL: its counter reads rewritten, or as written). Inside a
+// REPEATABLE READ transaction that may have read before, the executor runs
+// it as a guarded write with Guard, folding and refreshing the records it
+// may touch first (Table.FoldRowsSQL): the write makes each row the
+// transaction's own, current version, and the slot rows its snapshot sees
+// must then be current too.
+type WriteOthers struct {
+	// SQL is the statement to send (the Original when it reads no
+	// counter).
+	SQL   string
+	Reads []*Table
+	Guard *Guard
+}
+
+// Increment is a slotted increment (see Rewriter.slottedIncrement): SQL
+// adds the deltas to a slot row of each record the WHERE clause selects.
+// It keeps the original statement's placeholders in their order.
+type Increment struct {
+	SQL string
+	// Keys are the keys of the records the increment may write: the WHERE
+	// clause's `key = v` or `key IN (v, …)`; empty when a UNIQUE key's
+	// values name them (known only once it ran).
+	Keys []KeyValue
+	// Zero: every delta is a literal 0, so the UPDATE would change no row.
+	Zero bool
+	// DeltaParams are the placeholder indexes of the deltas (-1 for a
+	// literal), so a prepared execution can tell a zero increment.
+	DeltaParams []int
+	// DeltaZero tells, for each delta, whether it is a literal 0.
+	DeltaZero []bool
+	// TouchParams are the placeholder indexes of the times assigned to
+	// touch columns (-1 for a literal or a function): the executor runs
+	// the statement as written unless each is a time in the strict form
+	// (ValidTime) or a DATETIME or TIMESTAMP parameter.
+	TouchParams []int
+	// TouchInts tells, for each of TouchParams, whether its column is an
+	// integer touch column (the parameter must then be an integer).
+	TouchInts []bool
+	// RecordTypes are the record types of the counters and touch columns
+	// it writes: one slot row each per record.
+	RecordTypes []int
+	// Counters is how many counters and touch columns one record's
+	// increment writes: the slot rows SQL inserts or updates per record.
+	Counters int
+	// ProbeSQL is the client's statement made to touch no row, with its
+	// placeholders NULL: it checks the client's privileges for the
+	// statement (the slotted write needs other ones).
+	ProbeSQL string
+	// PrivKey names the privileges ProbeSQL checks: the probe's text with
+	// its integer literals masked.
+	PrivKey string
+	// Guard locks and folds the records, for running the client's
+	// statement on the base rows instead (a delta beyond the slot's share
+	// of the range, a key or delta the server converts, a table locked
+	// WRITE, or increments read back in transactions).
+	Guard *Guard
+}
+
+// Guarded is a write that needs exact base values: the records it may
+// touch are locked and their slots folded into their base rows first
+// (Guards, the first one's table being the one it writes), then SQL runs,
+// in one transaction (the client's, or the proxy's own around an
+// autocommit statement).
+type Guarded struct {
+	// SQL is the statement to run once the guards folded: it reads the
+	// written rows' counters as the client wrote it (their base columns
+	// are their totals then), other tables' counters as totals.
+	SQL string
+	// Unguarded is the statement with the written rows' counters read as
+	// totals, for running it when its guard has not folded every row it
+	// may touch (a DELETE at READ COMMITTED that cannot be narrowed: see
+	// Delete); empty when it is SQL.
+	Unguarded string
+	// Restrict is the statement with its WHERE clause also requiring the
+	// key to be among RestrictKeys, for which the executor substitutes
+	// the keys its first guard locked (NULL for none): under READ
+	// COMMITTED the statement then touches only rows whose slots were
+	// folded, as if it had run when the guard did. Empty when the
+	// statement has no WHERE clause of a single table.
+	Restrict string
+	Guards   []*Guard
+	// Delete: a DELETE (no RETURNING). At READ COMMITTED in a
+	// transaction, one that cannot be narrowed to the keys its guard
+	// locked runs as usual (as Unguarded): rows it finds only as it runs
+	// can leave slot rows behind, which never change a total (no base row
+	// reads them) and which roll-up deletes.
+	Delete bool
+}
+
+// LockTables is a LOCK TABLES that names ruled tables: SQL also locks
+// their slot tables; once it succeeded the session holds Locks until
+// UNLOCK TABLES, BEGIN or another LOCK TABLES (see EndsTableLocks).
+type LockTables struct {
+	SQL   string
+	Locks []TableLock
+}
+
+// Refused: nothing runs; the client gets an error naming the plan's Table
+// and Reason.
+type Refused struct{}
+
+func (*AsWritten) Kind() Kind   { return KindOriginal }
+func (*Read) Kind() Kind        { return KindRead }
+func (*LockingRead) Kind() Kind { return KindRead }
+func (o *WriteOthers) Kind() Kind {
+	if len(o.Reads) == 0 {
+		return KindOriginal
+	}
+	return KindRead
+}
+func (*Increment) Kind() Kind  { return KindIncrement }
+func (*Guarded) Kind() Kind    { return KindGuarded }
+func (*LockTables) Kind() Kind { return KindOriginal }
+func (*Refused) Kind() Kind    { return KindRefused }
+
+// KeyValue is a key value in a statement: a literal (as SQL) or a
+// placeholder.
+type KeyValue struct {
+	// Literal is the value as SQL when it is a literal.
+	Literal string
+	// Param is the placeholder's index, or -1.
+	Param int
+}
+
+// Guard finds the records a write (or a locking read) may touch, so their
+// slots can be folded into the base rows first.
+type Guard struct {
+	// Table is the ruled table whose records are folded.
+	Table *Table
+	// KeysSQL selects the keys, locking the base rows (FOR UPDATE).
+	KeysSQL string
+	// KeysParams are the original placeholder indexes KeysSQL uses, in order.
+	KeysParams []int
+	// Keys are the values of a `key = v` or `key IN (v, …)` condition the
+	// statement's WHERE clause requires (nil when it requires none): the
+	// statement touches no row with another key. The executor locks the
+	// rows of these keys by key instead of running KeysSQL, as the
+	// statement itself locks them (a server may scan a small table for
+	// KeysSQL and lock every row).
+	Keys []KeyValue
+	// Wide: KeysSQL selects (and locks) the table's slotted records only,
+	// not the rows the statement touches (no WHERE clause, or one that
+	// reads counters only): the locked keys cannot narrow the statement.
+	Wide bool
+}
+
+// An Effect is what the session does or learns once a statement
+// succeeded: *ClearSlots, *Reload, *TempTables or *SQLPrepare.
+type Effect interface {
+	mapSQL(f func(string) (string, error)) (Effect, error)
+}
+
+// ClearSlots deletes every slot row of Table (after TRUNCATE or DROP TABLE,
+// which committed any open transaction), in a transaction of its own.
+type ClearSlots struct {
+	Table *Table
+	SQL   string
+}
+
+// Reload: the statement was DDL of a ruled table or a view of one: the
+// catalog is reloaded before the session's next statement.
+type Reload struct{}
+
+// TempTables: the statement created (Create) or dropped temporary tables
+// named like ruled tables ("schema.table", lower case): while one exists,
+// that name means it, not the ruled table (Session.TempTables).
+type TempTables struct {
+	Names  []string
+	Create bool
+}
+
+// SQLPrepare: a PREPARE name FROM 'text' (see Prepares) succeeded.
+type SQLPrepare struct{ Prepares Prepares }
+
+func (e *ClearSlots) mapSQL(f func(string) (string, error)) (Effect, error) {
+	c := *e
+	var err error
+	c.SQL, err = f(c.SQL)
+	return &c, err
+}
+func (e *Reload) mapSQL(func(string) (string, error)) (Effect, error)     { return e, nil }
+func (e *TempTables) mapSQL(func(string) (string, error)) (Effect, error) { return e, nil }
+func (e *SQLPrepare) mapSQL(f func(string) (string, error)) (Effect, error) {
+	c := *e
+	if c.Prepares.Write != nil {
+		w := *c.Prepares.Write
+		if err := w.mapSQL(f); err != nil {
+			return nil, err
+		}
+		c.Prepares.Write = &w
+	}
+	return &c, nil
+}
+
+// RestrictKeys marks where Guarded.Restrict takes the list of keys.
+const RestrictKeys = "/*slotproxy:keys*/"
+
+// Changed reports whether any plan differs from sending the text as is.
+func Changed(plans []Plan) bool {
+	for i, p := range plans {
+		if !p.AsWritten() {
+			return true
+		}
+		if p.ChangesSession && i < len(plans)-1 {
+			return true // what follows must be planned again
+		}
+	}
+	return false
+}
+
+// AsWritten reports whether p only sends the client's statement as
+// written: nothing runs before or after it, and the session keeps nothing
+// of it.
+func (p Plan) AsWritten() bool {
+	_, ok := p.Op.(*AsWritten)
+	return ok && len(p.Then) == 0
+}
+
+// Has reports whether p has an effect of type E.
+func Has[E Effect](p Plan) bool {
+	return slices.ContainsFunc(p.Then, func(e Effect) bool { _, ok := e.(E); return ok })
+}
+
+// SessionCut returns the index of the first plan that changes the session
+// and is followed by another, or -1: the plans after it were made for the
+// session as it was before the query.
+func SessionCut(plans []Plan) int {
+	for i, p := range plans[:max(len(plans)-1, 0)] {
+		if p.ChangesSession {
+			return i
+		}
+	}
+	return -1
+}
+
+// mapSQL replaces every SQL text of p by f's image of it: the original,
+// the operation's statements, guards and key literals, the effects'. The
+// operation and effects are copied first: plans of a template share them.
+func (p *Plan) mapSQL(f func(string) (string, error)) error {
+	var err error
+	if p.Original, err = f(p.Original); err != nil {
+		return err
+	}
+	if p.Op, err = p.Op.mapSQL(f); err != nil {
+		return err
+	}
+	if p.Then != nil {
+		then := make([]Effect, len(p.Then))
+		for i, e := range p.Then {
+			if then[i], err = e.mapSQL(f); err != nil {
+				return err
+			}
+		}
+		p.Then = then
+	}
+	return nil
+}
+
+// sqlMapper applies f to texts, keeping the first error.
+type sqlMapper struct {
+	f   func(string) (string, error)
+	err error
+}
+
+func (m *sqlMapper) text(s *string) {
+	if m.err == nil {
+		*s, m.err = m.f(*s)
+	}
+}
+
+func (m *sqlMapper) keys(kvs []KeyValue) []KeyValue {
+	if kvs == nil {
+		return nil
+	}
+	out := slices.Clone(kvs)
+	for i := range out {
+		m.text(&out[i].Literal)
+	}
+	return out
+}
+
+func (m *sqlMapper) guard(g *Guard) *Guard {
+	if g == nil {
+		return nil
+	}
+	c := *g
+	m.text(&c.KeysSQL)
+	c.Keys = m.keys(c.Keys)
+	return &c
+}
+
+func (m *sqlMapper) guards(gs []*Guard) []*Guard {
+	if gs == nil {
+		return nil
+	}
+	out := make([]*Guard, len(gs))
+	for i, g := range gs {
+		out[i] = m.guard(g)
+	}
+	return out
+}
+
+func (o *AsWritten) mapSQL(func(string) (string, error)) (Op, error) { return o, nil }
+func (o *Refused) mapSQL(func(string) (string, error)) (Op, error)   { return o, nil }
+
+func (o *Read) mapSQL(f func(string) (string, error)) (Op, error) {
+	c, m := *o, &sqlMapper{f: f}
+	m.text(&c.SQL)
+	m.text(&c.MetaKey)
+	return &c, m.err
+}
+
+func (o *LockingRead) mapSQL(f func(string) (string, error)) (Op, error) {
+	c, m := *o, &sqlMapper{f: f}
+	m.text(&c.SQL)
+	m.text(&c.MetaKey)
+	c.Guards = m.guards(c.Guards)
+	return &c, m.err
+}
+
+func (o *WriteOthers) mapSQL(f func(string) (string, error)) (Op, error) {
+	c, m := *o, &sqlMapper{f: f}
+	m.text(&c.SQL)
+	c.Guard = m.guard(c.Guard)
+	return &c, m.err
+}
+
+func (o *Increment) mapSQL(f func(string) (string, error)) (Op, error) {
+	c, m := *o, &sqlMapper{f: f}
+	m.text(&c.SQL)
+	m.text(&c.ProbeSQL)
+	c.Keys = m.keys(c.Keys)
+	c.Guard = m.guard(c.Guard)
+	return &c, m.err
+}
+
+func (o *Guarded) mapSQL(f func(string) (string, error)) (Op, error) {
+	c, m := *o, &sqlMapper{f: f}
+	m.text(&c.SQL)
+	m.text(&c.Unguarded)
+	m.text(&c.Restrict)
+	c.Guards = m.guards(c.Guards)
+	return &c, m.err
+}
+
+func (o *LockTables) mapSQL(f func(string) (string, error)) (Op, error) {
+	c, m := *o, &sqlMapper{f: f}
+	m.text(&c.SQL)
+	return &c, m.err
+}
+
+// SQL is the statement p's operation sends in place of the client's: its
+// rewrite, or the Original when it sends it as written ("" for a refusal).
+func (p Plan) SQL() string {
+	switch op := p.Op.(type) {
+	case *Read:
+		return op.SQL
+	case *LockingRead:
+		return op.SQL
+	case *WriteOthers:
+		return op.SQL
+	case *Increment:
+		return op.SQL
+	case *Guarded:
+		return op.SQL
+	case *LockTables:
+		return op.SQL
+	case *Refused:
+		return ""
+	}
+	return p.Original
+}
+
+// Guards are the guards p's operation runs before its statement, if any
+// (an increment's is for running it on the base row).
+func (p Plan) Guards() []*Guard {
+	switch op := p.Op.(type) {
+	case *LockingRead:
+		return op.Guards
+	case *Guarded:
+		return op.Guards
+	case *WriteOthers:
+		return []*Guard{op.Guard}
+	case *Increment:
+		return []*Guard{op.Guard}
+	}
+	return nil
+}
