@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -83,8 +84,11 @@ func TestStatementLatencyByPath(t *testing.T) {
 	prepared.SetMaxOpenConns(1)
 	mustExec(t, prepared, "UPDATE repos SET downloads = downloads + ? WHERE id = ?", 1, 1)
 
-	got := histogramCounts(t, reg, "slotproxy_statement_seconds", "path")
-	for path, want := range map[string]uint64{"pass_through": 1, "rewritten_write": 2, "rewritten_read": 1, "guarded_write": 1} {
+	// A statement is timed once its response is out: the client may have
+	// it a moment before the observation.
+	wantCounts := map[string]uint64{"pass_through": 1, "rewritten_write": 2, "rewritten_read": 1, "guarded_write": 1}
+	got := waitCounts(t, reg, wantCounts)
+	for path, want := range wantCounts {
 		if got[path] < want {
 			t.Errorf("slotproxy_statement_seconds{path=%q} counted %d statements, want at least %d", path, got[path], want)
 		}
@@ -98,7 +102,25 @@ func TestStatementLatencyByPath(t *testing.T) {
 	plainDB := plain.open(t, "")
 	queryString(t, plainDB, "SELECT 1")
 	queryString(t, plainDB, "SELECT 2")
-	if n := histogramCounts(t, reg2, "slotproxy_statement_seconds", "path")["pass_through"]; n < 2 {
+	if n := waitCounts(t, reg2, map[string]uint64{"pass_through": 2})["pass_through"]; n < 2 {
 		t.Errorf("without rules: %d pass-through statements timed, want at least 2", n)
+	}
+}
+
+// waitCounts waits up to 5 s until slotproxy_statement_seconds has at least
+// the counts of want, and returns its counts.
+func waitCounts(t *testing.T, reg *prometheus.Registry, want map[string]uint64) map[string]uint64 {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := histogramCounts(t, reg, "slotproxy_statement_seconds", "path")
+		done := true
+		for path, n := range want {
+			done = done && got[path] >= n
+		}
+		if done || time.Now().After(deadline) {
+			return got
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -420,9 +420,8 @@ func TestProxyGreetedClients(t *testing.T) {
 		}
 		return nil
 	})
-	if got := metricValue(t, reg, "slotproxy_auth_failures_total"); got != failedBefore+1 {
-		t.Fatalf("slotproxy_auth_failures_total went from %v to %v after one wrong password", failedBefore, got)
-	}
+	// The session counts it once the client has its ERR: wait a moment.
+	waitMetric(t, reg, "slotproxy_auth_failures_total", failedBefore+1)
 	// A client without CLIENT_PLUGIN_AUTH cannot be asked for its auth
 	// data again: it is told to connect again, with a password; without
 	// one it needs not be asked.
@@ -450,6 +449,17 @@ func TestProxyGreetedClients(t *testing.T) {
 		return nil
 	})
 	want := map[string]bool{"ok": true, "auth_failed": true, "refused": true}
+	// The last session counts its outcome once the client has its ERR.
+	waitOutcome := func(outcome string) {
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if handshakeOutcomes(t, reg)[outcome] > 0 {
+				return
+			}
+		}
+	}
+	for o := range want {
+		waitOutcome(o)
+	}
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -470,4 +480,41 @@ func TestProxyGreetedClients(t *testing.T) {
 		t.Errorf("slotproxy_handshakes_total lacks outcomes %v", want)
 	}
 	noPanics(t, p)
+}
+
+// waitMetric waits up to 5 s for the counter name in reg to reach want
+// (a session counts an outcome after its client has the answer), and fails
+// the test if it does not, or goes past it.
+func waitMetric(t *testing.T, reg *prometheus.Registry, name string, want float64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := metricValue(t, reg, name)
+		if got == want {
+			return
+		}
+		if got > want || time.Now().After(deadline) {
+			t.Fatalf("%s = %v, want %v", name, got, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// handshakeOutcomes returns slotproxy_handshakes_total by outcome.
+func handshakeOutcomes(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "slotproxy_handshakes_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			out[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
+		}
+	}
+	return out
 }
