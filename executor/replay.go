@@ -117,7 +117,7 @@ func (s *Session) replayOnce(steps []replayed) (same, deadlocked bool, err error
 	}
 	for _, st := range steps {
 		p := st.plan
-		op := &rewrite.Guarded{SQL: p.Original, Guards: []*rewrite.Guard{st.inc.Guard}}
+		op := &rewrite.Guarded{SQL: p.Original, Guards: []*rewrite.Guard{st.inc.Guard}, SingleTable: true}
 		res, errPkt, _, err := s.guardedOnce(p, op, st.ex, false, guardMode{}, func() ([]byte, []byte, error) { return s.statementPacket(p.Original, st.ex) })
 		if err != nil {
 			return false, false, err

@@ -495,7 +495,7 @@ func infoRecords(info []byte) (uint64, bool) {
 // transaction (the client's, or one of the proxy's own around an
 // autocommit statement). The response is the statement's own.
 func (s *Session) execOnBase(p rewrite.Plan, inc *rewrite.Increment, ex *execution, seq *byte, more bool) (bool, error) {
-	op := &rewrite.Guarded{SQL: p.Original, Guards: []*rewrite.Guard{inc.Guard}}
+	op := &rewrite.Guarded{SQL: p.Original, Guards: []*rewrite.Guard{inc.Guard}, SingleTable: true}
 	return s.execGuardedWith(p, op, inc, ex, seq, more, func() ([]byte, []byte, error) { return s.statementPacket(p.Original, ex) })
 }
 
@@ -823,6 +823,22 @@ func (s *Session) guardedOnce(p rewrite.Plan, op *rewrite.Guarded, ex *execution
 		}
 		return nil, pkt, false, nil
 	}
+	// A statement of the proxy's own failed in place of the client's (a
+	// lock wait its guard met, say): the diagnostics are the client's
+	// statement's, kept before the ROLLBACK that would clear them.
+	failOwn := func(pkt []byte) (*wire.Buffer, []byte, bool, error) {
+		var err error
+		switch code := wire.ErrCode(pkt); {
+		case op.SingleTable && s.dial.IsMariaDB() && (code == mysql.ER_LOCK_WAIT_TIMEOUT || code == mysql.ER_LOCK_DEADLOCK):
+			err = s.lockErrorAsUpdate(code)
+		case wrapped:
+			err = s.saveWarnings()
+		}
+		if err != nil {
+			return nil, nil, false, err
+		}
+		return fail(pkt)
+	}
 	run := s.queryErr
 	if wrapped {
 		if gm.repeatable {
@@ -844,7 +860,7 @@ func (s *Session) guardedOnce(p rewrite.Plan, op *rewrite.Guarded, ex *execution
 			return nil, nil, false, err
 		}
 		if errPkt != nil {
-			return fail(errPkt)
+			return failOwn(errPkt)
 		}
 		if len(missing) > 0 {
 			if errPkt, err := run("SAVEPOINT " + guardSavepoint); err != nil || errPkt != nil {
@@ -858,7 +874,7 @@ func (s *Session) guardedOnce(p rewrite.Plan, op *rewrite.Guarded, ex *execution
 		if err != nil {
 			return nil, nil, false, err
 		}
-		return fail(errPkt)
+		return failOwn(errPkt)
 	} else if gm.restrict {
 		if s.env.GuardWindow != nil {
 			s.env.GuardWindow()
@@ -1369,10 +1385,11 @@ func isShowWarnings(sql []byte) bool {
 
 // lockErrorAsUpdate makes the diagnostics of a lock error (1205, 1213)
 // that a statement of the proxy's own raised in place of the client's
-// single-table UPDATE what the client's statement would have left:
-// MariaDB lists such an error twice in SHOW WARNINGS after an UPDATE or
-// DELETE of one table, and once after the INSERT … SELECT the proxy ran.
-// It saves SHOW WARNINGS (see saveWarnings) with the error's row doubled.
+// single-table UPDATE or DELETE what the client's statement would have
+// left: MariaDB lists such an error twice in SHOW WARNINGS after an UPDATE
+// or DELETE of one table, and once after the INSERT … SELECT or SELECT …
+// FOR UPDATE the proxy ran. It saves SHOW WARNINGS (see saveWarnings) with
+// the error's row doubled; other errors, and MySQL's, need nothing.
 func (s *Session) lockErrorAsUpdate(code uint16) error {
 	if !s.dial.IsMariaDB() || (code != mysql.ER_LOCK_WAIT_TIMEOUT && code != mysql.ER_LOCK_DEADLOCK) {
 		return nil

@@ -44,51 +44,81 @@ func (t *Table) SlotRowsSQL(keys []string) string {
 		t.QualifiedSlots(), t.recordTypes(), strings.Join(keys, ", "))
 }
 
-// slotRowBatch bounds how many slot rows one statement names: the range
-// optimizer turns a condition on that many primary keys into as many
-// single-row ranges within its memory limits (beyond them a server would
-// scan the index and lock every row it passes).
-const slotRowBatch = 100
+// slotRowBatch bounds how many slot rows one statement names.
+const slotRowBatch = 200
 
-// LockSlotRowsSQL returns the statements that lock exactly rows, which
-// must exist (by primary key, FOR UPDATE: record locks only, on both
-// servers), and select record_type, record_id, slot and count of each as
-// it is now. A row that does not exist would lock the gap where it would
-// be. (Each row is named as record_type = … AND record_id = … AND slot =
-// …: MariaDB does not use the primary key for a row constructor
-// (record_type, record_id, slot) IN (one tuple), and scans, locking every
-// row.)
+// Statements that must touch exactly given rows name them in a derived
+// table joined first (STRAIGHT_JOIN) to the table's primary key (FORCE
+// INDEX: for a table of a few rows the servers would scan it otherwise):
+// each row is then read by key (eq_ref), locking it alone (a key without a
+// row locks the gap where it would be, as the client's statement by key
+// does). A WHERE clause listing
+// the keys instead (key IN (…), or (…) OR (…)) leaves the access path to
+// the optimizer, which may scan the index of a small table and lock every
+// row it passes, where the client's own statement (an UPDATE by key)
+// reads by key; and MariaDB reads a row constructor IN (one tuple) by
+// scanning.
+
+// keysTable is a derived table `_k` of keys (decimal integers), column k.
+func keysTable(keys []string) string {
+	var b strings.Builder
+	b.WriteString("(")
+	for i, k := range keys {
+		if i == 0 {
+			fmt.Fprintf(&b, "SELECT %s AS `k`", k)
+			continue
+		}
+		fmt.Fprintf(&b, " UNION ALL SELECT %s", k)
+	}
+	b.WriteString(") AS `_k`")
+	return b.String()
+}
+
+// slotRowsTable is a derived table `_k` of rows' primary keys, columns rt,
+// id and slot, joined to the slot table (by name, unaliased: LOCK TABLES
+// locks the table under that name) on its primary key.
+func (t *Table) slotRowsTable(rows []SlotRow) string {
+	var b strings.Builder
+	b.WriteString("(")
+	for i, r := range rows {
+		if i == 0 {
+			fmt.Fprintf(&b, "SELECT %d AS `rt`, %s AS `id`, %d AS `slot`", r.RecordType, r.Key, r.Slot)
+			continue
+		}
+		fmt.Fprintf(&b, " UNION ALL SELECT %d, %s, %d", r.RecordType, r.Key, r.Slot)
+	}
+	s := t.QualifiedSlots()
+	fmt.Fprintf(&b, ") AS `_k` STRAIGHT_JOIN %s FORCE INDEX (PRIMARY) ON %s.`record_type` = `_k`.`rt` AND %s.`record_id` = `_k`.`id` AND %s.`slot` = `_k`.`slot`", s, s, s, s)
+	return b.String()
+}
+
+// LockSlotRowsSQL returns the statements that lock exactly rows (by
+// primary key, FOR UPDATE: record locks only, on both servers) and select
+// record_type, record_id, slot and count of those that exist, as they are
+// now. rows should exist: a row that does not locks the gap where it
+// would be.
 func (t *Table) LockSlotRowsSQL(rows []SlotRow) []string {
 	var stmts []string
+	s := t.QualifiedSlots()
 	for len(rows) > 0 {
 		batch := rows[:min(slotRowBatch, len(rows))]
 		rows = rows[len(batch):]
-		stmts = append(stmts, fmt.Sprintf("SELECT `record_type`, `record_id`, `slot`, `count` FROM %s WHERE %s FOR UPDATE",
-			t.QualifiedSlots(), slotRowsWhere(batch)))
+		stmts = append(stmts, fmt.Sprintf("SELECT %s.`record_type`, %s.`record_id`, %s.`slot`, %s.`count` FROM %s FOR UPDATE",
+			s, s, s, s, t.slotRowsTable(batch)))
 	}
 	return stmts
 }
 
-// slotRowsWhere is a condition that holds for rows' primary keys.
-func slotRowsWhere(rows []SlotRow) string {
-	var b strings.Builder
-	for i, r := range rows {
-		if i > 0 {
-			b.WriteString(" OR ")
-		}
-		fmt.Fprintf(&b, "(`record_type` = %d AND `record_id` = %s AND `slot` = %d)", r.RecordType, r.Key, r.Slot)
-	}
-	return b.String()
-}
-
 // slotRowsUpdate returns UPDATEs of the slot table that set count to
-// value in rows (existing ones: see LockSlotRowsSQL), where cond holds.
+// value in rows (existing ones: see LockSlotRowsSQL) where the count is
+// cond (SQL after `count`).
 func (t *Table) slotRowsUpdate(rows []SlotRow, value int, cond string) []string {
 	var stmts []string
+	s := t.QualifiedSlots()
 	for len(rows) > 0 {
 		batch := rows[:min(slotRowBatch, len(rows))]
 		rows = rows[len(batch):]
-		stmts = append(stmts, fmt.Sprintf("UPDATE %s SET `count` = %d WHERE (%s) AND %s", t.QualifiedSlots(), value, slotRowsWhere(batch), cond))
+		stmts = append(stmts, fmt.Sprintf("UPDATE %s SET %s.`count` = %d WHERE %s.`count` %s", t.slotRowsTable(batch), s, value, s, cond))
 	}
 	return stmts
 }
@@ -178,16 +208,16 @@ func (t *Table) FoldRowsSQL(keys []string, rows []SlotRow, refresh bool) []strin
 			set = append(set, fmt.Sprintf("%s = %s + CAST(CASE %s%s ELSE 0 END AS DECIMAL(21,0))", col, col, key, cases.String()))
 		}
 		if len(set) > 0 {
-			stmts = append(stmts, fmt.Sprintf("UPDATE %s AS `_t` SET %s WHERE %s IN (%s)",
-				t.Qualified(), strings.Join(set, ", "), key, strings.Join(written, ", ")))
+			stmts = append(stmts, fmt.Sprintf("UPDATE %s STRAIGHT_JOIN %s AS `_t` FORCE INDEX (PRIMARY) ON %s = `_k`.`k` SET %s",
+				keysTable(written), t.Qualified(), key, strings.Join(set, ", ")))
 		}
 	}
 	if refresh && len(keys) > 0 {
-		if flips := t.refreshFlips(strings.Join(keys, ", ")); flips != nil {
+		if flips := t.refreshFlips(keys); flips != nil {
 			stmts = append(stmts, flips...)
-			stmts = append(stmts, t.slotRowsUpdate(zero, 1, "`count` = 0")...)
+			stmts = append(stmts, t.slotRowsUpdate(zero, 1, "= 0")...)
 			nonzero = append(nonzero, zero...)
 		}
 	}
-	return append(stmts, t.slotRowsUpdate(nonzero, 0, "`count` <> 0")...)
+	return append(stmts, t.slotRowsUpdate(nonzero, 0, "<> 0")...)
 }

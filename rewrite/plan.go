@@ -181,6 +181,9 @@ type Guarded struct {
 	// statement has no WHERE clause of a single table.
 	Restrict string
 	Guards   []*Guard
+	// SingleTable: the client's statement is an UPDATE or DELETE of one
+	// table (MariaDB lists its lock errors twice in SHOW WARNINGS).
+	SingleTable bool
 	// Delete: a DELETE (no RETURNING). At READ COMMITTED in a
 	// transaction, one that cannot be narrowed to the keys its guard
 	// locked runs as usual (as Unguarded): rows it finds only as it runs

@@ -71,7 +71,7 @@ func (t *Table) FoldSQL(keys []string, refresh bool) []string {
 			t.Qualified(), set.String(), quoteIdent(t.Key), in, t.QualifiedSlots(), sp, sp, t.recordTypes(), sp, quoteIdent(t.Key), sp),
 	}
 	if refresh {
-		stmts = append(stmts, t.refreshSQL(in)...)
+		stmts = append(stmts, t.refreshSQL(keys)...)
 	}
 	return append(stmts,
 		fmt.Sprintf("UPDATE %s SET `count` = 0 WHERE `record_type` IN (%s) AND `record_id` IN (%s) AND `count` <> 0", t.QualifiedSlots(), t.recordTypes(), in))
@@ -94,19 +94,19 @@ func (t *Table) FoldSQL(keys []string, refresh bool) []string {
 //
 // Without a counter to map, there is nothing to refresh: a base row the
 // transaction does not write stays its snapshot's, and so must its slots.
-func (t *Table) refreshSQL(in string) []string {
-	flips := t.refreshFlips(in)
+func (t *Table) refreshSQL(keys []string) []string {
+	flips := t.refreshFlips(keys)
 	if flips == nil {
 		return nil
 	}
 	return append(flips,
-		fmt.Sprintf("UPDATE %s SET `count` = 1 WHERE `record_type` IN (%s) AND `record_id` IN (%s) AND `count` = 0", t.QualifiedSlots(), t.recordTypes(), in))
+		fmt.Sprintf("UPDATE %s SET `count` = 1 WHERE `record_type` IN (%s) AND `record_id` IN (%s) AND `count` = 0", t.QualifiedSlots(), t.recordTypes(), strings.Join(keys, ", ")))
 }
 
-// refreshFlips returns refreshSQL's two writes of the base rows of the
-// keys in (a list of decimal integers), or nil when no counter can be
-// mapped.
-func (t *Table) refreshFlips(in string) []string {
+// refreshFlips returns refreshSQL's two writes of the base rows of keys
+// (decimal integers), by key (see keysTable), or nil when no counter can
+// be mapped.
+func (t *Table) refreshFlips(keys []string) []string {
 	var set []string
 	for _, c := range t.Counters {
 		if c.Touch || len(c.BaseOnly) > 0 || t.inUniqueKey(c.Name) || c.Min == "" || c.Max == "" {
@@ -117,13 +117,13 @@ func (t *Table) refreshFlips(in string) []string {
 		if a == nil || b == nil {
 			continue
 		}
-		col := quoteIdent(c.Name)
+		col := "`_t`." + quoteIdent(c.Name)
 		set = append(set, fmt.Sprintf("%s = %s - %s", col, new(big.Int).Add(a, b).String(), col))
 	}
 	if len(set) == 0 {
 		return nil
 	}
-	flip := fmt.Sprintf("UPDATE %s SET %s WHERE %s IN (%s)", t.Qualified(), strings.Join(set, ", "), quoteIdent(t.Key), in)
+	flip := fmt.Sprintf("UPDATE %s STRAIGHT_JOIN %s AS `_t` FORCE INDEX (PRIMARY) ON `_t`.%s = `_k`.`k` SET %s", keysTable(keys), t.Qualified(), quoteIdent(t.Key), strings.Join(set, ", "))
 	return []string{flip, flip}
 }
 
@@ -144,12 +144,13 @@ func (t *Table) inUniqueKey(col string) bool {
 }
 
 // LockSQL locks the base rows of the given keys (decimal integers), for a
-// fold (FoldSQL) after it, and selects the keys that have one. It reads
-// the primary key (FORCE INDEX): a server that scanned a small table
-// instead would lock every row, where the client's own statement locks
-// the rows of its keys only.
+// fold after it, and selects the keys that have one. It reads them by key
+// (see keysTable): a server that scanned a small table instead would lock
+// every row, where the client's own statement locks the rows of its keys
+// only.
 func (t *Table) LockSQL(keys []string) string {
-	return fmt.Sprintf("SELECT %s FROM %s FORCE INDEX (PRIMARY) WHERE %s IN (%s) FOR UPDATE", quoteIdent(t.Key), t.Qualified(), quoteIdent(t.Key), strings.Join(keys, ", "))
+	key := t.Qualified() + "." + quoteIdent(t.Key)
+	return fmt.Sprintf("SELECT %s FROM %s STRAIGHT_JOIN %s FORCE INDEX (PRIMARY) ON %s = `_k`.`k` FOR UPDATE", key, keysTable(keys), t.Qualified(), key)
 }
 
 // WideLockSQL locks the slot rows of every record of the table, and the

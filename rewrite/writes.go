@@ -391,9 +391,10 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 	}
 	p := Plan{
 		Op: &Guarded{
-			SQL:      apply(w.sql, start, end, foldedEdits(w.edits)),
-			Guards:   []*Guard{g},
-			Restrict: w.restricted(s.Where, ref, t, start, end),
+			SQL:         apply(w.sql, start, end, foldedEdits(w.edits)),
+			Guards:      []*Guard{g},
+			Restrict:    w.restricted(s.Where, ref, t, start, end),
+			SingleTable: true,
 		},
 		Table: t,
 	}
@@ -494,10 +495,11 @@ func (r *Rewriter) delete(s *ast.DeleteStmt, w *reads, start, end int) Plan {
 		return w.refused(t, w.failed)
 	}
 	op := &Guarded{
-		SQL:      apply(w.sql, start, end, foldedEdits(w.edits)),
-		Guards:   []*Guard{g},
-		Delete:   true,
-		Restrict: w.restricted(s.Where, &sc.refs[0], t, start, end),
+		SQL:         apply(w.sql, start, end, foldedEdits(w.edits)),
+		Guards:      []*Guard{g},
+		Delete:      true,
+		Restrict:    w.restricted(s.Where, &sc.refs[0], t, start, end),
+		SingleTable: true,
 	}
 	if unguarded := apply(w.sql, start, end, w.edits); unguarded != op.SQL {
 		op.Unguarded = unguarded
@@ -752,7 +754,17 @@ func (r *Rewriter) upsertGuarded(s *ast.InsertStmt, t *Table, w *reads, start, e
 			g.KeysParams = append(g.KeysParams, i)
 		}
 	}
-	where := fmt.Sprintf("%s IN (%s)", quoteIdent(t.Key), strings.Join(keys, ", "))
+	// One locking read by equality on a unique index per row and key,
+	// joined with UNION ALL: each reads its row by that index, locking it
+	// alone (a WHERE of IN lists and ORs leaves the access path to the
+	// optimizer, which may scan a small table and lock every row).
+	lookup := func(cond string) string {
+		return fmt.Sprintf("(SELECT %s FROM %s WHERE %s FOR UPDATE)", quoteIdent(t.Key), t.Qualified(), cond)
+	}
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, lookup(quoteIdent(t.Key)+" = "+k))
+	}
 	if len(t.UniqueKeys) == 0 {
 		// The key is the only one it can conflict on: at READ COMMITTED
 		// the executor locks these keys' rows (Guard.Keys).
@@ -781,23 +793,21 @@ func (r *Rewriter) upsertGuarded(s *ast.InsertStmt, t *Table, w *reads, start, e
 				return w.wideGuarded([]*Table{t}, start, end)
 			}
 		}
-		tuples := make([]string, len(s.Lists))
-		for i, row := range s.Lists {
-			vals := make([]string, len(uk))
+		for _, row := range s.Lists {
+			conds := make([]string, len(uk))
 			for j, k := range idx {
 				if k >= len(row) || !isLiteralOrParam(row[k]) {
 					return w.wideGuarded([]*Table{t}, start, end)
 				}
-				vals[j] = r.restore(unparen(row[k]), w.sess)
+				conds[j] = cols[j] + " = " + r.restore(unparen(row[k]), w.sess)
 				if p := w.paramIndex(unparen(row[k])); p >= 0 {
 					g.KeysParams = append(g.KeysParams, p)
 				}
 			}
-			tuples[i] = "(" + strings.Join(vals, ", ") + ")"
+			parts = append(parts, lookup(strings.Join(conds, " AND ")))
 		}
-		where += fmt.Sprintf(" OR (%s) IN (%s)", strings.Join(cols, ", "), strings.Join(tuples, ", "))
 	}
-	g.KeysSQL = fmt.Sprintf("SELECT %s FROM %s WHERE %s FOR UPDATE", quoteIdent(t.Key), t.Qualified(), where)
+	g.KeysSQL = strings.Join(parts, " UNION ALL ")
 	g.Table = t
 	return Plan{Op: &Guarded{SQL: apply(w.sql, start, end, w.edits), Guards: []*Guard{g}}, Table: t}
 }
