@@ -52,7 +52,12 @@ func (k Kind) String() string {
 }
 
 // Kind is the kind of p's operation.
-func (p Plan) Kind() Kind { return p.Op.Kind() }
+func (p Plan) Kind() Kind {
+	if p.Op == nil {
+		return KindOriginal
+	}
+	return p.Op.Kind()
+}
 
 // An Op is how a statement runs: *AsWritten, *Read, *LockingRead,
 // *WriteOthers, *Increment, *Guarded, *LockTables or *Refused.

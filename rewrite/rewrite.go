@@ -331,6 +331,9 @@ func (r *Rewriter) rewrite(sql string, sess Session, slot func(int) int) ([]Plan
 		}
 		pos = end
 		plan := r.plan(st, sql, start, end, sess, slot)
+		if plan.Op == nil {
+			plan.Op = &AsWritten{} // (a statement that names no ruled table)
+		}
 		plan.Original = text
 		if sel, ok := st.(*ast.SelectStmt); ok && sel.Fields != nil && len(sel.Fields.Fields) > 0 {
 			last := sel.Fields.Fields[len(sel.Fields.Fields)-1]
