@@ -96,8 +96,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "Rewritten statements of sessions outside transactions that waited for a turn (limits.max_concurrent_rewrites): outcome ran (got one) or overflowed (ran without one: no turn given back for limits.queue_wait)."},
 		[]string{"outcome"})
 	m.statementSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name: "slotproxy_statement_seconds",
-		Help: "Time from a statement's arrival (COM_QUERY, COM_STMT_EXECUTE) to the end of its response, by how it was handled (path; the last statement's of a multi-statement query).",
+		Name:    "slotproxy_statement_seconds",
+		Help:    "Time from a statement's arrival (COM_QUERY, COM_STMT_EXECUTE) to the end of its response, by how it was handled (path; the last statement's of a multi-statement query).",
 		Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}},
 		[]string{"path"})
 	m.connections = prometheus.NewCounter(prometheus.CounterOpts{

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	myclient "github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/slotproxy/slotproxy/internal/catalog"
@@ -131,6 +132,10 @@ func (b *bench) setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// As serve: folds in transactions read slot rows as the admin account.
+	b.srv.SetSlotReader(catalog.NewSlotReader(func(ctx context.Context) (*myclient.Conn, error) {
+		return myclient.ConnectWithContext(ctx, b.backendAddr, b.adminUser, b.adminPass, "", time.Minute)
+	}, 4))
 	// The same rule with reads: rolled_up, for counter-read.
 	rolled := *t[0]
 	rolled.RolledUp, rolled.MaxStaleness = true, rules.DefaultMaxStaleness

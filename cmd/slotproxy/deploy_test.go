@@ -436,7 +436,7 @@ func exportedMetrics(t *testing.T) map[string]bool {
 // identifiers that are neither functions, keywords nor labels).
 func metricRefs(expr string) []string {
 	expr = regexp.MustCompile(`\{[^}]*\}`).ReplaceAllString(expr, "")                // label matchers
-	expr = regexp.MustCompile(`\[[^\]]*\]`).ReplaceAllString(expr, "")              // ranges
+	expr = regexp.MustCompile(`\[[^\]]*\]`).ReplaceAllString(expr, "")               // ranges
 	expr = regexp.MustCompile(`(by|without)\s*\([^)]*\)`).ReplaceAllString(expr, "") // grouping labels
 	keywords := map[string]bool{"sum": true, "rate": true, "increase": true, "histogram_quantile": true, "max": true, "min": true,
 		"avg": true, "count": true, "by": true, "without": true, "and": true, "or": true, "unless": true, "on": true, "ignoring": true,

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-mysql-org/go-mysql/client"
+
 	"github.com/slotproxy/slotproxy/internal/catalog"
 	"github.com/slotproxy/slotproxy/internal/config"
 	"github.com/slotproxy/slotproxy/internal/dialect"
@@ -106,6 +108,13 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	reloads := newReloadMetrics(reg)
 	l := &live{path: *configPath, over: over, srv: srv, log: logger, reloads: reloads}
 	l.cfg.Store(cfg)
+	if cfg.Rules != "" {
+		// Folds inside clients' REPEATABLE READ transactions read which
+		// slot rows count as the admin account (executor.SlotReader).
+		reader := catalog.NewSlotReader(func(ctx context.Context) (*client.Conn, error) { return catalog.Connect(ctx, l.config()) }, 4)
+		defer reader.Close()
+		srv.SetSlotReader(reader)
+	}
 
 	// The HTTP endpoint comes up first, so that /healthz answers and
 	// /readyz says what serve is waiting for while the rules load.

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-mysql-org/go-mysql/client"
 	_ "github.com/go-sql-driver/mysql" // for the version query in TestMain
 
 	"github.com/slotproxy/slotproxy/internal/catalog"
@@ -217,6 +218,7 @@ func startProxy(t *testing.T, backend string, rw *rewrite.Rewriter) *proxyServer
 	if err != nil {
 		t.Fatal(err)
 	}
+	srv.SetSlotReader(slotReader(t))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -597,4 +599,15 @@ func runScenario(t *testing.T, e *env, c clientSpec, mode string) {
 	t.Helper()
 	direct, proxied := e.runBoth(func(tg target) clientCmd { return c.cmd(t, tg, mode) })
 	compareRuns(t, c.what+" "+mode, direct, proxied)
+}
+
+// slotReader reads slot rows of the shared server as its root account,
+// as serve does as the admin account (closed when the test ends).
+func slotReader(t testing.TB) *catalog.SlotReader {
+	s := testdb.Shared()
+	r := catalog.NewSlotReader(func(ctx context.Context) (*client.Conn, error) {
+		return client.ConnectWithContext(ctx, s.Addr, s.RootUser, s.RootPassword, "", time.Minute)
+	}, 2)
+	t.Cleanup(r.Close)
+	return r
 }

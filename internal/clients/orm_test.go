@@ -269,6 +269,7 @@ func startORMProxy(t testing.TB, backend string, rw *rewrite.Rewriter) (*proxy.S
 	if err != nil {
 		t.Fatal(err)
 	}
+	srv.SetSlotReader(slotReader(t))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -586,6 +586,12 @@ func startProxy(t *testing.T, backend string, rw *rewrite.Rewriter) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	s := testdb.Shared()
+	reader := catalog.NewSlotReader(func(ctx context.Context) (*client.Conn, error) {
+		return client.ConnectWithContext(ctx, s.Addr, s.RootUser, s.RootPassword, "", time.Minute)
+	}, 2)
+	t.Cleanup(reader.Close)
+	srv.SetSlotReader(reader)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
