@@ -1,7 +1,9 @@
 package difffuzz_test
 
 import (
+	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,6 +40,62 @@ const (
 	boundedSequences = 100
 )
 
+// testEnv is the fuzzer's environment on the shared test server.
+func testEnv(t *testing.T) *difffuzz.Env {
+	server := testdb.Shared()
+	return &difffuzz.Env{
+		Addr: server.Addr, Version: server.Version,
+		RootUser: server.RootUser, RootPassword: server.RootPassword,
+		User: testdb.User, Password: testdb.Password,
+		Prefix:          "difffuzz",
+		StepTimeout:     envDurationOr(t, envStepTimeout, time.Second),
+		LockWaitTimeout: 2,
+		HangTimeout:     60 * time.Second,
+		Logger:          debugLogger(),
+	}
+}
+
+// debugLogger logs the proxy's debug lines (every statement it sends the
+// server, among them) to standard error when DIFFFUZZ_DEBUG=1, else
+// nothing.
+func debugLogger() *slog.Logger {
+	if os.Getenv("DIFFFUZZ_DEBUG") != "1" {
+		return nil
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// TestReproducers runs every difference the fuzzer found and printed
+// (testdata/reproducers/SERVER-SEED-KIND.txt, found on SERVER with seed
+// SEED) again, as the fuzzer ran it, on the run's server: none may differ
+// any more.
+func TestReproducers(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("testdata", "reproducers", "*.txt"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no reproducers: %v", err)
+	}
+	env := testEnv(t)
+	for _, f := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seq, err := difffuzz.ParseReproducer(string(b))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := difffuzz.Run(t.Context(), env, seq)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out.Diff != nil {
+				t.Errorf("differs again:\n%s", difffuzz.Reproducer(env, seq, out))
+			}
+		})
+	}
+}
+
 // TestDiffFuzz runs generated sequences directly and through the proxy and
 // fails with a shrunk reproducer for each difference.
 func TestDiffFuzz(t *testing.T) {
@@ -66,15 +124,7 @@ func TestDiffFuzz(t *testing.T) {
 		cfg = difffuzz.Bounded(cfg)
 	}
 	server := testdb.Shared()
-	env := &difffuzz.Env{
-		Addr: server.Addr, Version: server.Version,
-		RootUser: server.RootUser, RootPassword: server.RootPassword,
-		User: testdb.User, Password: testdb.Password,
-		Prefix:          "difffuzz",
-		StepTimeout:     envDurationOr(t, envStepTimeout, time.Second),
-		LockWaitTimeout: 2,
-		HangTimeout:     60 * time.Second,
-	}
+	env := testEnv(t)
 	shrinkBudget := envDurationOr(t, envShrink, 2*time.Minute)
 	t.Logf("seed %d (%s=%d), server %s %s, duration %v, at most %d sequences, excluded classes %v, interleaved transactions %v",
 		seed, envSeed, seed, server.Flavor, server.Version, duration, sequences, difffuzz.Excluded(), cfg.Interleave)

@@ -321,7 +321,6 @@ func (r *run) step(ctx context.Context, i int, st Step) error {
 	// moment (a refusal comes at once): a step that blocks on both sides
 	// then waits from nearly the same time on each, so the lock wait
 	// timeouts of the two end together.
-	start := time.Now()
 	r.wait(t, proxySide, refusalWindow)
 	if p := t.got[proxySide]; p != nil {
 		if reason := p.refusal(); reason != "" {
@@ -339,10 +338,14 @@ func (r *run) step(ctx context.Context, i int, st Step) error {
 		}
 	}
 	r.start(t, directSide, st)
+	// Both sides get the same time from here: a step that blocks on both
+	// is collected after one step timeout, well within the lock wait
+	// timeout, and the step that unblocks it runs on both sides in time.
+	deadline := time.Now().Add(r.env.StepTimeout)
 	if t.pending[proxySide] != nil {
-		r.wait(t, proxySide, r.env.StepTimeout-time.Since(start))
+		r.wait(t, proxySide, time.Until(deadline))
 	}
-	r.wait(t, directSide, r.env.StepTimeout)
+	r.wait(t, directSide, time.Until(deadline))
 	r.out.Executed++
 	if t.got[proxySide] != nil && t.got[directSide] != nil {
 		r.compare(t)

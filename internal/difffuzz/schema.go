@@ -119,9 +119,14 @@ type Table struct {
 // View is the name of the table's plain view.
 func (t *Table) View() string { return "v_" + t.Name }
 
-// Schema is a generated set of tables.
+// Schema is a generated set of tables, or one read from a reproducer
+// (ParseReproducer): its statements and rule files as written there, and
+// its tables by name only.
 type Schema struct {
 	Tables []*Table
+	// rawDDL and rawRules, when set, are the reproducer's (its rules
+	// naming the ruled schema as reproducerRuled).
+	rawDDL, rawRules []string
 }
 
 // GenSchema generates a schema from r: 1 to 3 tables.
@@ -205,6 +210,9 @@ func nearValue(r *rand.Rand, lo, hi *big.Int) *big.Int {
 // DDL is the statements that create the schema's tables, seed rows and
 // views in the current database.
 func (s *Schema) DDL() []string {
+	if s.rawDDL != nil {
+		return s.rawDDL
+	}
 	var out []string
 	for _, t := range s.Tables {
 		cols := []string{"id " + t.KeyType + " NOT NULL PRIMARY KEY"}
@@ -249,6 +257,13 @@ func (t *Table) columnNames() []string {
 
 // Rules is the text of each table's rule file for the ruled schema.
 func (s *Schema) Rules(ruledSchema string) []string {
+	if s.rawRules != nil {
+		out := make([]string, len(s.rawRules))
+		for i, r := range s.rawRules {
+			out[i] = strings.ReplaceAll(r, reproducerRuled, ruledSchema)
+		}
+		return out
+	}
 	var out []string
 	for _, t := range s.Tables {
 		out = append(out, fmt.Sprintf("table: %s.%s\nkey: id\ncounters: [%s]\nslots: %d\n", ruledSchema, t.Name, strings.Join(t.Ruled, ", "), t.Slots))
