@@ -362,6 +362,10 @@ func (s *Session) restartTxn(autocommitted bool) (errPkt []byte, err error) {
 // noteBegin remembers a statement that opened a transaction (see txnFresh).
 func (s *Session) noteBegin(sql []byte) {
 	if isBegin(sql) && s.inTransaction() {
+		// BEGIN commits the transaction before it: what the session knew
+		// of that one (its own increments, slots, replay) is over, though
+		// the status said "in transaction" throughout.
+		s.endTransaction()
 		s.txn.begin = append(s.txn.begin[:0], sql...)
 		s.txn.beginAt = s.commands
 		s.txn.beginStep = s.steps

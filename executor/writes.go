@@ -585,6 +585,12 @@ func (s *Session) asWrittenRetrying(p rewrite.Plan, ex *execution, seq *byte, mo
 	return res.Failed(), false, buf.WriteTo(s.link.Client, seq, s.link.Caps, status)
 }
 
+// retriable reports whether retry would run a statement that failed with
+// code at attempt again.
+func (s *Session) retriable(code uint16, attempt int) bool {
+	return code == mysql.ER_LOCK_DEADLOCK && attempt <= s.env.MaxRetries
+}
+
 // errOr returns err, or else alt.
 func errOr(err, alt error) error {
 	if err != nil {
@@ -602,7 +608,7 @@ func errOr(err, alt error) error {
 // would have waited for too (a slotted increment waits for the base row,
 // or for a slot row whose holder holds the base row).
 func (s *Session) retry(code uint16, attempt int) bool {
-	if code != mysql.ER_LOCK_DEADLOCK || attempt > s.env.MaxRetries {
+	if !s.retriable(code, attempt) {
 		return false
 	}
 	s.rolledBack = false // the failed statement was the whole transaction
@@ -643,6 +649,7 @@ func (s *Session) execGuardedWith(p rewrite.Plan, op *rewrite.Guarded, inc *rewr
 	s.env.Stats.GuardedWrites.Add(1)
 	s.metrics().Statement(PathGuarded, ruleName(p.Table))
 	for attempt := 1; ; attempt++ {
+		s.warnings = nil // a failed attempt's, if any
 		res, errPkt, again, err := s.guardedOnce(p, op, ex, wrapped, gm, main)
 		if err != nil {
 			return false, err
@@ -1180,10 +1187,18 @@ func (s *Session) execLockedRead(op *rewrite.LockingRead, ex *execution, seq *by
 		}
 		if errPkt != nil {
 			if wrapped {
+				code := wire.ErrCode(errPkt)
+				if !s.retriable(code, attempt) {
+					// The ROLLBACK clears the diagnostics, which are
+					// the client's statement's (its own lock wait).
+					if err := s.saveWarnings(); err != nil {
+						return false, err
+					}
+				}
 				if _, err := s.query("ROLLBACK"); err != nil {
 					return false, err
 				}
-				if s.retry(wire.ErrCode(errPkt), attempt) {
+				if s.retry(code, attempt) {
 					continue
 				}
 			}
@@ -1210,6 +1225,9 @@ func (s *Session) execLockedRead(op *rewrite.LockingRead, ex *execution, seq *by
 			cmd := "COMMIT"
 			if res.Failed() {
 				cmd = "ROLLBACK"
+				if err := s.saveWarnings(); err != nil {
+					return false, err
+				}
 			}
 			if _, err := s.query(cmd); err != nil {
 				return false, err

@@ -547,9 +547,18 @@ func (r *Rewriter) guardWhere(t *Table, ref *tableRef, refs *ast.TableRefsClause
 // wideGuard locks the slot rows of every record of t, and the gaps between
 // them, so that no slot row of t can be added or changed until the
 // transaction ends, and selects their keys for folding.
+//
+// The record types are read by key (see keysTable): the servers scan a
+// small slot table for record_type IN (…) and lock every row of it, other
+// tables' counters' too.
 func wideGuard(t *Table, lock string) *Guard {
-	return &Guard{Table: t, Wide: true, KeysSQL: fmt.Sprintf("SELECT DISTINCT `record_id` FROM %s WHERE `record_type` IN (%s) %s",
-		t.QualifiedSlots(), t.recordTypes(), lock)}
+	var types []string
+	for _, c := range t.Counters {
+		types = append(types, itoa(c.RecordType))
+	}
+	s := t.QualifiedSlots()
+	return &Guard{Table: t, Wide: true, KeysSQL: fmt.Sprintf("SELECT DISTINCT %s.`record_id` FROM %s STRAIGHT_JOIN %s FORCE INDEX (PRIMARY) ON %s.`record_type` = `_k`.`k` %s",
+		s, keysTable(types), s, s, lock)}
 }
 
 func (w *reads) guardFor(t *Table, ref *tableRef, where ast.ExprNode, lock string) *Guard {

@@ -164,7 +164,7 @@ const (
 // "" when they are equal. rename maps the plain schema's name to the
 // ruled one in the direct side's messages.
 func kindOf(p, d obs, rename func(string) string) string {
-	if p.blocked != d.blocked {
+	if p.blocked != d.blocked && !(lockWaitEnded(p) && lockWaitEnded(d)) {
 		return KindBlocked
 	}
 	if len(p.results) != len(d.results) {
@@ -186,6 +186,14 @@ func kindOf(p, d obs, rename func(string) string) string {
 		}
 	}
 	return ""
+}
+
+// lockWaitEnded reports whether o ended with a lock wait timeout: it
+// waited, whether or not longer than the step timeout (InnoDB ends lock
+// waits within a second of the timeout).
+func lockWaitEnded(o obs) bool {
+	n := len(o.results)
+	return n > 0 && o.results[n-1].isErr && o.results[n-1].code == 1205
 }
 
 // execute runs st on c and observes every result.

@@ -374,6 +374,13 @@ func (r *run) start(t *twin, side int, st Step) {
 // wait waits up to d for the pending step of one side; a step that takes
 // longer is marked blocked and collected later.
 func (r *run) wait(t *twin, side int, d time.Duration) bool {
+	select {
+	case o := <-t.pending[side]:
+		// Answered already (a timer of no time left must not win).
+		t.pending[side], t.got[side] = nil, &o
+		return true
+	default:
+	}
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	select {
