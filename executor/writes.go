@@ -623,6 +623,9 @@ func (s *Session) retry(code uint16, attempt int) bool {
 // base rows, then runs the write, all in one transaction (the client's, or
 // one the proxy opens and commits around an autocommit statement).
 func (s *Session) execGuarded(p rewrite.Plan, op *rewrite.Guarded, ex *execution, seq *byte, more bool) (bool, error) {
+	if op.Local {
+		return s.execGuardedLocal(p, op, seq, more)
+	}
 	return s.execGuardedWith(p, op, nil, ex, seq, more, func() ([]byte, []byte, error) {
 		if ex != nil {
 			return ex.payload, nil, nil
@@ -703,6 +706,99 @@ func (s *Session) execGuardedWith(p rewrite.Plan, op *rewrite.Guarded, inc *rewr
 		}
 		return true, s.writeErr(errPkt, seq)
 	}
+}
+
+// execGuardedLocal runs a LOAD DATA LOCAL … REPLACE (op.Local): its guards
+// fold the records it may replace, then its response is relayed to the
+// client as it comes (the server asks the client for its file in the
+// middle of it), all in one transaction, once: the client's file cannot
+// be asked for again.
+func (s *Session) execGuardedLocal(p rewrite.Plan, op *rewrite.Guarded, seq *byte, more bool) (bool, error) {
+	wrapped := s.autocommitted() && !s.tablesLocked()
+	gm, refusal, err := s.guardModeFor(p, op, nil, nil, wrapped)
+	if err != nil {
+		return false, err
+	}
+	if refusal != "" {
+		return true, s.refuse(p.Table, refusal, seq)
+	}
+	s.env.Stats.GuardedWrites.Add(1)
+	s.metrics().Statement(PathGuarded, ruleName(p.Table))
+	s.warnings = nil
+	s.wrapping = wrapped
+	defer func() { s.wrapping = false }()
+	end := func(cmd string) error {
+		if !wrapped {
+			return nil
+		}
+		_, err := s.query(cmd)
+		return err
+	}
+	if wrapped {
+		if gm.repeatable {
+			if errPkt, err := s.queryErr("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"); err != nil || errPkt != nil {
+				return errPkt != nil, errOr(err, s.writeErr(errPkt, seq))
+			}
+		}
+		if errPkt, err := s.queryErr("BEGIN"); err != nil || errPkt != nil {
+			return errPkt != nil, errOr(err, s.writeErr(errPkt, seq))
+		}
+	}
+	if errPkt, err := s.lockAndFold(op.Guards, nil); err != nil || errPkt != nil {
+		if err != nil {
+			return false, err
+		}
+		if wrapped {
+			if err := s.saveWarnings(); err != nil {
+				return false, err
+			}
+		}
+		if err := end("ROLLBACK"); err != nil {
+			return false, err
+		}
+		return true, s.writeErr(errPkt, seq)
+	}
+	if err := s.send(queryPacket(op.SQL)); err != nil {
+		return false, err
+	}
+	f := &wire.Forward{Client: s.link.Client, Server: s.link.Backend, Caps: s.link.Caps, Seq: seq, More: more}
+	if wrapped {
+		f.Status = func(st uint16) uint16 { return st &^ mysql.SERVER_STATUS_IN_TRANS }
+	}
+	res, err := s.rd.Read(wire.Results, f)
+	if err != nil {
+		return false, err
+	}
+	s.Observe(res)
+	if res.Failed() {
+		if wrapped {
+			if err := s.saveWarnings(); err != nil {
+				return false, err
+			}
+		}
+		if err := end("ROLLBACK"); err != nil {
+			return false, err
+		}
+		return true, nil
+	}
+	if wrapped {
+		// COMMIT clears the load's warnings: keep them.
+		if err := s.saveWarnings(); err != nil {
+			return false, err
+		}
+		// The client has its OK: a COMMIT that fails now cannot answer it.
+		r, err := s.query("COMMIT")
+		if err == nil && r.Failed() {
+			err = &backendError{r.Err}
+		}
+		if err != nil {
+			return false, fmt.Errorf("%w: committing the fold and the load: %w", ErrAnswered, err)
+		}
+		if gm.repeatable {
+			s.rw.weakAt, s.rw.weakTx = 0, false
+		}
+	}
+	return false, s.afterSuccess(p)
 }
 
 // guardAttempts bounds the attempts of a guarded write at READ COMMITTED

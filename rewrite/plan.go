@@ -186,6 +186,10 @@ type Guarded struct {
 	// statement has no WHERE clause of a single table.
 	Restrict string
 	Guards   []*Guard
+	// Local: the statement is a LOAD DATA LOCAL: its response, in which
+	// the client sends its file, is relayed as it comes, and it runs once
+	// (the file cannot be sent again).
+	Local bool
 	// SingleTable: the client's statement is an UPDATE or DELETE of one
 	// table (MariaDB lists its lock errors twice in SHOW WARNINGS).
 	SingleTable bool

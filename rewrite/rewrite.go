@@ -610,12 +610,15 @@ func (r *Rewriter) plan(st ast.StmtNode, sql string, start, end int, sess Sessio
 			// New rows only: no slot row is theirs.
 			return Plan{Op: &AsWritten{}}
 		}
-		if s.FileLocRef == ast.FileLocClient {
-			return r.shadow(Plan{Op: &Refused{}, Table: t, Reason: "LOAD DATA LOCAL … REPLACE into a ruled table: the rows it replaces are known only once it runs, and a file the client sends cannot be loaded inside the transaction that folds the table first (load it with IGNORE, or into another table and REPLACE … SELECT from there)"})
-		}
 		// The rows it replaces are known only once it runs: every slotted
-		// record is folded first.
-		return r.shadow(w.wideGuarded([]*Table{t}, start, end))
+		// record is folded first. (LOCAL: the client sends its file in the
+		// middle of the statement's response, inside the transaction that
+		// folded the table.)
+		p := w.wideGuarded([]*Table{t}, start, end)
+		if g, ok := p.Op.(*Guarded); ok && s.FileLocRef == ast.FileLocClient {
+			g.Local = true
+		}
+		return r.shadow(p)
 	case *ast.CreateViewStmt:
 		// The body is stored as written: reads through the view inline it
 		// (inlinedRead), so its counters are read as totals then.
