@@ -47,6 +47,23 @@ func (s *Session) read(kind wire.Kind) (*wire.Response, error) {
 	return r, nil
 }
 
+// readRows is read for a result set whose rows beyond maxRows are read and
+// dropped (Response.Dropped counts them).
+func (s *Session) readRows(maxRows int) (*wire.Response, error) {
+	c := &wire.Collect{MaxRows: maxRows}
+	res, err := s.rd.Read(wire.Results, c)
+	if err != nil {
+		return nil, err
+	}
+	c.R.Result = res
+	if res.Failed() {
+		s.noteErr(res.ErrCode)
+	} else {
+		s.noteStatus(res)
+	}
+	return &c.R, nil
+}
+
 // query runs sql, a statement of the proxy's own, and reads its response.
 func (s *Session) query(sql string) (*wire.Response, error) {
 	if err := s.send(queryPacket(sql)); err != nil {
@@ -231,6 +248,12 @@ func (e *backendError) Error() string {
 // executeInternal runs sql, prepared for the proxy's own use, with the
 // given parameters of the client's execution.
 func (s *Session) executeInternal(sql string, ep execParams, idx []int) (*wire.Response, error) {
+	return s.executeInternalRows(sql, ep, idx, 0)
+}
+
+// executeInternalRows is executeInternal whose result keeps at most
+// maxRows rows (0: all; see readRows).
+func (s *Session) executeInternalRows(sql string, ep execParams, idx []int, maxRows int) (*wire.Response, error) {
 	id, err := s.internalStmt(sql)
 	if err != nil {
 		return nil, err
@@ -246,7 +269,7 @@ func (s *Session) executeInternal(sql string, ep execParams, idx []int) (*wire.R
 	if err := s.send(pkt); err != nil {
 		return nil, err
 	}
-	return s.read(wire.Results)
+	return s.readRows(maxRows)
 }
 
 // binaryInt decodes the first column of a binary-protocol row as an integer

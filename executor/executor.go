@@ -94,6 +94,10 @@ type Env struct {
 	// REPEATABLE READ transactions (see foldKeys); nil makes those folds
 	// lock the records' slot rows by range, gaps included.
 	SlotReader SlotReader
+	// MaxGuardKeys bounds the keys a guard keeps in memory; a write of
+	// more rows folds every slotted record of its table instead (see
+	// foldAllSlotted). Zero means 100,000.
+	MaxGuardKeys int
 
 	Stats Stats
 

@@ -104,8 +104,7 @@ func (s *Session) slotRowsOf(t *rewrite.Table, keys []string) (rows []rewrite.Sl
 	if err := s.ensureSessionInfo(); err != nil {
 		return nil, false, err
 	}
-	inSession := s.wrapping || s.tablesLocked() || strings.HasPrefix(s.rw.isolation, "READ") && s.rw.weakAt == 0
-	if inSession {
+	if s.readsSlotsItself() {
 		r, err := s.query(t.SlotRowsSQL(keys))
 		if err != nil {
 			return nil, false, err
@@ -127,6 +126,62 @@ func (s *Session) slotRowsOf(t *rewrite.Table, keys []string) (rows []rewrite.Sl
 		return nil, false, nil
 	}
 	return s.txn.addOwnRows(ruleName(t), keys, rows), true, nil
+}
+
+// slottedKeys returns the keys of t's records that have slot rows with
+// counts, above after ("" for all), from a page of at most limit slot rows,
+// read where every row that counts is visible (as slotRowsOf reads them),
+// and the key the next page starts after ("" when this one is the last).
+// ok is false when they cannot be read exactly.
+func (s *Session) slottedKeys(t *rewrite.Table, after string, limit int) (keys []string, next string, ok bool, err error) {
+	q := t.SlottedRowsSQL(after, limit)
+	var rows []rewrite.SlotRow
+	if s.readsSlotsItself() {
+		r, err := s.query(q)
+		if err != nil {
+			return nil, "", false, err
+		}
+		if r.Failed() {
+			return nil, "", false, nil
+		}
+		if rows, err = slotRows(r); err != nil {
+			return nil, "", false, err
+		}
+	} else {
+		if s.env.SlotReader == nil {
+			return nil, "", false, nil
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), slotReadTimeout)
+		defer cancel()
+		if rows, err = s.env.SlotReader.ReadSlotRows(ctx, q); err != nil {
+			s.log.Warn("reading slot rows for a fold failed: locking them by range", "rule", ruleName(t), "err", err)
+			return nil, "", false, nil
+		}
+	}
+	if len(rows) >= limit {
+		next = rows[len(rows)-1].Key
+	}
+	if after == "" && !s.readsSlotsItself() {
+		// The transaction's own rows (not committed, not read above):
+		// their records go with the first page.
+		for _, o := range s.txn.ownRows[ruleName(t)] {
+			if o.key != "" {
+				rows = append(rows, rewrite.SlotRow{RecordType: o.recordType, Key: o.key, Slot: o.slot})
+			}
+		}
+	}
+	for _, r := range rows {
+		if !slices.Contains(keys, r.Key) {
+			keys = append(keys, r.Key)
+		}
+	}
+	return keys, next, true, nil
+}
+
+// readsSlotsItself reports whether the session's own consistent read of
+// slot rows sees exactly those that count (see slotRowsOf).
+func (s *Session) readsSlotsItself() bool {
+	return s.wrapping || s.tablesLocked() || strings.HasPrefix(s.rw.isolation, "READ") && s.rw.weakAt == 0
 }
 
 // slotRows reads the rows of a SELECT of record_type, record_id, slot and

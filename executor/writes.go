@@ -973,11 +973,16 @@ func (s *Session) guardedOnce(p rewrite.Plan, op *rewrite.Guarded, ex *execution
 		if s.env.GuardWindow != nil {
 			s.env.GuardWindow()
 		}
-	} else if locked, errPkt, err := s.lockAndFoldKeys(op.Guards, ex); err != nil || errPkt != nil {
+	} else if locked, errPkt, err := s.lockAndFoldKeys(op.Guards, ex); errPkt != nil || err != nil && !errors.Is(err, errTooManyKeys) {
 		if err != nil {
 			return nil, nil, false, err
 		}
 		return failOwn(errPkt)
+	} else if gm.restrict && err != nil {
+		// Narrowing it to the rows its guard locked would need their keys.
+		return fail(wire.Errorf(mysql.ER_NOT_SUPPORTED_YET, "42000",
+			"rule %s: statement refused: it may touch more than %d rows at %s; run it at REPEATABLE READ or in autocommit",
+			ruleName(p.Table), s.maxGuardKeys(), strings.ReplaceAll(s.rw.isolation, "-", " ")).Packet())
 	} else if gm.restrict {
 		if s.env.GuardWindow != nil {
 			s.env.GuardWindow()
@@ -1191,12 +1196,17 @@ func (s *Session) snapshotFolds() (bool, error) {
 // report (the statement must not run).
 func (s *Session) lockAndFold(guards []*rewrite.Guard, ex *execution) (errPkt []byte, err error) {
 	_, errPkt, err = s.lockAndFoldKeys(guards, ex)
+	if errors.Is(err, errTooManyKeys) {
+		err = nil // the records are folded; which keys is not needed
+	}
 	return errPkt, err
 }
 
 // lockAndFoldKeys is lockAndFold that also returns the keys the first
-// guard locked.
+// guard locked, or errTooManyKeys when they were too many to keep (the
+// records are folded all the same).
 func (s *Session) lockAndFoldKeys(guards []*rewrite.Guard, ex *execution) (locked []string, errPkt []byte, err error) {
+	overflowed := false
 	for i, g := range guards {
 		t := g.Table
 		if byKey, ok := resolveKeys(g.Keys, ex); ok && len(byKey) > 0 {
@@ -1218,10 +1228,12 @@ func (s *Session) lockAndFoldKeys(guards []*rewrite.Guard, ex *execution) (locke
 		var keysResp *wire.Response
 		binaryRows := false
 		if ex != nil && len(g.KeysParams) > 0 {
-			keysResp, err = s.executeInternal(g.KeysSQL, ex.params, g.KeysParams)
+			keysResp, err = s.executeInternalRows(g.KeysSQL, ex.params, g.KeysParams, s.maxGuardKeys())
 			binaryRows = true
 		} else {
-			keysResp, err = s.query(g.KeysSQL)
+			if err = s.send(queryPacket(g.KeysSQL)); err == nil {
+				keysResp, err = s.readRows(s.maxGuardKeys())
+			}
 		}
 		if err != nil {
 			var be *backendError
@@ -1247,6 +1259,20 @@ func (s *Session) lockAndFoldKeys(guards []*rewrite.Guard, ex *execution) (locke
 			}
 			keys = append(keys, k)
 		}
+		if keysResp.Dropped > 0 {
+			// More rows than the proxy keeps keys of: every slotted
+			// record it may touch is among the table's slotted records,
+			// which are folded instead (those the statement does not
+			// touch as well).
+			if i == 0 {
+				locked = nil
+				overflowed = true
+			}
+			if errPkt, err := s.foldAllSlotted(t); err != nil || errPkt != nil {
+				return nil, errPkt, err
+			}
+			continue
+		}
 		if i == 0 {
 			locked = slices.Clone(keys)
 		}
@@ -1254,7 +1280,59 @@ func (s *Session) lockAndFoldKeys(guards []*rewrite.Guard, ex *execution) (locke
 			return nil, errPkt, err
 		}
 	}
+	if overflowed {
+		return nil, nil, errTooManyKeys
+	}
 	return locked, nil, nil
+}
+
+// errTooManyKeys: the first guard locked more rows than the proxy keeps
+// keys of (maxGuardKeys), so the keys it locked are not known; the
+// records were folded.
+var errTooManyKeys = errors.New("the guard locked more rows than the proxy keeps keys of")
+
+// maxGuardKeys is the Env's bound on the keys a guard keeps in memory: a
+// write of more rows (a DELETE of a whole table, say) folds the table's
+// slotted records instead of the ones among its rows (foldAllSlotted).
+func (s *Session) maxGuardKeys() int {
+	if s.env.MaxGuardKeys > 0 {
+		return s.env.MaxGuardKeys
+	}
+	return 100_000
+}
+
+// foldAllSlotted folds every record of t that has slot rows with counts,
+// in pages of foldBatch keys: their base rows are locked and folded (see
+// foldKeys). Which records have them is read where every row that counts
+// is visible (see slotRowsOf).
+func (s *Session) foldAllSlotted(t *rewrite.Table) (errPkt []byte, err error) {
+	after := ""
+	for {
+		keys, next, ok, err := s.slottedKeys(t, after, foldBatch)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			// Cannot be read exactly: every slotted record, locked by
+			// range (the gaps too).
+			_, errPkt, err := s.lockAndFoldKeys([]*rewrite.Guard{{Table: t, KeysSQL: t.WideLockSQL(), Wide: true}}, nil)
+			return errPkt, err
+		}
+		if len(keys) == 0 {
+			return nil, nil
+		}
+		found, errPkt, err := s.lockKeys(t, keys)
+		if err != nil || errPkt != nil {
+			return errPkt, err
+		}
+		if errPkt, err := s.foldKeys(t, found); err != nil || errPkt != nil {
+			return errPkt, err
+		}
+		if next == "" {
+			return nil, nil
+		}
+		after = next
+	}
 }
 
 // execLockedRead runs a locking read of counters (p.Locking): the records

@@ -111,9 +111,16 @@ func loadCatalog(t *testing.T, rule string) *rewrite.Catalog {
 // stats and the records roll-up folded.
 func runDifferential(t *testing.T, cat *rewrite.Catalog, plain, ruled string, corpus []step) (proxy.StatsSnapshot, int) {
 	t.Helper()
-	p := startProxy(t, func(c *proxy.Config) {
+	return runDifferentialWith(t, cat, plain, ruled, corpus, nil)
+}
+
+// runDifferentialWith is runDifferential with before run on the proxy
+// before it serves.
+func runDifferentialWith(t *testing.T, cat *rewrite.Catalog, plain, ruled string, corpus []step, before func(*proxy.Server)) (proxy.StatsSnapshot, int) {
+	t.Helper()
+	p := startProxyFull(t, func(c *proxy.Config) {
 		c.Rewriter = newRewriter(cat)
-	})
+	}, before)
 	connect := func(addr, db string) *client.Conn {
 		c, err := client.Connect(addr, testdb.User, testdb.Password, db, func(c *client.Conn) error {
 			return c.SetCapability(gomysql.CLIENT_MULTI_STATEMENTS)

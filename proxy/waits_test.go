@@ -2,7 +2,10 @@ package proxy_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
+
+	"github.com/slotproxy/slotproxy/proxy"
 )
 
 // TestFoldsLockOnlyTheirRecords: a write the proxy folds first (a guarded
@@ -109,4 +112,48 @@ func TestFoldsLockOnlyTheirRecords(t *testing.T) {
 		text("SELECT * FROM t2 ORDER BY id"),
 	}
 	runDifferential(t, cat, plain, ruled, corpus)
+}
+
+// TestGuardBeyondKeyLimit: a guarded write of more rows than the proxy
+// keeps keys of (executor.Env.MaxGuardKeys, 3 here; 100,000 by default)
+// folds every slotted record of its table instead of keeping the keys of
+// the rows it locked: memory stays bounded for a DELETE of millions of
+// rows, and the totals are exact, in autocommit and in a transaction.
+func TestGuardBeyondKeyLimit(t *testing.T) {
+	const plain, ruled = "keylimit_plain", "keylimit_ruled"
+	var rows []string
+	for i := 1; i <= 12; i++ {
+		rows = append(rows, fmt.Sprintf("(%d, %d, 'n%d')", i, i*10, i%3))
+	}
+	cat := loadedSetup(t, plain, ruled, []string{
+		"CREATE TABLE t1 (id INT NOT NULL PRIMARY KEY, c1 INT NOT NULL DEFAULT 0, name VARCHAR(20) NULL)",
+		"INSERT INTO t1 (id, c1, name) VALUES " + strings.Join(rows, ", "),
+	}, "table: "+ruled+".t1\nkey: id\ncounters: [c1]\nslots: 4\n")
+	var corpus []step
+	incs := func() {
+		for _, id := range []int{1, 3, 5, 7, 9, 11} {
+			corpus = append(corpus, text(fmt.Sprintf("UPDATE t1 SET c1 = c1 + %d WHERE id = %d", id, id)))
+		}
+	}
+	incs()
+	corpus = append(corpus,
+		text("UPDATE t1 SET name = 'z', c1 = c1 * 2 WHERE name <> 'x'"),
+		text("SELECT * FROM t1 ORDER BY id"),
+	)
+	incs()
+	corpus = append(corpus,
+		text("BEGIN"),
+		text("UPDATE t1 SET c1 = c1 + 1 WHERE id = 1"),
+		text("DELETE FROM t1 WHERE name = 'z' AND id > 6"),
+		text("SELECT * FROM t1 ORDER BY id"),
+		text("COMMIT"),
+	)
+	incs()
+	corpus = append(corpus,
+		text("DELETE FROM t1"),
+		text("SELECT * FROM t1 ORDER BY id"),
+		text("INSERT INTO t1 (id, c1) VALUES (1, 1), (3, 3), (5, 5)"),
+		text("SELECT * FROM t1 ORDER BY id"),
+	)
+	runDifferentialWith(t, cat, plain, ruled, corpus, func(s *proxy.Server) { proxy.SetMaxGuardKeys(s, 3) })
 }

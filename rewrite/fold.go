@@ -221,3 +221,16 @@ func (t *Table) FoldRowsSQL(keys []string, rows []SlotRow, refresh bool) []strin
 	}
 	return append(stmts, t.slotRowsUpdate(nonzero, 0, "<> 0")...)
 }
+
+// SlottedRowsSQL selects record_type, record_id, slot and count of the
+// slot rows with counts of t's records with keys above after (a decimal
+// integer; "" for all), by key, at most limit rows: a page of the records
+// that have slot rows (see the executor's foldAllSlotted).
+func (t *Table) SlottedRowsSQL(after string, limit int) string {
+	cond := ""
+	if after != "" {
+		cond = " AND `record_id` > " + after
+	}
+	return fmt.Sprintf("SELECT `record_type`, `record_id`, `slot`, `count` FROM %s WHERE `record_type` IN (%s) AND `count` <> 0%s ORDER BY `record_id` LIMIT %d",
+		t.QualifiedSlots(), t.recordTypes(), cond, limit)
+}

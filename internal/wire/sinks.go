@@ -178,6 +178,9 @@ type Response struct {
 	Columns, Rows [][]byte
 	// Sets counts the result sets.
 	Sets int
+	// Dropped counts the rows of the first result set read beyond
+	// Collect.MaxRows and not kept.
+	Dropped int
 	// Final is the payload of the response's last packet.
 	Final []byte
 }
@@ -188,6 +191,9 @@ type Response struct {
 type Collect struct {
 	R     Response
 	Limit int
+	// MaxRows, when positive, bounds the rows of the first result set
+	// kept: the others are read and dropped (counted in R.Dropped).
+	MaxRows int
 }
 
 // Wait does nothing: nobody is waiting for a collected response.
@@ -219,7 +225,11 @@ func (c *Collect) Take(src *Conn, p *Packet) error {
 			c.R.Columns = append(c.R.Columns, payload)
 		}
 	case RoleRow:
-		if c.R.Sets == 1 {
+		switch {
+		case c.R.Sets != 1:
+		case c.MaxRows > 0 && len(c.R.Rows) >= c.MaxRows:
+			c.R.Dropped++
+		default:
 			c.R.Rows = append(c.R.Rows, payload)
 		}
 	case RoleInfile:
