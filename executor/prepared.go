@@ -262,7 +262,7 @@ func (s *Session) executeReplanned(rw *rewrite.Rewriter, st *stmtInfo, payload [
 		_, err := s.execOnBase(p, op, ex, &seq, false)
 		return true, err
 	case *rewrite.Guarded:
-		_, err := s.execGuardedWith(p, op, nil, ex, &seq, false, func() ([]byte, []byte, error) { return s.statementPacket(op.SQL, ex) })
+		_, err := s.execGuardedWith(p, op, nil, ex, &seq, false, func() ([]byte, []byte, error) { return s.statementPacket(op.SQL, ex) }, nil)
 		return true, err
 	default:
 		_, err := s.execAsWritten(p, ex, &seq, false)

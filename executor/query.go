@@ -29,9 +29,12 @@ type rewriteState struct {
 	weakTx      bool // a transaction began after weakAt
 	ansiQuotes  bool
 	noBackslash bool
-	charset     string               // character_set_client
-	stmts       map[uint32]*stmtInfo // rewritten prepared statements by backend id
-	internal    internalStmts        // statements the proxy prepared for itself
+	// strict: sql_mode is strict (STRICT_TRANS_TABLES or
+	// STRICT_ALL_TABLES): a value out of a column's range is an error.
+	strict   bool
+	charset  string               // character_set_client
+	stmts    map[uint32]*stmtInfo // rewritten prepared statements by backend id
+	internal internalStmts        // statements the proxy prepared for itself
 	// temp are the session's temporary tables named like ruled tables
 	// (rewrite.Session.TempTables).
 	temp []string
@@ -282,6 +285,7 @@ func (s *Session) ensureSessionInfo() error {
 	s.rw.charset = strings.ToLower(string(vals[2]))
 	s.rw.ansiQuotes = strings.Contains(mode, "ANSI_QUOTES")
 	s.rw.noBackslash = strings.Contains(mode, "NO_BACKSLASH_ESCAPES")
+	s.rw.strict = strings.Contains(mode, "STRICT_TRANS_TABLES") || strings.Contains(mode, "STRICT_ALL_TABLES")
 	s.rw.infoKnown = true
 	return nil
 }

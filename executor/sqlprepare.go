@@ -61,13 +61,19 @@ func (s *Session) sqlPrepared(rw *rewrite.Rewriter, sql, payload []byte) (done b
 			return false, nil // the server's own error for a wrong USING list
 		}
 		g.KeysSQL, g.KeysParams, g.Keys = bound, nil, nil
+		if g.ScanSQL != "" {
+			if g.ScanSQL, ok = rewrite.BindVars(g.ScanSQL, s.rewriteSession(), pick(using, g.ScanParams)); !ok {
+				return false, nil
+			}
+			g.ScanParams = nil
+		}
 		op := *wop
 		op.Guards = []*rewrite.Guard{&g}
 		p := *w
 		p.Op, p.Original = &op, string(sql)
 		seq := s.respSeq
 		s.stmtsInCommand = 1
-		_, err := s.execGuardedWith(p, &op, nil, nil, &seq, false, func() ([]byte, []byte, error) { return payload, nil, nil })
+		_, err := s.execGuardedWith(p, &op, nil, nil, &seq, false, func() ([]byte, []byte, error) { return payload, nil, nil }, nil)
 		return true, err
 	case verb == rewrite.PrepareVerb || verb == rewrite.DeallocateVerb:
 		if rw.Catalog().Mentions(string(sql)) {

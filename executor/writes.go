@@ -2,10 +2,12 @@ package executor
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/big"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -19,7 +21,7 @@ import (
 )
 
 // foldBatch bounds how many keys one fold statement names.
-const foldBatch = 500
+const foldBatch = rewrite.FoldBatch
 
 // execution is a client's COM_STMT_EXECUTE of a rewritten statement.
 type execution struct {
@@ -381,6 +383,12 @@ func (s *Session) execIncrement(p rewrite.Plan, inc *rewrite.Increment, ex *exec
 		}
 		return true, s.writeErr(denied, seq)
 	}
+	if fit, err := s.sharesFit(p.Table, inc, ex); err != nil || !fit {
+		if err != nil {
+			return false, err
+		}
+		return s.execOnBase(p, inc, ex, seq, more)
+	}
 	s.env.Stats.RewrittenWrites.Add(1)
 	s.metrics().Statement(PathRewrittenWrite, ruleName(p.Table))
 	autocommitted := s.autocommitted()
@@ -495,8 +503,182 @@ func infoRecords(info []byte) (uint64, bool) {
 // transaction (the client's, or one of the proxy's own around an
 // autocommit statement). The response is the statement's own.
 func (s *Session) execOnBase(p rewrite.Plan, inc *rewrite.Increment, ex *execution, seq *byte, more bool) (bool, error) {
+	if keys, deltas, ok := s.orderedKeys(p.Table, inc, ex); ok {
+		// Its rows are locked and folded one at a time, in the order the
+		// statement writes them, up to the first it cannot write.
+		g := *inc.Guard
+		g.Keys, g.KeysSQL, g.KeysParams = nil, "", nil
+		op := &rewrite.Guarded{SQL: p.Original, Guards: []*rewrite.Guard{&g}, SingleTable: true}
+		lockInOrder := func() ([]string, []byte, error) { return s.lockIncrementInOrder(p.Table, keys, deltas) }
+		return s.execGuardedWith(p, op, inc, ex, seq, more, func() ([]byte, []byte, error) { return s.statementPacket(p.Original, ex) }, lockInOrder)
+	}
 	op := &rewrite.Guarded{SQL: p.Original, Guards: []*rewrite.Guard{inc.Guard}, SingleTable: true}
-	return s.execGuardedWith(p, op, inc, ex, seq, more, func() ([]byte, []byte, error) { return s.statementPacket(p.Original, ex) })
+	return s.execGuardedWith(p, op, inc, ex, seq, more, func() ([]byte, []byte, error) { return s.statementPacket(p.Original, ex) }, nil)
+}
+
+// orderedKeys returns the keys of an increment of several records by key
+// (canonical integers, ascending: the order an UPDATE … WHERE key IN (…)
+// writes them in) and its deltas by counter, when a row can make it fail
+// part way: in a strict sql_mode, with every delta an integer. Directly
+// the UPDATE then stops at the first row out of its counter's range,
+// having locked only the rows before it; its guard must not lock the
+// others (see lockIncrementInOrder).
+func (s *Session) orderedKeys(t *rewrite.Table, inc *rewrite.Increment, ex *execution) (keys []string, deltas map[string]*big.Int, ok bool) {
+	if !s.rw.strict {
+		return nil, nil, false
+	}
+	return incKeysDeltas(t, inc, ex)
+}
+
+// sharesFit reports whether every record of a slotted increment of
+// several keys in a client's transaction fits its slot's share of the
+// range, as far as their committed base values tell (read by the
+// SlotReader, outside the transaction): the slotted INSERT fails on the
+// first that does not, after inserting slot rows for the ones before it,
+// and the locks those rows leave behind (InnoDB keeps them, and turns them
+// into gap locks when the rows go) make other increments of those records
+// wait for the transaction, where the client's UPDATE fails on the same
+// row having locked only base rows. Such an increment runs on the base
+// rows from the start. True when it cannot tell (one key, no reader).
+func (s *Session) sharesFit(t *rewrite.Table, inc *rewrite.Increment, ex *execution) (bool, error) {
+	if s.autocommitted() || s.env.SlotReader == nil {
+		return true, nil
+	}
+	keys, deltas, ok := incKeysDeltas(t, inc, ex)
+	if !ok {
+		return true, nil
+	}
+	var cols []string
+	var ctrs []*rewrite.Counter
+	for i := range t.Counters {
+		c := &t.Counters[i]
+		if deltas[strings.ToLower(c.Name)] != nil && !c.Touch {
+			cols = append(cols, c.Name)
+			ctrs = append(ctrs, c)
+		}
+	}
+	if len(cols) == 0 {
+		return true, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), slotReadTimeout)
+	defer cancel()
+	rows, err := s.env.SlotReader.ReadSlotRows(ctx, t.BaseValuesSQL(cols, keys))
+	if err != nil {
+		s.log.Warn("reading base values before a slotted increment failed", "rule", ruleName(t), "err", err)
+		return true, nil
+	}
+	for _, r := range rows {
+		if r.RecordType < 0 || r.RecordType >= len(ctrs) {
+			continue
+		}
+		if r.Slot != 0 {
+			return false, nil // NULL: the slotted increment fails on it
+		}
+		base, ok := new(big.Int).SetString(r.Count, 10)
+		c := ctrs[r.RecordType]
+		if !ok || !c.FitsShare(base, deltas[strings.ToLower(c.Name)]) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// incKeysDeltas returns the keys of an increment of several records, in
+// ascending order, and its deltas by lower-case counter name; ok is false
+// for one key, keys or deltas it cannot tell, or a counter assigned twice.
+func incKeysDeltas(t *rewrite.Table, inc *rewrite.Increment, ex *execution) (keys []string, deltas map[string]*big.Int, ok bool) {
+	if len(inc.Keys) < 2 || len(inc.Deltas) == 0 || t == nil {
+		return nil, nil, false
+	}
+	keys, ok = resolveKeys(inc.Keys, ex)
+	if !ok || len(keys) < 2 {
+		return nil, nil, false
+	}
+	deltas = map[string]*big.Int{}
+	for _, d := range inc.Deltas {
+		v := d.Literal
+		if d.Param >= 0 {
+			if ex == nil {
+				return nil, nil, false
+			}
+			v, _ = ex.params.intParam(d.Param)
+		}
+		n, ok := new(big.Int).SetString(v, 10)
+		if !ok {
+			return nil, nil, false
+		}
+		if d.Minus {
+			n.Neg(n)
+		}
+		if prev := deltas[strings.ToLower(d.Column)]; prev != nil {
+			return nil, nil, false // a counter assigned twice: as written
+		}
+		deltas[strings.ToLower(d.Column)] = n
+	}
+	slices.SortFunc(keys, func(a, b string) int {
+		x, _ := new(big.Int).SetString(a, 10)
+		y, _ := new(big.Int).SetString(b, 10)
+		return x.Cmp(y)
+	})
+	return keys, deltas, true
+}
+
+// lockIncrementInOrder locks and folds the records of an increment one at
+// a time, keys ascending, and stops after the first whose total plus its
+// delta is out of its counter's range (the statement fails there,
+// directly having locked no row after it). It returns the keys locked.
+func (s *Session) lockIncrementInOrder(t *rewrite.Table, keys []string, deltas map[string]*big.Int) (locked []string, errPkt []byte, err error) {
+	var cols []string
+	var ctrs []*rewrite.Counter
+	for i := range t.Counters {
+		c := &t.Counters[i]
+		if deltas[strings.ToLower(c.Name)] != nil {
+			cols = append(cols, "`"+strings.ReplaceAll(c.Name, "`", "``")+"`")
+			ctrs = append(ctrs, c)
+		}
+	}
+	for _, k := range keys {
+		found, errPkt, err := s.lockKeys(t, []string{k})
+		if err != nil || errPkt != nil {
+			return nil, errPkt, err
+		}
+		if len(found) == 0 {
+			continue
+		}
+		locked = append(locked, k)
+		if errPkt, err := s.foldKeys(t, found); err != nil || errPkt != nil {
+			return nil, errPkt, err
+		}
+		r, err := s.query(t.ValuesSQL(cols, k))
+		if err != nil {
+			return nil, nil, err
+		}
+		if r.Failed() {
+			return nil, r.Err, nil
+		}
+		if len(r.Rows) != 1 {
+			continue
+		}
+		vals, err := wire.TextRow(r.Rows[0])
+		if err != nil || len(vals) != len(ctrs) {
+			return nil, nil, errors.New("guard: cannot read the record's counters")
+		}
+		for i, c := range ctrs {
+			if vals[i] == nil {
+				continue // NULL + d is NULL: no error
+			}
+			v, ok := new(big.Int).SetString(string(vals[i]), 10)
+			if !ok {
+				continue
+			}
+			v.Add(v, deltas[strings.ToLower(c.Name)])
+			lo, hi := c.Range()
+			if v.Cmp(lo) < 0 || v.Cmp(hi) > 0 {
+				return locked, nil, nil // the statement stops here
+			}
+		}
+	}
+	return locked, nil, nil
 }
 
 // noteOwnIncrement records that the open transaction incremented records
@@ -631,13 +813,16 @@ func (s *Session) execGuarded(p rewrite.Plan, op *rewrite.Guarded, ex *execution
 			return ex.payload, nil, nil
 		}
 		return queryPacket(op.SQL), nil, nil
-	})
+	}, nil)
 }
 
 // execGuardedWith is execGuarded whose statement is main's: the command
 // to send, or an ERR to report instead. inc, when set, is the increment
 // op is made of (an increment run on the base row: see execOnBase).
-func (s *Session) execGuardedWith(p rewrite.Plan, op *rewrite.Guarded, inc *rewrite.Increment, ex *execution, seq *byte, more bool, main func() ([]byte, []byte, error)) (bool, error) {
+//
+// lock, when set, locks and folds the records in place of op's guards (see
+// lockIncrementInOrder) and returns the keys it locked.
+func (s *Session) execGuardedWith(p rewrite.Plan, op *rewrite.Guarded, inc *rewrite.Increment, ex *execution, seq *byte, more bool, main func() ([]byte, []byte, error), lock func() ([]string, []byte, error)) (bool, error) {
 	// An autocommit statement gets a transaction of its own around the
 	// fold and the statement; inside the client's transaction (or with
 	// autocommit off) everything runs in the client's transaction.
@@ -649,6 +834,7 @@ func (s *Session) execGuardedWith(p rewrite.Plan, op *rewrite.Guarded, inc *rewr
 	if refusal != "" {
 		return true, s.refuse(p.Table, refusal, seq)
 	}
+	gm.lock = lock
 	s.env.Stats.GuardedWrites.Add(1)
 	s.metrics().Statement(PathGuarded, ruleName(p.Table))
 	for attempt := 1; ; attempt++ {
@@ -826,6 +1012,8 @@ type guardMode struct {
 	// not fold (a DELETE at READ COMMITTED that cannot be narrowed): it
 	// runs as Plan.Unguarded, which reads their counters as totals.
 	unguarded bool
+	// lock, when set, locks and folds the records instead of the guards.
+	lock func() (locked []string, errPkt []byte, err error)
 }
 
 // guardModeFor decides how plan p's guards keep their fold exact at the
@@ -918,6 +1106,35 @@ func keyName(p rewrite.Plan) string {
 func (s *Session) guardedOnce(p rewrite.Plan, op *rewrite.Guarded, ex *execution, wrapped bool, gm guardMode, main func() ([]byte, []byte, error)) (_ *wire.Buffer, _ []byte, again bool, _ error) {
 	s.wrapping = wrapped
 	defer func() { s.wrapping = false }()
+	// In a client's transaction that may have read, the fold makes the
+	// records' rows the transaction's own versions (visible to its
+	// snapshot, refreshed): undone with the statement when it fails, as
+	// directly a failed statement leaves them as they were.
+	undoable := false
+	if !wrapped {
+		var err error
+		if undoable, err = s.snapshotFolds(); err != nil {
+			return nil, nil, false, err
+		}
+		if undoable {
+			if errPkt, err := s.queryErr("SAVEPOINT " + foldSavepoint); err != nil || errPkt != nil {
+				return nil, errPkt, false, err
+			}
+		}
+	}
+	undo := func(code uint16) error {
+		if !undoable || code == mysql.ER_LOCK_DEADLOCK {
+			return nil // (a deadlock rolled the whole transaction back)
+		}
+		if s.warnings == nil {
+			// ROLLBACK TO SAVEPOINT clears the diagnostics: keep them.
+			if err := s.saveWarnings(); err != nil {
+				return err
+			}
+		}
+		_, err := s.query("ROLLBACK TO SAVEPOINT " + foldSavepoint)
+		return err
+	}
 	fail := func(pkt []byte) (*wire.Buffer, []byte, bool, error) {
 		if wrapped {
 			if _, err := s.query("ROLLBACK"); err != nil {
@@ -932,12 +1149,19 @@ func (s *Session) guardedOnce(p rewrite.Plan, op *rewrite.Guarded, ex *execution
 	failOwn := func(pkt []byte) (*wire.Buffer, []byte, bool, error) {
 		var err error
 		switch code := wire.ErrCode(pkt); {
-		case op.SingleTable && s.dial.IsMariaDB() && (code == mysql.ER_LOCK_WAIT_TIMEOUT || code == mysql.ER_LOCK_DEADLOCK):
-			err = s.lockErrorAsUpdate(code)
+		case code == mysql.ER_LOCK_WAIT_TIMEOUT || code == mysql.ER_LOCK_DEADLOCK:
+			n := 1
+			if op.SingleTable && s.dial.IsMariaDB() {
+				n = 2
+			}
+			err = s.lockErrorRows(code, n)
 		case wrapped:
 			err = s.saveWarnings()
 		}
 		if err != nil {
+			return nil, nil, false, err
+		}
+		if err := undo(wire.ErrCode(pkt)); err != nil {
 			return nil, nil, false, err
 		}
 		return fail(pkt)
@@ -972,6 +1196,13 @@ func (s *Session) guardedOnce(p rewrite.Plan, op *rewrite.Guarded, ex *execution
 		}
 		if s.env.GuardWindow != nil {
 			s.env.GuardWindow()
+		}
+	} else if gm.lock != nil {
+		if _, errPkt, err := gm.lock(); err != nil || errPkt != nil {
+			if err != nil {
+				return nil, nil, false, err
+			}
+			return failOwn(errPkt)
 		}
 	} else if locked, errPkt, err := s.lockAndFoldKeys(op.Guards, ex); errPkt != nil || err != nil && !errors.Is(err, errTooManyKeys) {
 		if err != nil {
@@ -1019,6 +1250,9 @@ func (s *Session) guardedOnce(p rewrite.Plan, op *rewrite.Guarded, ex *execution
 			if err := s.saveWarnings(); err != nil {
 				return nil, nil, false, err
 			}
+		}
+		if err := undo(res.ErrCode); err != nil {
+			return nil, nil, false, err
 		}
 		return fail(buf.Packets[len(buf.Packets)-1])
 	}
@@ -1103,6 +1337,10 @@ func (s *Session) statementPacket(sql string, ex *execution) ([]byte, []byte, er
 // guardSavepoint is the savepoint a guarded write at READ COMMITTED may
 // return to (guardMode.keys).
 const guardSavepoint = "`_slotproxy_guard`"
+
+// foldSavepoint is the savepoint a guarded write in a transaction that
+// may have read returns to when its statement fails (undoing its fold).
+const foldSavepoint = "`_slotproxy_fold`"
 
 // lockKeys locks the base rows of keys of t (FOR UPDATE) and returns the
 // keys that have one.
@@ -1209,6 +1447,35 @@ func (s *Session) lockAndFoldKeys(guards []*rewrite.Guard, ex *execution) (locke
 	overflowed := false
 	for i, g := range guards {
 		t := g.Table
+		if g.ScanSQL != "" {
+			if err := s.ensureSessionInfo(); err != nil {
+				return nil, nil, err
+			}
+		}
+		if g.ScanSQL != "" && s.locksGaps() {
+			// Every base row and gap locked, as the statement's own
+			// scan locks them; then the slotted records, read by key.
+			var r *wire.Response
+			if ex != nil && len(g.ScanParams) > 0 {
+				r, err = s.executeInternalRows(g.ScanSQL, ex.params, g.ScanParams, 1)
+			} else {
+				r, err = s.query(g.ScanSQL)
+			}
+			if err != nil {
+				var be *backendError
+				if errors.As(err, &be) {
+					return nil, be.pkt, nil
+				}
+				return nil, nil, err
+			}
+			if r.Failed() {
+				return nil, r.Err, nil
+			}
+			if errPkt, err := s.foldAllSlotted(t); err != nil || errPkt != nil {
+				return nil, errPkt, err
+			}
+			continue
+		}
 		if byKey, ok := resolveKeys(g.Keys, ex); ok && len(byKey) > 0 {
 			// The statement touches rows of these keys only: they are
 			// locked by key, as the statement itself locks them (its
@@ -1284,6 +1551,12 @@ func (s *Session) lockAndFoldKeys(guards []*rewrite.Guard, ex *execution) (locke
 		return nil, nil, errTooManyKeys
 	}
 	return locked, nil, nil
+}
+
+// locksGaps reports whether the session's statements lock the gaps they
+// scan: at REPEATABLE READ or SERIALIZABLE, as far as the proxy knows.
+func (s *Session) locksGaps() bool {
+	return s.rw.isolation != "" && !strings.HasPrefix(s.rw.isolation, "READ") && s.rw.weakAt == 0
 }
 
 // errTooManyKeys: the first guard locked more rows than the proxy keeps
@@ -1577,34 +1850,54 @@ func isShowWarnings(sql []byte) bool {
 
 // lockErrorAsUpdate makes the diagnostics of a lock error (1205, 1213)
 // that a statement of the proxy's own raised in place of the client's
-// single-table UPDATE or DELETE what the client's statement would have
-// left: MariaDB lists such an error twice in SHOW WARNINGS after an UPDATE
-// or DELETE of one table, and once after the INSERT … SELECT or SELECT …
-// FOR UPDATE the proxy ran. It saves SHOW WARNINGS (see saveWarnings) with
-// the error's row doubled; other errors, and MySQL's, need nothing.
+// single-table UPDATE or DELETE of rows by a condition what the client's
+// statement would have left: MariaDB lists such an error twice in SHOW
+// WARNINGS, once after the INSERT … SELECT or SELECT … FOR UPDATE the
+// proxy ran. MySQL's need nothing.
 func (s *Session) lockErrorAsUpdate(code uint16) error {
-	if !s.dial.IsMariaDB() || (code != mysql.ER_LOCK_WAIT_TIMEOUT && code != mysql.ER_LOCK_DEADLOCK) {
+	if !s.dial.IsMariaDB() {
+		return nil
+	}
+	return s.lockErrorRows(code, 2)
+}
+
+// lockErrorRows saves SHOW WARNINGS (see saveWarnings) after a lock error
+// (1205, 1213) of a statement of the proxy's own, listing the error n
+// times, as the client's statement would have: the servers list a lock
+// error once or twice depending on the statement (MySQL twice after a
+// SELECT … FOR UPDATE, once after an UPDATE of every row). Diagnostics
+// with anything else than that error are kept as they are.
+func (s *Session) lockErrorRows(code uint16, n int) error {
+	if code != mysql.ER_LOCK_WAIT_TIMEOUT && code != mysql.ER_LOCK_DEADLOCK {
 		return nil
 	}
 	if err := s.saveWarnings(); err != nil || s.warnings == nil {
 		return err
 	}
 	b := s.warnings
-	rows := 0
-	for _, r := range b.Roles {
-		if r == wire.RoleRow {
-			rows++
-		}
-	}
-	if rows != 1 {
-		return nil // not the one error row a failed statement leaves
-	}
+	first, rows := -1, 0
 	for i, r := range b.Roles {
-		if r == wire.RoleRow {
-			b.Packets = slices.Insert(b.Packets, i, b.Packets[i])
-			b.Roles = slices.Insert(b.Roles, i, wire.RoleRow)
-			break
+		if r != wire.RoleRow {
+			continue
 		}
+		vals, err := wire.TextRow(b.Packets[i])
+		if err != nil || len(vals) != 3 || string(vals[1]) != strconv.Itoa(int(code)) {
+			return nil // not only the lock error
+		}
+		if first < 0 {
+			first = i
+		}
+		rows++
+	}
+	if rows == 0 || rows == n {
+		return nil
+	}
+	row := b.Packets[first]
+	b.Packets = slices.Delete(b.Packets, first, first+rows)
+	b.Roles = slices.Delete(b.Roles, first, first+rows)
+	for range n {
+		b.Packets = slices.Insert(b.Packets, first, row)
+		b.Roles = slices.Insert(b.Roles, first, wire.RoleRow)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@
 package rewrite
 
 import (
+	"fmt"
 	"math/big"
 	"slices"
 	"sort"
@@ -42,6 +43,11 @@ type Table struct {
 	// key whose values cannot be matched (a column prefix, an
 	// expression): such upserts fold every record of the table first.
 	UniqueKeys [][]string
+	// NullDefault are the columns an INSERT that leaves them out sets to
+	// NULL (nullable, no other default, not generated, and the table has
+	// no INSERT trigger): a unique key with one of them conflicts with no
+	// row for such an INSERT.
+	NullDefault []string
 }
 
 // Counter is one ruled counter column.
@@ -95,6 +101,14 @@ func (c *Counter) bounds() (lo, hi string) {
 	return lo, hi
 }
 
+// Range returns the counter's range (see Min and Max).
+func (c *Counter) Range() (lo, hi *big.Int) {
+	l, h := c.bounds()
+	lo, _ = new(big.Int).SetString(l, 10)
+	hi, _ = new(big.Int).SetString(h, 10)
+	return lo, hi
+}
+
 // shareBounds returns the range that slotted increments keep the total in:
 // the counter's range within ±2^53. A delta the server evaluates as a
 // DOUBLE (a DOUBLE or string parameter: c + ? is then computed in
@@ -111,6 +125,38 @@ func (c *Counter) shareBounds() (lo, hi string) {
 		hi = exact.String()
 	}
 	return lo, hi
+}
+
+// FitsShare reports whether a slotted increment by delta of a record whose
+// base value is base stays within the slot's share of c's range (the
+// slotted INSERT's own test, for a new slot row): beyond it the increment
+// runs on the base row.
+func (c *Counter) FitsShare(base, delta *big.Int) bool {
+	l, h := c.shareBounds()
+	min, ok1 := new(big.Int).SetString(l, 10)
+	max, ok2 := new(big.Int).SetString(h, 10)
+	if !ok1 || !ok2 {
+		return false
+	}
+	share := big.NewInt(65536)
+	lo := new(big.Int).Quo(new(big.Int).Sub(base, min), share) // DIV truncates
+	lo.Neg(lo)
+	hi := new(big.Int).Quo(new(big.Int).Sub(max, base), share)
+	return delta.Cmp(lo) >= 0 && delta.Cmp(hi) <= 0
+}
+
+// BaseValuesSQL selects the base values of columns (counters of t) of the
+// records with keys, shaped as slot rows for a SlotReader: record_type is
+// the column's index in columns, record_id the key, slot 1 for a NULL
+// value (else 0) and count the value.
+func (t *Table) BaseValuesSQL(columns []string, keys []string) string {
+	var parts []string
+	for i, c := range columns {
+		col := quoteIdent(c)
+		parts = append(parts, fmt.Sprintf("SELECT %d, %s, %s IS NULL, COALESCE(%s, 0) FROM %s WHERE %s IN (%s)",
+			i, quoteIdent(t.Key), col, col, t.Qualified(), quoteIdent(t.Key), strings.Join(keys, ", ")))
+	}
+	return strings.Join(parts, " UNION ALL ")
 }
 
 func (t *Table) counter(col string) *Counter {

@@ -222,6 +222,10 @@ func (t *Table) FoldRowsSQL(keys []string, rows []SlotRow, refresh bool) []strin
 	return append(stmts, t.slotRowsUpdate(nonzero, 0, "<> 0")...)
 }
 
+// FoldBatch bounds how many keys one fold statement names, and how many
+// slot rows a page of SlottedRowsSQL reads.
+const FoldBatch = 500
+
 // SlottedRowsSQL selects record_type, record_id, slot and count of the
 // slot rows with counts of t's records with keys above after (a decimal
 // integer; "" for all), by key, at most limit rows: a page of the records
@@ -233,4 +237,11 @@ func (t *Table) SlottedRowsSQL(after string, limit int) string {
 	}
 	return fmt.Sprintf("SELECT `record_type`, `record_id`, `slot`, `count` FROM %s WHERE `record_type` IN (%s) AND `count` <> 0%s ORDER BY `record_id` LIMIT %d",
 		t.QualifiedSlots(), t.recordTypes(), cond, limit)
+}
+
+// ValuesSQL selects columns (quoted names) of t's row with key (a decimal
+// integer), as it is now (FOR UPDATE: a current read of a row the
+// transaction has locked already).
+func (t *Table) ValuesSQL(columns []string, key string) string {
+	return fmt.Sprintf("SELECT %s FROM %s WHERE %s = %s FOR UPDATE", strings.Join(columns, ", "), t.Qualified(), quoteIdent(t.Key), key)
 }

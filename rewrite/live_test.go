@@ -174,6 +174,9 @@ func liveStatements(p Plan) []string {
 	folds := func(g *Guard, refresh bool) {
 		t := g.Table
 		keys := []string{"1", "2"}
+		if g.ScanSQL != "" {
+			out = append(out, g.ScanSQL, t.SlottedRowsSQL("", FoldBatch), t.SlottedRowsSQL("1", FoldBatch))
+		}
 		out = append(out, t.FoldSQL(keys, refresh)...)
 		out = append(out, t.SlotRowsSQL(keys))
 		rows := liveSlotRows(t)

@@ -135,6 +135,9 @@ type Increment struct {
 	DeltaParams []int
 	// DeltaZero tells, for each delta, whether it is a literal 0.
 	DeltaZero []bool
+	// Deltas are the counters' deltas, in SET order (touch columns not
+	// included).
+	Deltas []Delta
 	// TouchParams are the placeholder indexes of the times assigned to
 	// touch columns (-1 for a literal or a function): the executor runs
 	// the statement as written unless each is a time in the strict form
@@ -191,7 +194,9 @@ type Guarded struct {
 	// (the file cannot be sent again).
 	Local bool
 	// SingleTable: the client's statement is an UPDATE or DELETE of one
-	// table (MariaDB lists its lock errors twice in SHOW WARNINGS).
+	// table that reads its rows by a condition on them: MariaDB lists its
+	// lock errors twice in SHOW WARNINGS then (once after a scan of every
+	// row, the statements of a Wide guard).
 	SingleTable bool
 	// Delete: a DELETE (no RETURNING). At READ COMMITTED in a
 	// transaction, one that cannot be narrowed to the keys its guard
@@ -227,6 +232,19 @@ func (*Guarded) Kind() Kind    { return KindGuarded }
 func (*LockTables) Kind() Kind { return KindOriginal }
 func (*Refused) Kind() Kind    { return KindRefused }
 
+// Delta is one counter's delta in an increment.
+type Delta struct {
+	// Column is the counter's.
+	Column string
+	// Literal is the delta as a decimal integer when it is an integer
+	// literal, else "".
+	Literal string
+	// Param is its placeholder's index, or -1.
+	Param int
+	// Minus: it is subtracted (c = c - d).
+	Minus bool
+}
+
 // KeyValue is a key value in a statement: a literal (as SQL) or a
 // placeholder.
 type KeyValue struct {
@@ -256,6 +274,19 @@ type Guard struct {
 	// not the rows the statement touches (no WHERE clause, or one that
 	// reads counters only): the locked keys cannot narrow the statement.
 	Wide bool
+	// ScanSQL, set on a Wide guard of a single-table statement that reads
+	// every row of Table (it has no condition on them the proxy can keep),
+	// locks every base row and gap as that statement's scan does at
+	// REPEATABLE READ or SERIALIZABLE, and returns one row. There the
+	// executor runs it instead of KeysSQL, then folds the slotted records
+	// (read by key): no increment can add a slot row to a locked record,
+	// and no slot row of another table is locked (KeysSQL's range also
+	// locks the gap before the table's first slot row, where another
+	// table's slot rows go).
+	ScanSQL string
+	// ScanParams are the original placeholder indexes ScanSQL uses, in
+	// order.
+	ScanParams []int
 }
 
 // An Effect is what the session does or learns once a statement
@@ -399,6 +430,7 @@ func (m *sqlMapper) guard(g *Guard) *Guard {
 	}
 	c := *g
 	m.text(&c.KeysSQL)
+	m.text(&c.ScanSQL)
 	c.Keys = m.keys(c.Keys)
 	return &c
 }
@@ -443,6 +475,12 @@ func (o *Increment) mapSQL(f func(string) (string, error)) (Op, error) {
 	c, m := *o, &sqlMapper{f: f}
 	m.text(&c.SQL)
 	m.text(&c.ProbeSQL)
+	if c.Deltas != nil {
+		c.Deltas = slices.Clone(c.Deltas)
+		for i := range c.Deltas {
+			m.text(&c.Deltas[i].Literal)
+		}
+	}
 	c.Keys = m.keys(c.Keys)
 	c.Guard = m.guard(c.Guard)
 	return &c, m.err

@@ -924,7 +924,13 @@ func explainRolledUp(b *strings.Builder, tables []*Table) {
 // and the fold.
 func explainGuard(b *strings.Builder, g *Guard, refresh bool) {
 	t := g.Table
-	fmt.Fprintf(b, "guard: %s\n", g.KeysSQL)
+	if g.ScanSQL != "" {
+		fmt.Fprintf(b, "guard (REPEATABLE READ, SERIALIZABLE): %s\n", g.ScanSQL)
+		fmt.Fprintf(b, "slotted records: %s\n", t.SlottedRowsSQL("", FoldBatch))
+		fmt.Fprintf(b, "guard (READ COMMITTED): %s\n", g.KeysSQL)
+	} else {
+		fmt.Fprintf(b, "guard: %s\n", g.KeysSQL)
+	}
 	fmt.Fprintf(b, "slot rows: %s\n", t.SlotRowsSQL([]string{"<keys>"}))
 	var rows []SlotRow
 	for _, c := range t.Counters {

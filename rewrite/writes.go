@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/pingcap/tidb/pkg/parser/ast"
@@ -332,6 +333,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 			inc.Zero = inc.Zero && isZero(in.delta)
 			inc.DeltaParams = append(inc.DeltaParams, w.paramIndex(in.delta))
 			inc.DeltaZero = append(inc.DeltaZero, isZero(in.delta))
+			inc.Deltas = append(inc.Deltas, Delta{Column: in.ctr.Name, Literal: intLiteral(in.delta), Param: w.paramIndex(in.delta), Minus: in.minus})
 		}
 		for _, k := range keys {
 			kv := KeyValue{Param: w.paramIndex(k)}
@@ -394,7 +396,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 			SQL:         apply(w.sql, start, end, foldedEdits(w.edits)),
 			Guards:      []*Guard{g},
 			Restrict:    w.restricted(s.Where, ref, t, start, end),
-			SingleTable: true,
+			SingleTable: !g.Wide,
 		},
 		Table: t,
 	}
@@ -499,7 +501,7 @@ func (r *Rewriter) delete(s *ast.DeleteStmt, w *reads, start, end int) Plan {
 		Guards:      []*Guard{g},
 		Delete:      true,
 		Restrict:    w.restricted(s.Where, &sc.refs[0], t, start, end),
-		SingleTable: true,
+		SingleTable: !g.Wide,
 	}
 	if unguarded := apply(w.sql, start, end, w.edits); unguarded != op.SQL {
 		op.Unguarded = unguarded
@@ -561,11 +563,47 @@ func wideGuard(t *Table, lock string) *Guard {
 		s, keysTable(types), s, s, lock)}
 }
 
+// scanGuard is the wide guard of a single-table statement that reads every
+// row of t through ref, whose WHERE clause (where, its text cond, "" for
+// none) has no condition on them the proxy can keep: see Guard.ScanSQL. A
+// read that skips locked rows keeps the slot rows' lock (locking the
+// slotted records by key would wait for them).
+//
+// ScanSQL reads the rows as the statement does, by its primary key, with
+// its WHERE clause behind a condition no row meets (RAND() < 0, never
+// folded, evaluated first): the clause is never evaluated on a row (on
+// base values it could fail where the statement's totals do not), and
+// one the server finds always false (MySQL folds c < 0 on an UNSIGNED
+// column) leaves the scan out, as it leaves out the statement's.
+func (w *reads) scanGuard(t *Table, ref *tableRef, where ast.ExprNode, lock string) *Guard {
+	g := wideGuard(t, lock)
+	if strings.Contains(lock, "SKIP LOCKED") {
+		return g
+	}
+	q := fmt.Sprintf("SELECT COUNT(*) FROM %s FORCE INDEX (PRIMARY)", ref.from)
+	if where != nil {
+		ws := where.OriginTextPosition()
+		we := exprEnd(w.sql, w.sess, ws)
+		if we < 0 {
+			return g
+		}
+		q += " WHERE RAND() < 0 AND " + parenthesize(w.sql[ws:we])
+		var c paramCollector
+		where.Accept(&c)
+		sort.SliceStable(c.found, func(i, j int) bool { return c.found[i].Offset < c.found[j].Offset })
+		for _, pm := range c.found {
+			g.ScanParams = append(g.ScanParams, w.params[pm])
+		}
+	}
+	g.ScanSQL = q + " " + lock
+	return g
+}
+
 func (w *reads) guardFor(t *Table, ref *tableRef, where ast.ExprNode, lock string) *Guard {
 	if where == nil {
 		// Every row: the statement itself locks the rows it reads; the
 		// slotted ones are folded, and no slot row can appear meanwhile.
-		return wideGuard(t, lock)
+		return w.scanGuard(t, ref, nil, lock)
 	}
 	q := fmt.Sprintf("SELECT %s.%s FROM %s", ref.qual, quoteIdent(t.Key), ref.from)
 	g := &Guard{Table: t}
@@ -586,7 +624,7 @@ func (w *reads) guardFor(t *Table, ref *tableRef, where ast.ExprNode, lock strin
 			}
 		}
 		if len(dropped) == len(cs) {
-			return wideGuard(t, lock) // no condition left on the rows
+			return w.scanGuard(t, ref, where, lock) // no condition left on the rows
 		}
 		q += " WHERE " + parenthesize(apply(w.sql, ws, we, edits))
 		var c paramCollector
@@ -774,7 +812,19 @@ func (r *Rewriter) upsertGuarded(s *ast.InsertStmt, t *Table, w *reads, start, e
 	for _, k := range keys {
 		parts = append(parts, lookup(quoteIdent(t.Key)+" = "+k))
 	}
-	if len(t.UniqueKeys) == 0 {
+	// A unique key with a column the statement leaves to a NULL default
+	// conflicts with no row: NULLs are distinct in a unique key.
+	var uniqueKeys [][]string
+unique:
+	for _, uk := range t.UniqueKeys {
+		for _, c := range uk {
+			if colIndex(c) < 0 && slices.ContainsFunc(t.NullDefault, func(n string) bool { return strings.EqualFold(n, c) }) {
+				continue unique
+			}
+		}
+		uniqueKeys = append(uniqueKeys, uk)
+	}
+	if len(uniqueKeys) == 0 {
 		// The key is the only one it can conflict on: at READ COMMITTED
 		// the executor locks these keys' rows (Guard.Keys).
 		for _, row := range s.Lists {
@@ -786,7 +836,7 @@ func (r *Rewriter) upsertGuarded(s *ast.InsertStmt, t *Table, w *reads, start, e
 			g.Keys = append(g.Keys, kv)
 		}
 	}
-	for _, uk := range t.UniqueKeys {
+	for _, uk := range uniqueKeys {
 		// (u1, u2) IN ((v11, v12), (v21, v22)): a row of any of those
 		// values conflicts too. A column the statement leaves to its
 		// default, or a value that is an expression, could conflict with
@@ -1102,6 +1152,37 @@ func isIntLiteralOrParam(e ast.ExprNode) bool {
 		}
 	}
 	return false
+}
+
+// intLiteral returns an integer literal (or its negation) as a decimal
+// integer, or "" for anything else.
+func intLiteral(e ast.ExprNode) string {
+	neg := false
+	if u, ok := e.(*ast.UnaryOperationExpr); ok && u.Op == opcode.Minus {
+		e, neg = unparen(u.V), true
+	}
+	v, ok := e.(*driver.ValueExpr)
+	if !ok {
+		return ""
+	}
+	var s string
+	switch v.Kind() {
+	case driver.KindInt64:
+		s = strconv.FormatInt(v.GetInt64(), 10)
+	case driver.KindUint64:
+		s = strconv.FormatUint(v.GetUint64(), 10)
+	default:
+		return ""
+	}
+	if neg {
+		if strings.HasPrefix(s, "-") {
+			return s[1:]
+		}
+		if s != "0" {
+			s = "-" + s
+		}
+	}
+	return s
 }
 
 func isZero(e ast.ExprNode) bool {

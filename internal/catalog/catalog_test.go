@@ -222,6 +222,7 @@ func TestLoad(t *testing.T) {
 		Columns:    []string{"page_id", "views", "title"},
 		Counters:   []rewrite.Counter{{Name: "views", RecordType: 1, Min: "-8388608", Max: "8388607"}},
 		SlotsTable: "slotted_counters", Slots: 16, Shadow: true,
+		NullDefault: []string{"title"},
 	}, {
 		Schema: s, Name: "repos", Key: "id",
 		Columns: []string{"id", "name", "Downloads", "stars"},
@@ -298,6 +299,39 @@ func recordTypes(cat *rewrite.Catalog) map[string]int {
 		}
 	}
 	return out
+}
+
+// TestLoadNullDefaults: the columns an INSERT that leaves them out sets to
+// NULL, on which an upsert's or REPLACE's guard need not look for a
+// conflicting row. A string default 'NULL' is not one (MariaDB shows it
+// quoted, MySQL as the bare word), nor a NOT NULL or generated column, nor
+// any column of a table an INSERT trigger could fill.
+func TestLoadNullDefaults(t *testing.T) {
+	s := newSchema(t,
+		"CREATE TABLE a (id INT PRIMARY KEY, n VARCHAR(20) NULL, m VARCHAR(20) DEFAULT NULL, q VARCHAR(20) NULL DEFAULT 'NULL', "+
+			"x VARCHAR(20) DEFAULT 'x', z INT NOT NULL, g BIGINT AS (id * 2), c INT NOT NULL DEFAULT 0, UNIQUE KEY (n), UNIQUE KEY (q))",
+		"CREATE TABLE b (id INT PRIMARY KEY, n VARCHAR(20) NULL, c INT NOT NULL DEFAULT 0, UNIQUE KEY (n))",
+		"CREATE TRIGGER b_name BEFORE INSERT ON b FOR EACH ROW SET NEW.n = COALESCE(NEW.n, 'named')",
+	)
+	conn := connect(t)
+	set := ruleSet(t, s,
+		"rules/a.yaml", "table: SCHEMA.a\nkey: id\ncounters: [c]\n",
+		"rules/b.yaml", "table: SCHEMA.b\nkey: id\ncounters: [c]\n")
+	migrate(t, conn, set)
+	cat, err := catalog.Load(t.Context(), conn, set, "slotted_counters")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]string{}
+	for _, tb := range cat.Tables() {
+		got[tb.Name] = tb.NullDefault
+	}
+	if want := []string{"n", "m"}; !reflect.DeepEqual(got["a"], want) {
+		t.Errorf("a: NullDefault %q, want %q", got["a"], want)
+	}
+	if got["b"] != nil {
+		t.Errorf("b (an INSERT trigger): NullDefault %q, want none", got["b"])
+	}
 }
 
 func TestRecordTypesStable(t *testing.T) {

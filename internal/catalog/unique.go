@@ -61,5 +61,30 @@ func fillUniqueKeys(ctx context.Context, conn *client.Conn, tables []*rewrite.Ta
 			t.UniqueKeys = append(t.UniqueKeys, nil)
 		}
 	}
+	return fillNullDefaults(ctx, conn, pairs, args, byName)
+}
+
+// fillNullDefaults sets the NullDefault columns of the tables byName holds
+// (pairs and args select them): nullable columns whose default is NULL
+// (MySQL shows it as NULL, MariaDB as the word NULL, a string default
+// 'NULL' as a quoted literal) that are not generated, of tables without an
+// INSERT trigger (which could set them).
+func fillNullDefaults(ctx context.Context, conn *client.Conn, pairs []string, args []any, byName map[[2]string]*rewrite.Table) error {
+	in := strings.Join(pairs, ", ")
+	rows, err := exec(ctx, conn, "SELECT c.TABLE_SCHEMA, c.TABLE_NAME, c.COLUMN_NAME FROM information_schema.COLUMNS AS c "+
+		"WHERE (c.TABLE_SCHEMA, c.TABLE_NAME) IN ("+in+") AND c.IS_NULLABLE = 'YES' "+
+		"AND (c.COLUMN_DEFAULT IS NULL OR c.COLUMN_DEFAULT = 'NULL' AND @@version LIKE '%MariaDB%') "+
+		"AND COALESCE(c.GENERATION_EXPRESSION, '') = '' AND c.EXTRA NOT LIKE '%GENERATED%' "+
+		"AND NOT EXISTS (SELECT 1 FROM information_schema.TRIGGERS AS g WHERE g.EVENT_OBJECT_SCHEMA = c.TABLE_SCHEMA "+
+		"AND g.EVENT_OBJECT_TABLE = c.TABLE_NAME AND g.EVENT_MANIPULATION = 'INSERT') "+
+		"ORDER BY c.TABLE_SCHEMA, c.TABLE_NAME, c.ORDINAL_POSITION", args...)
+	if err != nil {
+		return fmt.Errorf("reading the columns' defaults: %w", err)
+	}
+	for _, row := range rows {
+		if t := byName[[2]string{row[0], row[1]}]; t != nil {
+			t.NullDefault = append(t.NullDefault, row[2])
+		}
+	}
 	return nil
 }

@@ -96,6 +96,42 @@ func TestReproducers(t *testing.T) {
 	}
 }
 
+// TestDocumentedDifferences runs the fuzzer's findings that limits.md
+// documents ("Waits and deadlocks"; testdata/documented): each must still
+// be recognised as documented (the run stops there, with no difference),
+// and one that no longer differs at all belongs in testdata/reproducers.
+func TestDocumentedDifferences(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("testdata", "documented", "*.txt"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no documented differences: %v", err)
+	}
+	env := testEnv(t)
+	for _, f := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seq, err := difffuzz.ParseReproducer(string(b))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := difffuzz.Run(t.Context(), env, seq)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case out.Diff != nil:
+				t.Errorf("differs, and not as documented:\n%s", difffuzz.Reproducer(env, seq, out))
+			case len(out.Documented) == 0:
+				t.Logf("no longer differs on %s: move %s to testdata/reproducers", testdb.Shared().Flavor, f)
+			default:
+				t.Logf("documented: %v", out.Documented)
+			}
+		})
+	}
+}
+
 // TestDiffFuzz runs generated sequences directly and through the proxy and
 // fails with a shrunk reproducer for each difference.
 func TestDiffFuzz(t *testing.T) {

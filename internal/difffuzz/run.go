@@ -113,6 +113,46 @@ type twin struct {
 	pending [2]chan obs
 	got     [2]*obs
 	step    int // the step in flight, -1 if none
+	// txn are the steps of the transaction open through the proxy on this
+	// connection, as its responses' status shows (nil outside one).
+	txn []Step
+	// serializable: the connection set SERIALIZABLE at some point.
+	serializable bool
+	// failedInc: an increment failed in the open transaction (it may keep
+	// the shared lock its slotted attempt took).
+	failedInc bool
+}
+
+// follow notes step st's proxy-side observation o in the connection's
+// transaction state.
+func (t *twin) follow(st Step, o obs) {
+	if st.Class == Isolation && strings.Contains(strings.ToUpper(st.SQL), "SERIALIZABLE") {
+		t.serializable = true
+	}
+	if len(o.results) == 0 {
+		return
+	}
+	last := o.results[len(o.results)-1]
+	switch {
+	case last.isErr && last.code == 1213:
+		t.txn, t.failedInc = nil, false // the server rolled the transaction back
+	case last.isErr:
+		if len(t.txn) > 0 {
+			t.txn = append(t.txn, st) // a failed statement keeps its locks
+			t.failedInc = t.failedInc || isIncrement(st)
+		}
+	case last.inTrans:
+		t.txn = append(t.txn, st)
+	default:
+		t.txn, t.failedInc = nil, false
+	}
+}
+
+// isIncrement reports whether st may be an increment (a reproducer's steps
+// have no class: the SQL of an UPDATE that adds or subtracts).
+func isIncrement(st Step) bool {
+	upper := strings.ToUpper(st.SQL)
+	return st.Class.IsIncrement() || strings.Contains(upper, "UPDATE") && strings.ContainsAny(upper, "+-")
 }
 
 const (
@@ -315,6 +355,21 @@ func (r *run) step(ctx context.Context, i int, st Step) error {
 	if r.stop || r.out.Diff != nil {
 		return nil
 	}
+	// A step another connection has in flight, that the last step may
+	// have unblocked (a COMMIT), gets a moment to end on each side first:
+	// what this step sees must not depend on how fast each side finishes
+	// the work it was let go on (the proxy may have more statements to
+	// run after the lock it waited for).
+	for _, o := range r.twins {
+		if o == t || o.step < 0 {
+			continue
+		}
+		for side := range o.pending {
+			if o.pending[side] != nil {
+				r.wait(o, side, refusalWindow)
+			}
+		}
+	}
 	t.step = i
 	r.start(t, proxySide, st)
 	// The direct side starts once the proxy has answered, or after a
@@ -424,6 +479,8 @@ func (r *run) compare(t *twin) {
 		return
 	}
 	kind := kindOf(p, d, rename)
+	st := r.seq.Steps[i]
+	defer t.follow(st, p)
 	if i == r.documentedWait {
 		r.documentedWait = -1
 		d.blocked, p.blocked = false, false
@@ -439,8 +496,59 @@ func (r *run) compare(t *twin) {
 		r.stopBecause(fmt.Sprintf("step %d differed while step %d waited directly and not through the proxy (documented)", i+1, r.documentedWait+1))
 		return
 	}
-	st := r.seq.Steps[i]
+	if why := r.documentedLock(t, p, d); why != "" {
+		r.out.Documented = append(r.out.Documented, why)
+		r.stopBecause(fmt.Sprintf("step %d: %s (documented)", i+1, why))
+		return
+	}
 	r.out.Diff = &Difference{Step: i, Stmt: st.SQL, Kind: kind, Direct: rename(d.String()), Proxy: p.String()}
+}
+
+// documentedLock names the documented difference in waits (limits.md,
+// "Waits and deadlocks") that the proxy side's p, compared with the direct
+// side's d, shows on connection t, or returns "": the proxy waited, or
+// failed with a lock wait timeout or a deadlock, where directly the step
+// did not, while a transaction open through the proxy holds what the
+// documentation says locks more than directly. Values never qualify.
+func (r *run) documentedLock(t *twin, p, d obs) string {
+	lockErr := func(o obs, code uint16) bool {
+		n := len(o.results)
+		return n > 0 && o.results[n-1].isErr && o.results[n-1].code == code
+	}
+	waited := p.blocked && !d.blocked || lockErr(p, 1205) && !lockErr(d, 1205)
+	deadlocked := lockErr(p, 1213) && !lockErr(d, 1213)
+	// The other way round: directly the step waited or failed on a lock,
+	// through the proxy it did not.
+	spared := d.blocked && !p.blocked || lockErr(d, 1205) && !lockErr(p, 1205) || lockErr(d, 1213) && !lockErr(p, 1213)
+	if !waited && !deadlocked && !spared {
+		return ""
+	}
+	for _, o := range r.twins {
+		if len(o.txn) == 0 {
+			continue
+		}
+		if waited && o != t && o.failedInc {
+			return "a wait for the shared lock a failed increment keeps in its open transaction"
+		}
+		if o.serializable && !spared {
+			return "a wait or deadlock beside a SERIALIZABLE transaction, whose reads of counters lock slot rows"
+		}
+		for _, st := range o.txn {
+			upper := strings.ToUpper(st.SQL)
+			upsert := strings.Contains(upper, "ON DUPLICATE KEY UPDATE") || strings.Contains(upper, "REPLACE INTO")
+			if waited && o != t && upsert {
+				return "a wait for the gap an open transaction's upsert or REPLACE locked (its guard reads the key)"
+			}
+			increment := isIncrement(st)
+			if deadlocked && (increment || upsert) {
+				return "a deadlock from an increment's shared lock on its base row"
+			}
+			if spared && o != t && increment {
+				return "a wait or deadlock directly for an increment's exclusive row lock, a shared one through the proxy"
+			}
+		}
+	}
+	return ""
 }
 
 func (r *run) setDiff(i int, kind, direct, proxy string) {
