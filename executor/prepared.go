@@ -35,6 +35,10 @@ type stmtInfo struct {
 	slotStmt  uint32
 	slotParam int
 	slotted   bool
+	// relayed: the client's statement was prepared on the backend as it
+	// is (planned as written): its executions are relayed as they are
+	// while the catalog is the one it was prepared with.
+	relayed bool
 }
 
 // maxKeptLongData bounds the long data the proxy copies per parameter. Keys
@@ -72,10 +76,13 @@ func (s *Session) handlePrepare(rw *rewrite.Rewriter, payload []byte) error {
 		return err
 	}
 	if len(plans) != 1 {
-		_, err := s.forward(payload, wire.Prepare, nil)
-		return err
+		return s.prepareRelayed(rw, payload)
 	}
 	p := plans[0]
+	if up, ok := p.Op.(*rewrite.UpsertIncrement); ok {
+		// Prepared, it runs as its fallback (see execUpsertIncrement).
+		p = up.Fallback
+	}
 	sql := p.SQL()
 	_, refused := p.Op.(*rewrite.Refused)
 	switch {
@@ -86,8 +93,7 @@ func (s *Session) handlePrepare(rw *rewrite.Rewriter, payload []byte) error {
 		// Prepared as the client wrote it; executions are counted.
 		sql = p.Original
 	case p.AsWritten():
-		_, err := s.forward(payload, wire.Prepare, nil)
-		return err
+		return s.prepareRelayed(rw, payload)
 	}
 	var orig [][]byte
 	switch p.Op.(type) {
@@ -125,6 +131,22 @@ func (s *Session) handlePrepare(rw *rewrite.Rewriter, payload []byte) error {
 	return nil
 }
 
+// prepareRelayed relays a COM_STMT_PREPARE the catalog rw plans as written
+// (or does not plan) and keeps the statement's text: an execution after a
+// reload that gives it a plan (a rule added for the table it reads) runs by
+// that plan (see handleExecute).
+func (s *Session) prepareRelayed(rw *rewrite.Rewriter, payload []byte) error {
+	res, err := s.forward(payload, wire.Prepare, nil)
+	if err != nil || res.Failed() || rw == nil {
+		return err
+	}
+	if s.rw.stmts == nil {
+		s.rw.stmts = map[uint32]*stmtInfo{}
+	}
+	s.rw.stmts[res.StmtID] = &stmtInfo{plan: rewrite.Plan{Op: &rewrite.AsWritten{}, Original: string(payload[1:])}, params: res.Params, rw: rw, relayed: true}
+	return nil
+}
+
 // closeStmt closes a statement the proxy prepared for itself (COM_STMT_CLOSE
 // has no response; a failure to send shows on the next command).
 func (s *Session) closeStmt(id uint32) {
@@ -136,6 +158,16 @@ func (s *Session) handleExecute(rw *rewrite.Rewriter, payload []byte) error {
 	if len(payload) >= 5 && len(s.rw.stmts) > 0 {
 		st = s.rw.stmts[binary.LittleEndian.Uint32(payload[1:])]
 	}
+	if st != nil && st.relayed && (st.rw == rw || rw == nil) {
+		st = nil
+	}
+	if st != nil && st.relayed {
+		// The catalog changed since it was prepared: still as written?
+		plans, err := s.plan(rw, []byte(st.plan.Original))
+		if err == nil && (len(plans) == 0 || len(plans) == 1 && plans[0].AsWritten()) {
+			st.rw, st = rw, nil
+		}
+	}
 	if st == nil {
 		s.metrics().Statement(PathPassThrough, "")
 		_, err := s.forward(payload, wire.Results, nil)
@@ -144,7 +176,7 @@ func (s *Session) handleExecute(rw *rewrite.Rewriter, payload []byte) error {
 	p := st.plan
 	s.stmtsInCommand = 1
 	switch p.Op.(type) {
-	case *rewrite.Increment, *rewrite.Guarded, *rewrite.WriteOthers:
+	case *rewrite.Increment, *rewrite.UpsertIncrement, *rewrite.Guarded, *rewrite.WriteOthers, *rewrite.Read, *rewrite.LockingRead, *rewrite.AsWritten:
 		if st.rw != rw && rw != nil {
 			if done, err := s.executeReplanned(rw, st, payload); done || err != nil {
 				return err
@@ -177,7 +209,7 @@ func (s *Session) handleExecute(rw *rewrite.Rewriter, payload []byte) error {
 			st.types = bytes.Clone(ep.types)
 		}
 		ex := &execution{payload: payload, params: ep, stmtID: binary.LittleEndian.Uint32(payload[1:])}
-		_, err = s.execLockedRead(op, ex, &seq, false, newColumnPatch(st.origCols, true))
+		_, err = s.execLockedRead(op, "", ex, &seq, false, newColumnPatch(st.origCols, true))
 		return err
 	case *rewrite.Read:
 		s.env.Stats.RewrittenReads.Add(1)
@@ -210,7 +242,7 @@ func (s *Session) handleExecute(rw *rewrite.Rewriter, payload []byte) error {
 	return err
 }
 
-// executeReplanned plans a prepared write again with the current catalog
+// executeReplanned plans a prepared statement again with the current catalog
 // rw, which replaced the one it was prepared with (a reload: a rule
 // removed, set to shadow, given other slots or counters). When the plan is
 // the same, the statement goes on as prepared (done false) and is not
@@ -255,14 +287,60 @@ func (s *Session) executeReplanned(rw *rewrite.Rewriter, st *stmtInfo, payload [
 		_, err := s.execAsWritten(p, ex, &seq, false)
 		return true, err
 	}
+	if st.origCols == nil && st.relayed {
+		switch p.Op.(type) {
+		case *rewrite.Read, *rewrite.LockingRead:
+			// The columns the client was told of are the statement's own.
+			if st.origCols, err = s.originalColumns(p); err != nil {
+				return true, err
+			}
+		}
+	}
 	switch op := p.Op.(type) {
 	case *rewrite.Refused:
 		return true, s.refuse(p.Table, p.Reason, &seq)
 	case *rewrite.Increment:
 		_, err := s.execOnBase(p, op, ex, &seq, false)
 		return true, err
+	case *rewrite.UpsertIncrement:
+		if g, ok := op.Fallback.Op.(*rewrite.Guarded); ok {
+			_, err := s.execGuardedWith(op.Fallback, g, nil, ex, &seq, false, func() ([]byte, []byte, error) { return s.statementPacket(g.SQL, ex) }, nil)
+			return true, err
+		}
+		_, err := s.execAsWritten(p, ex, &seq, false)
+		return true, err
 	case *rewrite.Guarded:
 		_, err := s.execGuardedWith(p, op, nil, ex, &seq, false, func() ([]byte, []byte, error) { return s.statementPacket(op.SQL, ex) }, nil)
+		return true, err
+	case *rewrite.Read:
+		// Its counters read as the new catalog has them (a rule added
+		// since it was prepared: its slots count now), with the columns
+		// the client was told of.
+		if errPkt, err := s.foldOwn(op.Reads); err != nil || errPkt != nil {
+			if err != nil {
+				return true, err
+			}
+			return true, s.writeErr(errPkt, &seq)
+		}
+		pkt, errPkt, err := s.statementPacket(op.SQL, ex)
+		if err != nil || errPkt != nil {
+			if err != nil {
+				return true, err
+			}
+			return true, s.writeErr(errPkt, &seq)
+		}
+		_, err = s.forwardPatched(pkt, wire.Results, nil, newColumnPatch(st.origCols, true))
+		return true, err
+	case *rewrite.LockingRead:
+		pkt, errPkt, err := s.statementPacket(op.SQL, ex)
+		if err != nil || errPkt != nil {
+			if err != nil {
+				return true, err
+			}
+			return true, s.writeErr(errPkt, &seq)
+		}
+		ex.payload = pkt
+		_, err = s.execLockedRead(op, "", ex, &seq, false, newColumnPatch(st.origCols, true))
 		return true, err
 	default:
 		_, err := s.execAsWritten(p, ex, &seq, false)

@@ -443,11 +443,18 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 			_, err = s.forwardPatched(queryPacket(op.SQL), wire.Results, nil, newColumnPatch(orig, false))
 			return err
 		case *rewrite.LockingRead:
-			orig, err := s.originalColumns(p)
-			if err != nil {
+			if err := s.ensureSessionInfo(); err != nil {
 				return err
 			}
-			_, err = s.execLockedRead(op, nil, &seq, false, newColumnPatch(orig, false))
+			var cp *columnPatch
+			if !s.lockedReadAsWritten(p.Original) {
+				orig, err := s.originalColumns(p)
+				if err != nil {
+					return err
+				}
+				cp = newColumnPatch(orig, false)
+			}
+			_, err := s.execLockedRead(op, p.Original, nil, &seq, false, cp)
 			return err
 		}
 	}

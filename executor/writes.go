@@ -91,6 +91,8 @@ func (s *Session) execPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) 
 	}
 	if write, ok := s.rw.locked[ruleName(p.Table)]; ok && p.Table != nil {
 		switch op := p.Op.(type) {
+		case *rewrite.UpsertIncrement:
+			return s.execPlan(op.Fallback, ex, seq, more)
 		case *rewrite.Increment:
 			if write {
 				// The table is the session's alone until it unlocks it:
@@ -115,10 +117,12 @@ func (s *Session) execPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) 
 		return true, s.refuse(p.Table, p.Reason, seq)
 	case *rewrite.Increment:
 		return s.execIncrement(p, op, ex, seq, more)
+	case *rewrite.UpsertIncrement:
+		return s.execUpsertIncrement(p, op, ex, seq, more)
 	case *rewrite.Guarded:
 		return s.execGuarded(p, op, ex, seq, more)
 	case *rewrite.LockingRead:
-		return s.execLockedRead(op, ex, seq, more, nil)
+		return s.execLockedRead(op, p.Original, ex, seq, more, nil)
 	case *rewrite.Read:
 		return s.execRead(p, op.SQL, op.Reads, ex, seq, more)
 	case *rewrite.WriteOthers:
@@ -362,6 +366,30 @@ func (s *Session) asWrittenPacket(p rewrite.Plan, ex *execution) (pkt, errPkt []
 }
 
 func (s *Session) execIncrement(p rewrite.Plan, inc *rewrite.Increment, ex *execution, seq *byte, more bool) (bool, error) {
+	return s.execIncrementOf(p, inc, nil, ex, seq, more)
+}
+
+// execUpsertIncrement runs an upsert planned as an UpsertIncrement: its
+// record's increments in a slot when the record exists, answered as the
+// upsert that updated its row; the upsert as written when it does not; its
+// Fallback (the guarded upsert) where the increment cannot be slotted. A
+// prepared one runs as its Fallback.
+func (s *Session) execUpsertIncrement(p rewrite.Plan, op *rewrite.UpsertIncrement, ex *execution, seq *byte, more bool) (bool, error) {
+	if ex != nil {
+		return s.execPlan(op.Fallback, ex, seq, more)
+	}
+	return s.execIncrementOf(p, op.Increment, op, ex, seq, more)
+}
+
+// execIncrementOf runs inc, the increment of p, or of the upsert up when
+// up is not nil (see execUpsertIncrement).
+func (s *Session) execIncrementOf(p rewrite.Plan, inc *rewrite.Increment, up *rewrite.UpsertIncrement, ex *execution, seq *byte, more bool) (bool, error) {
+	onBase := func() (bool, error) {
+		if up != nil {
+			return s.execPlan(up.Fallback, ex, seq, more)
+		}
+		return s.execOnBase(p, inc, ex, seq, more)
+	}
 	keys, changed, plain := incArgs(inc, ex)
 	if !plain {
 		// A key or a delta the server converts with its own rules ('1e3',
@@ -369,13 +397,13 @@ func (s *Session) execIncrement(p rewrite.Plan, inc *rewrite.Increment, ex *exec
 		// base row, which the record's slots are folded into first, so that
 		// the server computes from the total (in DOUBLE arithmetic, say)
 		// and checks the total against the column's range.
-		return s.execOnBase(p, inc, ex, seq, more)
+		return onBase()
 	}
 	if s.env.lockedCounters(p.Table) && (s.inTransaction() || !s.autocommit()) {
 		// This table's counters are read after increments in transactions
 		// (see noteReadAfterIncrement): increments inside a transaction
 		// lock the record, so such readers wait instead of deadlocking.
-		return s.execOnBase(p, inc, ex, seq, more)
+		return onBase()
 	}
 	if denied, err := s.checkPrivileges(inc); err != nil || denied != nil {
 		if err != nil {
@@ -383,11 +411,16 @@ func (s *Session) execIncrement(p rewrite.Plan, inc *rewrite.Increment, ex *exec
 		}
 		return true, s.writeErr(denied, seq)
 	}
+	if up != nil && s.missingRecord(p.Table, inc) {
+		// No such record: the upsert inserts its row, as written (the
+		// slotted attempt would lock the gap where it goes).
+		return s.execAsWritten(p, ex, seq, more)
+	}
 	if fit, err := s.sharesFit(p.Table, inc, ex); err != nil || !fit {
 		if err != nil {
 			return false, err
 		}
-		return s.execOnBase(p, inc, ex, seq, more)
+		return onBase()
 	}
 	s.env.Stats.RewrittenWrites.Add(1)
 	s.metrics().Statement(PathRewrittenWrite, ruleName(p.Table))
@@ -414,7 +447,14 @@ func (s *Session) execIncrement(p rewrite.Plan, inc *rewrite.Increment, ex *exec
 				// client's statement decides on the base row, with the
 				// server's own errors.
 				s.rolledBack = false
-				return s.execOnBase(p, inc, ex, seq, more)
+				return onBase()
+			case errTableDefChanged, mysql.ER_TABLE_DEF_CHANGED:
+				// The table was re-created (TRUNCATE) since the
+				// transaction's snapshot: MariaDB fails the slotted
+				// statement's locking read with its own error (159),
+				// the client's statement with 1412. Nothing was
+				// written; the client's statement gives its own.
+				return s.execAsWritten(p, ex, seq, more)
 			}
 			if retryable && s.retry(r.ErrCode, attempt) {
 				if errPkt, err := s.restartTxn(autocommitted); err != nil || errPkt != nil {
@@ -422,8 +462,10 @@ func (s *Session) execIncrement(p rewrite.Plan, inc *rewrite.Increment, ex *exec
 				}
 				continue
 			}
-			if err := s.lockErrorAsUpdate(r.ErrCode); err != nil {
-				return false, err
+			if up == nil {
+				if err := s.lockErrorAsUpdate(r.ErrCode); err != nil {
+					return false, err
+				}
 			}
 			return true, s.writeErr(r.Err, seq)
 		}
@@ -468,7 +510,13 @@ func (s *Session) execIncrement(p rewrite.Plan, inc *rewrite.Increment, ex *exec
 		if changed {
 			rowsChanged = matched // every record a non-zero delta names changes
 		}
-		s.incPatch(matched, rowsChanged)(&ok)
+		if up != nil {
+			// The upsert updated its row: 2 affected rows (changed), the
+			// key as insert id when it is AUTO_INCREMENT, no info.
+			ok.Affected, ok.InsertID, ok.Info = 2*rowsChanged, up.InsertID, nil
+		} else {
+			s.incPatch(matched, rowsChanged)(&ok)
+		}
 		s.recordIncrement(p, inc, ex, &ok)
 		return false, s.writeOK(ok, seq, more)
 	}
@@ -480,6 +528,10 @@ const (
 	errOutOfRange     = 1690 // ER_DATA_OUT_OF_RANGE: the increment's own check
 	errDataOutOfRange = 1264 // ER_WARN_DATA_OUT_OF_RANGE
 	errCheckViolated  = 3819 // ER_CHECK_CONSTRAINT_VIOLATED
+	// errTableDefChanged is MariaDB's error for a locking read of a table
+	// re-created since the transaction's snapshot ("InnoDB: insufficient
+	// history for index").
+	errTableDefChanged = 159
 )
 
 // infoRecords reads N from an INSERT … SELECT's info string, "Records: N
@@ -581,6 +633,32 @@ func (s *Session) sharesFit(t *rewrite.Table, inc *rewrite.Increment, ex *execut
 		}
 	}
 	return true, nil
+}
+
+// missingRecord reports whether the record an upsert's increment names has
+// no row, as far as the committed rows tell (read by the SlotReader,
+// outside the transaction), in a client's transaction: there the slotted
+// attempt's locking read of a missing row would lock the gap where it
+// goes, and two transactions inserting rows into that gap would deadlock
+// where their inserts alone do not wait for each other. False when it
+// cannot tell (autocommit, where the attempt's locks go with it; no
+// reader).
+func (s *Session) missingRecord(t *rewrite.Table, inc *rewrite.Increment) bool {
+	if s.autocommitted() || s.env.SlotReader == nil || len(inc.Keys) != 1 || inc.Keys[0].Param >= 0 {
+		return false
+	}
+	key := literalKey(inc.Keys[0].Literal)
+	if key == "" {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), slotReadTimeout)
+	defer cancel()
+	rows, err := s.env.SlotReader.ReadSlotRows(ctx, t.ExistsSQL(key))
+	if err != nil {
+		s.log.Warn("reading whether an upsert's record exists failed", "rule", ruleName(t), "err", err)
+		return false
+	}
+	return len(rows) == 0
 }
 
 // incKeysDeltas returns the keys of an increment of several records, in
@@ -1453,6 +1531,11 @@ func (s *Session) lockAndFoldKeys(guards []*rewrite.Guard, ex *execution) (locke
 			}
 		}
 		if g.ScanSQL != "" && s.locksGaps() {
+			if impossible, err := s.impossibleScan(g, ex); err != nil {
+				return nil, nil, err
+			} else if impossible {
+				continue // the statement reads no row: nothing to lock or fold
+			}
 			// Every base row and gap locked, as the statement's own
 			// scan locks them; then the slotted records, read by key.
 			var r *wire.Response
@@ -1553,6 +1636,33 @@ func (s *Session) lockAndFoldKeys(guards []*rewrite.Guard, ex *execution) (locke
 	return locked, nil, nil
 }
 
+// impossibleScan reports whether the server finds the WHERE clause of a
+// scan guard's statement always false (MySQL does for c < 0 on an UNSIGNED
+// column): its EXPLAIN says "Impossible WHERE". The statement then reads,
+// locks and writes no row. False when the guard has no WHERE clause or
+// placeholders in it.
+func (s *Session) impossibleScan(g *rewrite.Guard, ex *execution) (bool, error) {
+	if !g.ScanWhere || ex != nil && len(g.ScanParams) > 0 {
+		return false, nil
+	}
+	r, err := s.query("EXPLAIN " + g.ScanSQL)
+	if err != nil || r.Failed() {
+		return false, err
+	}
+	for _, row := range r.Rows {
+		vals, err := wire.TextRow(row)
+		if err != nil {
+			return false, nil
+		}
+		for _, v := range vals {
+			if bytes.Contains(v, []byte("Impossible WHERE")) {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
+}
+
 // locksGaps reports whether the session's statements lock the gaps they
 // scan: at REPEATABLE READ or SERIALIZABLE, as far as the proxy knows.
 func (s *Session) locksGaps() bool {
@@ -1612,7 +1722,17 @@ func (s *Session) foldAllSlotted(t *rewrite.Table) (errPkt []byte, err error) {
 // it may read are locked and folded first (the client's transaction, or
 // one of the proxy's own around an autocommit statement), so it reads the
 // latest totals and concurrent increments of them wait.
-func (s *Session) execLockedRead(op *rewrite.LockingRead, ex *execution, seq *byte, more bool, cp *columnPatch) (bool, error) {
+//
+// Once its guards ran at REPEATABLE READ or SERIALIZABLE, every record it
+// may read is folded and locked, the gaps too (no increment can add to its
+// slots, no row can appear): a text read runs as the client wrote it, its
+// counters' base columns being their totals (not one that skips locked
+// rows: those are not folded). It then takes no
+// consistent read where the client's would take none (the slot sums of
+// the rewritten read would make the transaction's snapshot, earlier than
+// its first plain read makes it directly), and its columns are the
+// client's own.
+func (s *Session) execLockedRead(op *rewrite.LockingRead, original string, ex *execution, seq *byte, more bool, cp *columnPatch) (bool, error) {
 	s.env.Stats.RewrittenReads.Add(1)
 	s.metrics().Statement(PathRewrittenRead, "")
 	wrapped := s.autocommitted() && !s.tablesLocked()
@@ -1652,8 +1772,11 @@ func (s *Session) execLockedRead(op *rewrite.LockingRead, ex *execution, seq *by
 			return true, s.writeErr(errPkt, seq)
 		}
 		payload := queryPacket(op.SQL)
-		if ex != nil {
+		switch {
+		case ex != nil:
 			payload = ex.payload
+		case s.lockedReadAsWritten(original):
+			payload, cp = queryPacket(original), nil
 		}
 		if err := s.send(payload); err != nil {
 			return false, err
@@ -1682,6 +1805,12 @@ func (s *Session) execLockedRead(op *rewrite.LockingRead, ex *execution, seq *by
 		}
 		return res.Failed(), nil
 	}
+}
+
+// lockedReadAsWritten reports whether a locking read whose text is
+// original runs as written once its guards ran (see execLockedRead).
+func (s *Session) lockedReadAsWritten(original string) bool {
+	return original != "" && s.locksGaps() && !strings.Contains(strings.ToUpper(original), "SKIP LOCKED")
 }
 
 func isInteger(b []byte) bool {

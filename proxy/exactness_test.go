@@ -866,3 +866,70 @@ func TestSnapshotAfterRollupAndFailedIncrement(t *testing.T) {
 	}
 	runDifferential(t, cat, plain, ruled, corpus)
 }
+
+// TestPreparedReadAcrossReload: a prepared read is planned again when the
+// catalog changed since it was prepared (issue 21's catalog epoch): a
+// counter added to the rule after the PREPARE is read as its total, base
+// and slots, with the column the client was told of; before, the read kept
+// the plan of its PREPARE and returned the base value.
+func TestPreparedReadAcrossReload(t *testing.T) {
+	const plain, ruled = "prepread_reload_plain", "prepread_reload_ruled"
+	ddl := []string{
+		"CREATE TABLE repos (id BIGINT NOT NULL PRIMARY KEY, stars INT NOT NULL DEFAULT 0, forks INT UNSIGNED NOT NULL DEFAULT 0)",
+		"INSERT INTO repos (id, stars, forks) VALUES (1, 10, 20)",
+	}
+	rule := "table: " + ruled + ".repos\nkey: id\ncounters: [stars]\nslots: 4\n"
+	cat := loadedSetup(t, plain, ruled, ddl, rule)
+	p := startProxy(t, func(c *proxy.Config) { c.Rewriter = newRewriter(cat) })
+	c, err := client.Connect(p.addr, testdb.User, testdb.Password, ruled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	read, err := c.Prepare("SELECT stars, forks FROM repos WHERE id = ?")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer read.Close()
+	lock, err := c.Prepare("SELECT forks FROM repos WHERE id = ? FOR UPDATE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	check := func(wantStars, wantForks int64, when string) {
+		t.Helper()
+		r, err := read.Execute(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stars, _ := r.GetInt(0, 0)
+		forks, _ := r.GetInt(0, 1)
+		if stars != wantStars || forks != wantForks {
+			t.Errorf("%s: stars %d, forks %d; want %d and %d", when, stars, forks, wantStars, wantForks)
+		}
+		if typ := r.Fields[1].Type; typ != gomysql.MYSQL_TYPE_LONG {
+			t.Errorf("%s: forks has type %d, want INT's %d", when, typ, gomysql.MYSQL_TYPE_LONG)
+		}
+		execOrFatal(t, c, "BEGIN")
+		if r, err = lock.Execute(1); err != nil {
+			t.Fatal(err)
+		}
+		execOrFatal(t, c, "COMMIT")
+		if v, _ := r.GetInt(0, 0); v != wantForks {
+			t.Errorf("%s: forks read FOR UPDATE %d, want %d", when, v, wantForks)
+		}
+	}
+	execOrFatal(t, c, "UPDATE repos SET stars = stars + 1 WHERE id = 1")
+	check(11, 20, "prepared and executed")
+	p.srv.SetRewriter(newRewriter(loadCatalog(t, "table: "+ruled+".repos\nkey: id\ncounters: [stars, forks]\nslots: 4\n")))
+	execOrFatal(t, c, "UPDATE repos SET forks = forks + 5 WHERE id = 1")
+	check(11, 25, "after forks became a counter and was incremented")
+	check(11, 25, "again")
+}
+
+func execOrFatal(t *testing.T, c *client.Conn, q string) {
+	t.Helper()
+	if _, err := c.Execute(q); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+}

@@ -43,11 +43,34 @@ type Table struct {
 	// key whose values cannot be matched (a column prefix, an
 	// expression): such upserts fold every record of the table first.
 	UniqueKeys [][]string
+	// Inserted is what an INSERT of a row checks before it finds the row
+	// it duplicates: an upsert whose row exists is slotted only when these
+	// checks pass on the row it names (see Inserted).
+	Inserted Inserted
 	// NullDefault are the columns an INSERT that leaves them out sets to
 	// NULL (nullable, no other default, not generated, and the table has
 	// no INSERT trigger): a unique key with one of them conflicts with no
 	// row for such an INSERT.
 	NullDefault []string
+}
+
+// Inserted describes what the server checks of a row an INSERT names
+// before it looks for a duplicate: the columns the INSERT must name
+// (Required: NOT NULL, no default, not generated or AUTO_INCREMENT), the
+// values integer columns take (IntRanges, by lower-case name: the type's
+// range narrowed by CHECK bounds; a column a CHECK constraint reads
+// otherwise is not there), and whether an INSERT trigger fires (Trigger).
+// KeyAutoIncrement: the key is AUTO_INCREMENT (an upsert that updates a
+// row then answers with its key as the insert id).
+type Inserted struct {
+	Required  []string
+	IntRanges map[string][2]string
+	// StrLens are the lengths of CHAR and VARCHAR columns (by lower-case
+	// name), in characters: an ASCII string literal no longer fits in any
+	// character set and any sql_mode.
+	StrLens          map[string]int
+	Trigger          bool
+	KeyAutoIncrement bool
 }
 
 // Counter is one ruled counter column.
@@ -157,6 +180,12 @@ func (t *Table) BaseValuesSQL(columns []string, keys []string) string {
 			i, quoteIdent(t.Key), col, col, t.Qualified(), quoteIdent(t.Key), strings.Join(keys, ", ")))
 	}
 	return strings.Join(parts, " UNION ALL ")
+}
+
+// ExistsSQL selects, for a SlotReader, one row shaped as a slot row when
+// t has a row with key (a decimal integer), none otherwise.
+func (t *Table) ExistsSQL(key string) string {
+	return fmt.Sprintf("SELECT 0, %s, 0, 0 FROM %s WHERE %s = %s", quoteIdent(t.Key), t.Qualified(), quoteIdent(t.Key), key)
 }
 
 func (t *Table) counter(col string) *Counter {

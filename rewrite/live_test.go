@@ -195,6 +195,11 @@ func liveStatements(p Plan) []string {
 	case *Increment:
 		out = append(out, op.ProbeSQL, op.SQL, op.Guard.KeysSQL, op.Guard.Table.LockSQL([]string{"1", "2"}))
 		folds(op.Guard, false)
+	case *UpsertIncrement:
+		out = append(out, op.Increment.ProbeSQL, op.Increment.SQL)
+		fb := op.Fallback
+		fb.Original = p.Original
+		out = append(out, liveStatements(fb)...)
 	case *Guarded:
 		for _, g := range op.Guards {
 			out = append(out, g.KeysSQL, g.Table.LockSQL([]string{"1", "2"}))

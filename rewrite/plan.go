@@ -60,7 +60,8 @@ func (p Plan) Kind() Kind {
 }
 
 // An Op is how a statement runs: *AsWritten, *Read, *LockingRead,
-// *WriteOthers, *Increment, *Guarded, *LockTables or *Refused.
+// *WriteOthers, *Increment, *UpsertIncrement, *Guarded, *LockTables or
+// *Refused.
 type Op interface {
 	Kind() Kind
 	// mapSQL returns a copy of the operation with f's image of each of
@@ -287,6 +288,11 @@ type Guard struct {
 	// ScanParams are the original placeholder indexes ScanSQL uses, in
 	// order.
 	ScanParams []int
+	// ScanWhere: ScanSQL has the statement's WHERE clause, which the
+	// server may find always false (EXPLAIN says "Impossible WHERE"):
+	// then the statement writes and locks nothing, and neither does the
+	// guard.
+	ScanWhere bool
 }
 
 // An Effect is what the session does or learns once a statement
@@ -513,6 +519,8 @@ func (p Plan) SQL() string {
 		return op.SQL
 	case *Increment:
 		return op.SQL
+	case *UpsertIncrement:
+		return op.Increment.SQL
 	case *Guarded:
 		return op.SQL
 	case *LockTables:
@@ -535,6 +543,8 @@ func (p Plan) Guards() []*Guard {
 		return []*Guard{op.Guard}
 	case *Increment:
 		return []*Guard{op.Guard}
+	case *UpsertIncrement:
+		return op.Fallback.Guards()
 	}
 	return nil
 }

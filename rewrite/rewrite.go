@@ -335,6 +335,9 @@ func (r *Rewriter) rewrite(sql string, sess Session, slot func(int) int) ([]Plan
 			plan.Op = &AsWritten{} // (a statement that names no ruled table)
 		}
 		plan.Original = text
+		if up, ok := plan.Op.(*UpsertIncrement); ok {
+			up.Fallback.Original = text
+		}
 		if sel, ok := st.(*ast.SelectStmt); ok && sel.Fields != nil && len(sel.Fields.Fields) > 0 {
 			last := sel.Fields.Fields[len(sel.Fields.Fields)-1]
 			if fe := last.Offset + len(last.Text()); fe > start && fe <= end && sql[last.Offset:fe] == last.Text() {
@@ -737,6 +740,12 @@ func (r *Rewriter) prepareStmt(s *ast.PrepareStmt, sess Session, slot func(int) 
 	switch op := ip.Op.(type) {
 	case *Increment:
 		write = &Plan{Op: &Guarded{SQL: ip.Original, Guards: []*Guard{op.Guard}}, Table: ip.Table, Original: ip.Original}
+	case *UpsertIncrement:
+		if g, ok := op.Fallback.Op.(*Guarded); ok && len(g.Guards) == 1 {
+			gg := *g
+			gg.Restrict = ""
+			write = &Plan{Op: &gg, Table: ip.Table, Original: ip.Original}
+		}
 	case *Guarded:
 		if len(op.Guards) == 1 {
 			g := *op
@@ -999,6 +1008,18 @@ func Explain(plans []Plan, err error) string {
 		case *Increment:
 			fmt.Fprintf(&b, "%s\n", op.SQL)
 			fmt.Fprintf(&b, "privilege check: %s\n", op.ProbeSQL)
+		case *UpsertIncrement:
+			fmt.Fprintf(&b, "-- %s\n", p.Reason)
+			fmt.Fprintf(&b, "%s\n", op.Increment.SQL)
+			fmt.Fprintf(&b, "privilege check: %s\n", op.Increment.ProbeSQL)
+			b.WriteString("-- no such record: the statement as written\n")
+			if g, ok := op.Fallback.Op.(*Guarded); ok {
+				b.WriteString("-- beyond the slot's share of the range, or a NULL counter:\n")
+				for _, gd := range g.Guards {
+					explainGuard(&b, gd, false)
+				}
+				fmt.Fprintf(&b, "then: %s\n", g.SQL)
+			}
 		case *Refused:
 			fmt.Fprintf(&b, "refused: rule %s.%s: %s\n", p.Table.Schema, p.Table.Name, p.Reason)
 		case *Guarded:

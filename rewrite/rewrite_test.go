@@ -27,6 +27,9 @@ func testCatalog() *Catalog {
 			{Name: "stars", RecordType: 2, Unsigned: true, Min: "0", Max: "4294967295"},
 			{Name: "updated_at", RecordType: 4, Touch: true, FSP: 6}, {Name: "seen_at", RecordType: 5, Touch: true, Timestamp: true}},
 		SlotsTable: "slotted_counters", Slots: 100,
+		Inserted: Inserted{Required: []string{"id"}, IntRanges: map[string][2]string{
+			"id": {"-9223372036854775808", "9223372036854775807"}, "owner_id": {"-2147483648", "2147483647"},
+			"downloads": {"-2147483648", "2147483647"}, "stars": {"0", "4294967295"}}},
 	}, {
 		Schema: "app", Name: "pages", Key: "page_id",
 		Columns:    []string{"page_id", "views"},

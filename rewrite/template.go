@@ -14,7 +14,8 @@ import (
 // their own literals, and a fresh slot. Replacing digits by digits never
 // changes how the statement tokenizes, and every plan decision that depends
 // on an integer literal's value (zero deltas, LIMIT 0) keeps that literal in
-// the template key, so a template is exactly what planning the statement
+// the template key (upserts, whose plans depend on their values' ranges,
+// are not templated), so a template is exactly what planning the statement
 // would produce.
 
 const (
@@ -111,6 +112,12 @@ func templateKey(sql string, sess Session, buf []byte, spans [][2]int) ([]byte, 
 			j := i
 			for j < len(sql) && isIdentByte(sql[j]) {
 				j++
+			}
+			if j-i == len("duplicate") && strings.EqualFold(sql[i:j], "duplicate") {
+				// An upsert: whether it is slotted depends on its
+				// values (their columns' ranges), and its answer's
+				// insert id on its key.
+				return buf, spans, false
 			}
 			buf = append(buf, sql[i:j]...)
 			i = j

@@ -169,6 +169,13 @@ func (r *Rewriter) foldFirst(sql string, toks []token, sess Session, multi bool)
 // restoreCuts puts the clauses cut out of a statement back into its plan,
 // or refuses the plan when it cannot keep them exactly.
 func restoreCuts(p *Plan, cuts []cut) {
+	if up, ok := p.Op.(*UpsertIncrement); ok && len(cuts) > 0 {
+		// Slotted, the upsert would lose the clause (a row alias): it
+		// runs as its guarded write.
+		fb := up.Fallback
+		fb.Original = p.Original
+		*p = fb
+	}
 	for _, c := range cuts {
 		if !strings.Contains(p.Original, c.marker) {
 			continue

@@ -588,6 +588,7 @@ func (w *reads) scanGuard(t *Table, ref *tableRef, where ast.ExprNode, lock stri
 			return g
 		}
 		q += " WHERE RAND() < 0 AND " + parenthesize(w.sql[ws:we])
+		g.ScanWhere = true
 		var c paramCollector
 		where.Accept(&c)
 		sort.SliceStable(c.found, func(i, j int) bool { return c.found[i].Offset < c.found[j].Offset })
@@ -743,7 +744,13 @@ func (r *Rewriter) insert(s *ast.InsertStmt, w *reads, start, end int) Plan {
 	if w.failed != "" {
 		return w.refused(t, w.failed)
 	}
-	return r.upsertGuarded(s, t, w, start, end)
+	p := r.upsertGuarded(s, t, w, start, end)
+	w.push(sc)
+	defer w.pop()
+	if up, ok := r.upsertIncrement(s, t, ref, w, p); ok {
+		return up
+	}
+	return p
 }
 
 // refreshGuard returns the guard of a write of t's rows that does not

@@ -37,9 +37,39 @@ type column struct {
 	columnType string // COLUMN_TYPE, such as "bigint(20) unsigned"
 	extra      string // EXTRA, such as "on update current_timestamp()" or "STORED GENERATED"
 	generation string // GENERATION_EXPRESSION of a generated column, else ""
+	// required: NOT NULL with no default, not generated, not
+	// AUTO_INCREMENT: an INSERT in strict mode must name it.
+	required bool
 }
 
-func (c *column) integer() bool  { return integerTypes[strings.ToLower(c.dataType)] }
+func (c *column) integer() bool { return integerTypes[strings.ToLower(c.dataType)] }
+
+// charLength returns the length of a CHAR or VARCHAR column, in
+// characters, from its COLUMN_TYPE (varchar(10)).
+func (c *column) charLength() (int, bool) {
+	switch strings.ToLower(c.dataType) {
+	case "char", "varchar":
+	default:
+		return 0, false
+	}
+	i := strings.IndexByte(c.columnType, '(')
+	j := strings.IndexByte(c.columnType, ')')
+	if i < 0 || j < i {
+		return 0, false
+	}
+	n, err := strconv.Atoi(c.columnType[i+1 : j])
+	return n, err == nil
+}
+
+// checked reports whether a CHECK constraint of t may read column c.
+func checked(t *table, c *column) bool {
+	for _, chk := range t.checks {
+		if mentions(chk.clause, c.name) {
+			return true
+		}
+	}
+	return false
+}
 func (c *column) unsigned() bool { return strings.Contains(strings.ToLower(c.columnType), "unsigned") }
 
 // temporal reports whether c is a DATETIME or TIMESTAMP column (a touch
@@ -73,6 +103,9 @@ type table struct {
 	primary      []string // PRIMARY KEY columns in key order; nil if none
 	// updateTriggers are the names of its BEFORE and AFTER UPDATE triggers.
 	updateTriggers []string
+	// insertTriggers: it has an INSERT trigger (BEFORE INSERT triggers fire
+	// for an upsert that finds its row, too).
+	insertTriggers bool
 	// cascades describes its foreign keys that change its rows when the
 	// referenced row changes (ON DELETE CASCADE, ON UPDATE CASCADE or SET
 	// NULL/DEFAULT): "name (ON DELETE CASCADE)".
@@ -269,8 +302,26 @@ func newTable(t *table, r *rules.Rule, slotsTable string) *rewrite.Table {
 	if r.RolledUp() {
 		rt.RolledUp, rt.MaxStaleness = true, r.MaxStaleness
 	}
+	rt.Inserted = rewrite.Inserted{Trigger: t.insertTriggers, IntRanges: map[string][2]string{}}
 	for _, c := range t.columns {
 		rt.Columns = append(rt.Columns, c.name)
+		if c.required {
+			rt.Inserted.Required = append(rt.Inserted.Required, c.name)
+		}
+		if strings.EqualFold(c.name, rt.Key) && strings.Contains(strings.ToLower(c.extra), "auto_increment") {
+			rt.Inserted.KeyAutoIncrement = true
+		}
+		if c.integer() && c.generation == "" {
+			if rg := rangeOf(t, &c); len(rg.baseOnly) == 0 {
+				rt.Inserted.IntRanges[strings.ToLower(c.name)] = [2]string{rg.lo.String(), rg.hi.String()}
+			}
+		}
+		if n, ok := c.charLength(); ok && c.generation == "" && !checked(t, &c) {
+			if rt.Inserted.StrLens == nil {
+				rt.Inserted.StrLens = map[string]int{}
+			}
+			rt.Inserted.StrLens[strings.ToLower(c.name)] = n
+		}
 	}
 	for _, rc := range r.Counters {
 		c := t.column(rc.Name)
@@ -596,25 +647,33 @@ func describe(ctx context.Context, conn *client.Conn, groups []schemaRules) ([]*
 		tables[[2]string{row[0], row[1]}] = t
 	}
 
-	rows, err = exec(ctx, conn, "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, EXTRA, COALESCE(GENERATION_EXPRESSION, '') "+
+	rows, err = exec(ctx, conn, "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, EXTRA, COALESCE(GENERATION_EXPRESSION, ''), "+
+		"IS_NULLABLE = 'NO' AND COLUMN_DEFAULT IS NULL "+
 		"FROM information_schema.COLUMNS WHERE TABLE_SCHEMA IN "+in+" ORDER BY TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION", names...)
 	if err != nil {
 		return nil, fmt.Errorf("reading the schema: %w", err)
 	}
 	for _, row := range rows {
 		if t := tables[[2]string{row[0], row[1]}]; t != nil {
-			t.columns = append(t.columns, column{name: row[2], dataType: row[3], columnType: row[4], extra: row[5], generation: row[6]})
+			c := column{name: row[2], dataType: row[3], columnType: row[4], extra: row[5], generation: row[6]}
+			extra := strings.ToLower(c.extra)
+			c.required = row[7] == "1" && c.generation == "" && !strings.Contains(extra, "generated") && !strings.Contains(extra, "auto_increment")
+			t.columns = append(t.columns, c)
 		}
 	}
 
-	rows, err = exec(ctx, conn, "SELECT EVENT_OBJECT_SCHEMA, EVENT_OBJECT_TABLE, TRIGGER_NAME FROM information_schema.TRIGGERS WHERE EVENT_OBJECT_SCHEMA IN "+in+
-		" AND EVENT_MANIPULATION = 'UPDATE' ORDER BY TRIGGER_NAME", names...)
+	rows, err = exec(ctx, conn, "SELECT EVENT_OBJECT_SCHEMA, EVENT_OBJECT_TABLE, TRIGGER_NAME, EVENT_MANIPULATION FROM information_schema.TRIGGERS WHERE EVENT_OBJECT_SCHEMA IN "+in+
+		" AND EVENT_MANIPULATION IN ('UPDATE', 'INSERT') ORDER BY TRIGGER_NAME", names...)
 	if err != nil {
 		return nil, fmt.Errorf("reading the schema's triggers: %w", err)
 	}
 	for _, row := range rows {
 		if t := tables[[2]string{row[0], row[1]}]; t != nil {
-			t.updateTriggers = append(t.updateTriggers, row[2])
+			if row[3] == "INSERT" {
+				t.insertTriggers = true
+			} else {
+				t.updateTriggers = append(t.updateTriggers, row[2])
+			}
 		}
 	}
 

@@ -223,12 +223,17 @@ func TestLoad(t *testing.T) {
 		Counters:   []rewrite.Counter{{Name: "views", RecordType: 1, Min: "-8388608", Max: "8388607"}},
 		SlotsTable: "slotted_counters", Slots: 16, Shadow: true,
 		NullDefault: []string{"title"},
+		Inserted: rewrite.Inserted{Required: []string{"page_id", "views"},
+			IntRanges: map[string][2]string{"page_id": {"0", "4294967295"}, "views": {"-8388608", "8388607"}}},
 	}, {
 		Schema: s, Name: "repos", Key: "id",
 		Columns: []string{"id", "name", "Downloads", "stars"},
 		Counters: []rewrite.Counter{{Name: "Downloads", RecordType: 2, Min: "-9223372036854775808", Max: "9223372036854775807"},
 			{Name: "stars", RecordType: 3, Unsigned: true, Min: "0", Max: "18446744073709551615"}},
 		SlotsTable: "slotted_counters", Slots: 100,
+		Inserted: rewrite.Inserted{Required: []string{"id"}, IntRanges: map[string][2]string{"id": {"-9223372036854775808", "9223372036854775807"},
+			"downloads": {"-9223372036854775808", "9223372036854775807"}, "stars": {"0", "18446744073709551615"}},
+			StrLens: map[string]int{"name": 100}},
 	}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Load tables:\n got %s\nwant %s", dump(got), dump(want))
@@ -331,6 +336,24 @@ func TestLoadNullDefaults(t *testing.T) {
 	}
 	if got["b"] != nil {
 		t.Errorf("b (an INSERT trigger): NullDefault %q, want none", got["b"])
+	}
+	for _, tb := range cat.Tables() {
+		in := tb.Inserted
+		switch tb.Name {
+		case "a":
+			// id and z must be named; n and x are strings of 20; c has its range.
+			if !reflect.DeepEqual(in.Required, []string{"id", "z"}) || in.StrLens["n"] != 20 || in.StrLens["x"] != 20 || in.Trigger ||
+				in.IntRanges["c"] != [2]string{"-2147483648", "2147483647"} || in.KeyAutoIncrement {
+				t.Errorf("a: Inserted %+v", in)
+			}
+			if _, ok := in.IntRanges["g"]; ok {
+				t.Errorf("a: generated column g in IntRanges %v", in.IntRanges)
+			}
+		case "b":
+			if !in.Trigger {
+				t.Errorf("b: Inserted %+v, want its INSERT trigger", in)
+			}
+		}
 	}
 }
 

@@ -121,13 +121,17 @@ type twin struct {
 	// failedInc: an increment failed in the open transaction (it may keep
 	// the shared lock its slotted attempt took).
 	failedInc bool
+	// readUncommitted: the connection set READ UNCOMMITTED last.
+	readUncommitted bool
 }
 
 // follow notes step st's proxy-side observation o in the connection's
 // transaction state.
 func (t *twin) follow(st Step, o obs) {
-	if st.Class == Isolation && strings.Contains(strings.ToUpper(st.SQL), "SERIALIZABLE") {
-		t.serializable = true
+	if st.Class == Isolation || strings.Contains(strings.ToUpper(st.SQL), "ISOLATION LEVEL") {
+		upper := strings.ToUpper(st.SQL)
+		t.serializable = t.serializable || strings.Contains(upper, "SERIALIZABLE")
+		t.readUncommitted = strings.Contains(upper, "READ UNCOMMITTED")
 	}
 	if len(o.results) == 0 {
 		return
@@ -495,6 +499,16 @@ func (r *run) compare(t *twin) {
 	if r.documentedWait >= 0 {
 		r.stopBecause(fmt.Sprintf("step %d differed while step %d waited directly and not through the proxy (documented)", i+1, r.documentedWait+1))
 		return
+	}
+	if kind == KindValues && t.readUncommitted {
+		for _, o := range r.twins {
+			if o != t && len(o.txn) > 0 {
+				why := "a READ UNCOMMITTED read of another transaction's uncommitted work"
+				r.out.Documented = append(r.out.Documented, why)
+				r.stopBecause(fmt.Sprintf("step %d: %s (documented)", i+1, why))
+				return
+			}
+		}
 	}
 	if why := r.documentedLock(t, p, d); why != "" {
 		r.out.Documented = append(r.out.Documented, why)

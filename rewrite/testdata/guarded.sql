@@ -16,8 +16,14 @@ DELETE FROM repos
 REPLACE INTO repos (id, name, downloads, stars) VALUES (1, 'a', 0, 0), (?, ?, ?, ?)
 -- case: upsert with absolute assignment
 INSERT INTO repos (id, downloads) VALUES (3, 10) ON DUPLICATE KEY UPDATE downloads = VALUES(downloads)
--- case: upsert with increment is fine on the base column
+-- case: upsert with increment: slotted when the record exists
 INSERT INTO repos (id, downloads) VALUES (3, 1) ON DUPLICATE KEY UPDATE downloads = downloads + 1
+-- case: upsert incrementing two counters, one by VALUES()
+INSERT INTO repos (id, downloads, stars) VALUES (1, 4, 0) ON DUPLICATE KEY UPDATE downloads = downloads + VALUES(downloads), stars = stars + 1
+-- case: upsert naming a string column: the row it builds could fail, guarded
+INSERT INTO repos (id, name, downloads) VALUES (2, 'x', 1) ON DUPLICATE KEY UPDATE downloads = downloads + 1
+-- case: upsert of several rows: guarded
+INSERT INTO repos (id, downloads) VALUES (1, 1), (2, 1) ON DUPLICATE KEY UPDATE downloads = downloads + 1
 -- case: plain insert
 INSERT INTO repos (id, name) VALUES (1, 'x')
 -- case: truncate

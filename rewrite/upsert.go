@@ -1,0 +1,194 @@
+package rewrite
+
+import (
+	"fmt"
+	"math/big"
+	"slices"
+	"strings"
+
+	"github.com/pingcap/tidb/pkg/parser/ast"
+	driver "github.com/pingcap/tidb/pkg/parser/test_driver"
+)
+
+// UpsertIncrement is an INSERT of one row … ON DUPLICATE KEY UPDATE whose
+// update only increments counters (c = c + n, c = c + VALUES(c)), of a
+// ruled table whose rows it can conflict with on the key alone.
+//
+// When the row's record exists, Increment adds the deltas to its slots,
+// as the UPDATE of that record would (the upsert then answers as one that
+// updated the row: 2 affected rows, InsertID); when it does not (Increment
+// matched no row), the statement runs as written and inserts it (a row
+// inserted meanwhile by another client is then updated on its base row:
+// an increment, exact whatever its slots hold). Where Increment cannot be
+// slotted (a delta beyond the slot's share of the range, a NULL counter)
+// Fallback, the guarded upsert, runs instead.
+type UpsertIncrement struct {
+	Increment *Increment
+	Fallback  Plan
+	// InsertID is the insert id of the answer of an upsert that updated
+	// the row: its key when the key is AUTO_INCREMENT, else 0.
+	InsertID uint64
+}
+
+// Kind is KindIncrement.
+func (*UpsertIncrement) Kind() Kind { return KindIncrement }
+
+func (o *UpsertIncrement) mapSQL(f func(string) (string, error)) (Op, error) {
+	c := *o
+	inc, err := o.Increment.mapSQL(f)
+	if err != nil {
+		return nil, err
+	}
+	c.Increment = inc.(*Increment)
+	if err := c.Fallback.mapSQL(f); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// upsertIncrement returns the plan of s, an upsert of t through ref planned
+// as fallback, as an UpsertIncrement, or false when it is not one (see
+// UpsertIncrement): one row of VALUES, sent as text, naming the key as an
+// integer, every column it names an integer column with an integer literal
+// in the column's range (so that the row the server builds before it finds
+// the duplicate raises nothing), every column that must be named named, no
+// INSERT trigger, no other UNIQUE key it can conflict on, and an update of
+// counters only, each by an integer literal or VALUES() of one.
+func (r *Rewriter) upsertIncrement(s *ast.InsertStmt, t *Table, ref *tableRef, w *reads, fallback Plan) (Plan, bool) {
+	if s.IsReplace || s.IgnoreErr || s.Select != nil || s.Setlist || len(s.Lists) != 1 || len(s.OnDuplicate) == 0 ||
+		len(s.Columns) == 0 || len(s.PartitionNames) > 0 || len(w.params) > 0 || t.Shadow || t.RolledUp || t.Inserted.Trigger ||
+		fallback.Kind() != KindGuarded {
+		return Plan{}, false
+	}
+	row := s.Lists[0]
+	if len(row) != len(s.Columns) {
+		return Plan{}, false
+	}
+	values := map[string]string{} // lower-case column → integer literal ("" for a string)
+	for i, c := range s.Columns {
+		name := strings.ToLower(c.Name.O)
+		if _, twice := values[name]; twice {
+			return Plan{}, false
+		}
+		if n, ok := t.Inserted.StrLens[name]; ok {
+			if !shortASCII(unparen(row[i]), n) {
+				return Plan{}, false
+			}
+			values[name] = ""
+			continue
+		}
+		rg, ok := t.Inserted.IntRanges[name]
+		v := intLiteral(unparen(row[i]))
+		if !ok || v == "" || !inRange(v, rg) {
+			return Plan{}, false
+		}
+		values[name] = v
+	}
+	key := values[strings.ToLower(t.Key)]
+	if key == "" {
+		return Plan{}, false
+	}
+	for _, c := range t.Inserted.Required {
+		if _, named := values[strings.ToLower(c)]; !named {
+			return Plan{}, false
+		}
+	}
+unique:
+	for _, uk := range t.UniqueKeys {
+		for _, c := range uk {
+			_, named := values[strings.ToLower(c)]
+			if !named && slices.ContainsFunc(t.NullDefault, func(n string) bool { return strings.EqualFold(n, c) }) {
+				continue unique // NULL there: it conflicts with no row
+			}
+		}
+		return Plan{}, false
+	}
+	var sets, probes []string
+	assigned := map[string]bool{}
+	valuesCalls := 0
+	for _, a := range s.OnDuplicate {
+		c := t.counter(a.Column.Name.O)
+		if c == nil || c.Touch || assigned[strings.ToLower(c.Name)] || (a.Column.Table.O != "" && a.Column.Table.L != ref.match) {
+			return Plan{}, false
+		}
+		assigned[strings.ToLower(c.Name)] = true
+		delta, minus, self := w.selfIncrement(a, ref)
+		if self == nil {
+			return Plan{}, false
+		}
+		d := intLiteral(delta)
+		if v, ok := delta.(*ast.ValuesExpr); ok && v.Column != nil {
+			d = values[strings.ToLower(v.Column.Name.Name.O)]
+			valuesCalls++
+		}
+		if d == "" {
+			return Plan{}, false
+		}
+		op := "+"
+		if minus {
+			op = "-"
+		}
+		col := quoteIdent(c.Name)
+		sets = append(sets, fmt.Sprintf("%s = %s %s (%s)", col, col, op, d))
+		probes = append(probes, fmt.Sprintf("%s = %s %s NULL", col, col, op))
+	}
+	update := fmt.Sprintf("UPDATE %s SET %s WHERE %s = %s", t.Qualified(), strings.Join(sets, ", "), quoteIdent(t.Key), key)
+	plans, err := r.rewriteUTF8(update, w.sess)
+	if err != nil || len(plans) != 1 {
+		return Plan{}, false
+	}
+	inc, ok := plans[0].Op.(*Increment)
+	if !ok || inc.Zero || len(inc.Keys) != 1 {
+		return Plan{}, false
+	}
+	// The privileges the upsert needs (INSERT of its columns, UPDATE and
+	// SELECT of its counters), checked by a statement that writes nothing.
+	cols := make([]string, len(s.Columns))
+	nulls := make([]string, len(s.Columns))
+	for i, c := range s.Columns {
+		cols[i], nulls[i] = quoteIdent(c.Name.O), "NULL"
+	}
+	probed := *inc
+	probed.ProbeSQL = fmt.Sprintf("INSERT INTO %s (%s) SELECT %s FROM DUAL WHERE FALSE ON DUPLICATE KEY UPDATE %s",
+		t.Qualified(), strings.Join(cols, ", "), strings.Join(nulls, ", "), strings.Join(probes, ", "))
+	probed.PrivKey = probed.ProbeSQL
+	// MySQL warns (1287) once for each VALUES() an upsert calls, when it
+	// parses it: the slotted statement calls it as often, to no effect
+	// (the count it inserts is never NULL), so that it warns the same.
+	probed.SQL += strings.Repeat(" + 0 * (VALUES(`count`) IS NULL)", valuesCalls)
+	op := &UpsertIncrement{Increment: &probed, Fallback: fallback}
+	if t.Inserted.KeyAutoIncrement {
+		if n, ok := new(big.Int).SetString(key, 10); ok && n.Sign() > 0 && n.IsUint64() {
+			op.InsertID = n.Uint64()
+		}
+	}
+	return Plan{Op: op, Table: t, Reason: "the row's record, when it exists, is incremented in a slot; else the row is inserted as written"}, true
+}
+
+// shortASCII reports whether e is a string literal of printable ASCII
+// characters, at most n of them: a value any CHAR or VARCHAR(n) column
+// takes as it is, whatever its character set and the sql_mode.
+func shortASCII(e ast.ExprNode, n int) bool {
+	v, ok := e.(*driver.ValueExpr)
+	if !ok || v.Kind() != driver.KindString {
+		return false
+	}
+	str := v.GetString()
+	if len(str) > n {
+		return false
+	}
+	for i := 0; i < len(str); i++ {
+		if str[i] < 0x20 || str[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// inRange reports whether the integer literal v is within rg.
+func inRange(v string, rg [2]string) bool {
+	n, ok1 := new(big.Int).SetString(v, 10)
+	lo, ok2 := new(big.Int).SetString(rg[0], 10)
+	hi, ok3 := new(big.Int).SetString(rg[1], 10)
+	return ok1 && ok2 && ok3 && n.Cmp(lo) >= 0 && n.Cmp(hi) <= 0
+}
