@@ -180,6 +180,9 @@ type Session struct {
 	// Options.Slot (the executor's: one that no other open transaction of
 	// the process holds, when there is one).
 	SlotFor func(t *Table) int
+	// rowAlias is the row alias cut out of the statement planned (see
+	// unparsed), which its ON DUPLICATE KEY UPDATE may name.
+	rowAlias *rowAlias
 }
 
 // shadowed reports whether the session's temporary table hides the ruled

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/pingcap/tidb/pkg/parser/ast"
 )
 
 // Statements the parser does not take. A statement that names no ruled
@@ -60,6 +62,45 @@ type cut struct {
 	kind   cutKind
 	marker string
 	text   string
+	// alias is the row alias a cutRowAlias clause names.
+	alias *rowAlias
+}
+
+// rowAlias is INSERT … VALUES (…) AS name [(columns)]: the new row's name
+// and, when given, its columns' names (in the order of the INSERT's).
+type rowAlias struct {
+	name    string
+	columns []string
+}
+
+// ambiguous reports whether c, a column of the table, is named without
+// its table where the alias has a column of that name too (every column
+// of the table when the alias lists none): the server refuses it (1052).
+func (a *rowAlias) ambiguous(c *ast.ColumnNameExpr) bool {
+	if a == nil || c.Name.Table.O != "" {
+		return false
+	}
+	return a.columns == nil || slices.ContainsFunc(a.columns, func(n string) bool { return strings.EqualFold(n, c.Name.Name.O) })
+}
+
+// column returns the INSERT column (lower case) that c names through the
+// alias, "name.column" (the alias exactly as written, as the server
+// compares table aliases by default), or "" for anything else (unqualified
+// names stay with the guarded write, where the server resolves them).
+func (a *rowAlias) column(c *ast.ColumnNameExpr, insertColumns []*ast.ColumnName) string {
+	if a == nil || c.Name.Schema.O != "" || c.Name.Table.O != a.name {
+		return ""
+	}
+	name := c.Name.Name.L
+	if a.columns == nil {
+		return name
+	}
+	for i, n := range a.columns {
+		if strings.EqualFold(n, name) && i < len(insertColumns) {
+			return insertColumns[i].Name.L
+		}
+	}
+	return ""
 }
 
 // unparsed plans sql, which the parser rejected with parseErr: by cutting
@@ -99,12 +140,17 @@ func (r *Rewriter) unparsed(sql string, sess Session, slot func(int) int, parseE
 	if len(cuts) == 0 {
 		return nil, fail
 	}
+	for _, c := range cuts {
+		if c.alias != nil && !multiStatement(sql, toks) {
+			sess.rowAlias = c.alias
+		}
+	}
 	plans, err := r.rewrite(text, sess, slot)
 	if err != nil {
 		return nil, fail
 	}
 	for i := range plans {
-		restoreCuts(&plans[i], cuts)
+		restoreCuts(&plans[i], cuts, r.opts.Dialect.RowAlias())
 	}
 	return plans, nil
 }
@@ -167,14 +213,33 @@ func (r *Rewriter) foldFirst(sql string, toks []token, sess Session, multi bool)
 }
 
 // restoreCuts puts the clauses cut out of a statement back into its plan,
-// or refuses the plan when it cannot keep them exactly.
-func restoreCuts(p *Plan, cuts []cut) {
+// or refuses the plan when it cannot keep them exactly. rowAlias reports
+// whether the server knows row aliases.
+//
+// An upsert increment keeps a row alias: slotted, it runs no INSERT (its
+// deltas are literals or VALUES(), never the alias), and its Fallback and
+// Original, which do, get the clause back. Where the server has no row
+// aliases it runs as its guarded write (which fails as directly).
+func restoreCuts(p *Plan, cuts []cut, rowAlias bool) {
 	if up, ok := p.Op.(*UpsertIncrement); ok && len(cuts) > 0 {
-		// Slotted, the upsert would lose the clause (a row alias): it
-		// runs as its guarded write.
 		fb := up.Fallback
 		fb.Original = p.Original
-		*p = fb
+		restoreCuts(&fb, cuts, rowAlias)
+		keep := rowAlias && fb.Kind() == KindGuarded
+		for _, c := range cuts {
+			keep = keep && c.kind == cutRowAlias
+		}
+		if !keep {
+			*p = fb
+			return
+		}
+		c := *up
+		c.Fallback = fb
+		p.Op = &c
+		for _, c := range cuts {
+			p.Original = strings.Replace(p.Original, c.marker, c.text, 1)
+		}
+		return
 	}
 	for _, c := range cuts {
 		if !strings.Contains(p.Original, c.marker) {
@@ -233,6 +298,7 @@ func cutClauses(sql string, toks []token) (string, []cut) {
 	type span struct {
 		start, end int
 		kind       cutKind
+		alias      *rowAlias
 	}
 	var spans []span
 	find := func(st []token) {
@@ -252,9 +318,9 @@ func cutClauses(sql string, toks []token) (string, []cut) {
 					for j+2 < len(st) && st[j+1].kind == tokPunct && sql[st[j+1].start] == ',' && st[j+2].kind == tokVar {
 						j += 2
 					}
-					spans = append(spans, span{t.start, st[j].end, cutInto})
+					spans = append(spans, span{t.start, st[j].end, cutInto, nil})
 				case n.is(sql, "DUMPFILE") && i+2 < len(st) && st[i+2].kind == tokString:
-					spans = append(spans, span{t.start, st[i+2].end, cutInto})
+					spans = append(spans, span{t.start, st[i+2].end, cutInto, nil})
 				}
 			}
 		case first.is(sql, "INSERT") || first.is(sql, "REPLACE"):
@@ -271,15 +337,23 @@ func cutClauses(sql string, toks []token) (string, []cut) {
 					values = true
 				case values && t.is(sql, "AS") && st[i+1].ident(sql) != "":
 					end := st[i+1].end
+					alias := &rowAlias{name: st[i+1].ident(sql)}
 					if i+2 < len(st) && st[i+2].kind == tokPunct && sql[st[i+2].start] == '(' {
+						alias.columns = []string{}
 						for j := i + 3; j < len(st); j++ {
 							if st[j].depth == 0 && st[j].kind == tokPunct && sql[st[j].start] == ')' {
 								end = st[j].end
 								break
 							}
+							if n := st[j].ident(sql); n != "" {
+								alias.columns = append(alias.columns, n)
+							} else if st[j].kind != tokPunct || sql[st[j].start] != ',' {
+								alias = nil // not a list of names: not used
+								break
+							}
 						}
 					}
-					spans = append(spans, span{t.start, end, cutRowAlias})
+					spans = append(spans, span{t.start, end, cutRowAlias, alias})
 					return
 				}
 			}
@@ -299,7 +373,7 @@ func cutClauses(sql string, toks []token) (string, []cut) {
 	var cuts []cut
 	pos := 0
 	for i, s := range spans {
-		c := cut{kind: s.kind, marker: "/*slotproxy:cut:" + strconv.Itoa(i) + "*/", text: sql[s.start:s.end]}
+		c := cut{kind: s.kind, marker: "/*slotproxy:cut:" + strconv.Itoa(i) + "*/", text: sql[s.start:s.end], alias: s.alias}
 		cuts = append(cuts, c)
 		b.WriteString(sql[pos:s.start])
 		b.WriteString(c.marker)

@@ -113,13 +113,20 @@ unique:
 		}
 		assigned[strings.ToLower(c.Name)] = true
 		delta, minus, self := w.selfIncrement(a, ref)
-		if self == nil {
+		if self == nil || w.sess.rowAlias.ambiguous(self) {
 			return Plan{}, false
 		}
 		d := intLiteral(delta)
-		if v, ok := delta.(*ast.ValuesExpr); ok && v.Column != nil {
-			d = values[strings.ToLower(v.Column.Name.Name.O)]
-			valuesCalls++
+		switch v := delta.(type) {
+		case *ast.ValuesExpr:
+			if v.Column != nil {
+				d = values[strings.ToLower(v.Column.Name.Name.O)]
+				valuesCalls++
+			}
+		case *ast.ColumnNameExpr:
+			if col := w.sess.rowAlias.column(v, s.Columns); col != "" {
+				d = values[col]
+			}
 		}
 		if d == "" {
 			return Plan{}, false

@@ -129,6 +129,13 @@ func (d Dialect) ExecuteImmediate() bool {
 	return d.Flavor == MariaDB && d.AtLeast(10, 2, 0)
 }
 
+// RowAlias reports whether INSERT … VALUES (…) AS alias exists: MySQL
+// 8.0.19 and later. MariaDB has none; of an Unknown server it is not
+// known (false).
+func (d Dialect) RowAlias() bool {
+	return d.Flavor == MySQL && d.AtLeast(8, 0, 19)
+}
+
 // IsolationVariable is the system variable holding the session's
 // transaction isolation level: transaction_isolation on MySQL (8.0 removed
 // tx_isolation) and on MariaDB 11.1 and later; tx_isolation on older

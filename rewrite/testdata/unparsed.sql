@@ -34,6 +34,16 @@ SELECT downloads FROM repos WHERE id = 1 INTO DUMPFILE '@TMPDIR@/d'
 INSERT INTO repos (id, downloads) VALUES (1, 5) AS new ON DUPLICATE KEY UPDATE downloads = new.downloads
 -- case: INSERT with a row alias and column aliases
 INSERT INTO repos (id, downloads) VALUES (1, 5) AS new (i, d) ON DUPLICATE KEY UPDATE downloads = d
+-- case: upsert increment with a row alias (Laravel's): on MySQL its record is incremented in a slot
+insert into `repos` (`id`, `downloads`) values (7, 1) as laravel_upsert_alias on duplicate key update `downloads` = `repos`.`downloads` + 1
+-- case: upsert increment with a row alias naming the counter unqualified (ambiguous: the server refuses it) stays guarded
+insert into `repos` (`id`, `downloads`) values (7, 1) as laravel_upsert_alias on duplicate key update `downloads` = downloads + 1
+-- case: upsert increment by the row alias's value
+INSERT INTO repos (id, downloads) VALUES (1, 5) AS new ON DUPLICATE KEY UPDATE downloads = repos.downloads + new.downloads
+-- case: upsert increment by the row alias's column alias
+INSERT INTO repos (id, downloads) VALUES (1, 5) AS new (i, d) ON DUPLICATE KEY UPDATE downloads = downloads + new.d
+-- case: upsert increment by an unqualified column alias stays guarded
+INSERT INTO repos (id, downloads) VALUES (1, 5) AS new (i, d) ON DUPLICATE KEY UPDATE downloads = downloads + d
 -- case: EXECUTE IMMEDIATE of an increment is the increment
 EXECUTE IMMEDIATE 'UPDATE repos SET downloads = downloads + 1 WHERE id = 1'
 -- case: EXECUTE IMMEDIATE of a read
