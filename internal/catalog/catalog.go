@@ -99,6 +99,7 @@ func (c *column) temporal() (timestamp bool, fsp int, ok bool) {
 type table struct {
 	schema, name string
 	kind         string   // TABLE_TYPE: "BASE TABLE", "VIEW", ...
+	engine       string   // ENGINE ("" for a view)
 	columns      []column // in ORDINAL_POSITION order
 	primary      []string // PRIMARY KEY columns in key order; nil if none
 	// updateTriggers are the names of its BEFORE and AFTER UPDATE triggers.
@@ -516,6 +517,10 @@ func checkRule(s *schema, r *rules.Rule, slotsTable string, problems, side *[]*r
 // from a counter, and foreign keys that cascade into the table.
 func checkSideEffects(t *table, r *rules.Rule, report func(line int, format string, args ...any)) {
 	name := r.Name()
+	if t.engine != "" && !strings.EqualFold(t.engine, "InnoDB") {
+		report(r.Line, "table: %s uses the %s storage engine, which keeps an increment whose transaction rolls back and mixes with the slot table's InnoDB in one statement "+
+			"(MySQL warns 6414); a slotted increment would be rolled back with its transaction; ALTER TABLE %s ENGINE=InnoDB, or use mode: shadow", name, t.engine, name)
+	}
 	for _, tr := range t.updateTriggers {
 		report(r.Line, "table: %s has the UPDATE trigger %s, which fires on every increment directly but would fire only on roll-up through slotproxy; "+
 			"drop the trigger (or move its work into the application), or use mode: shadow", name, tr)
@@ -629,7 +634,7 @@ func describe(ctx context.Context, conn *client.Conn, groups []schemaRules) ([]*
 	in = "(?" + strings.Repeat(", ?", len(names)-1) + ")"
 
 	tables := map[[2]string]*table{}
-	rows, err = exec(ctx, conn, "SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA IN "+in+
+	rows, err = exec(ctx, conn, "SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_TYPE, COALESCE(ENGINE, '') FROM information_schema.TABLES WHERE TABLE_SCHEMA IN "+in+
 		" ORDER BY TABLE_SCHEMA, TABLE_NAME", names...)
 	if err != nil {
 		return nil, fmt.Errorf("reading the schema: %w", err)
@@ -639,7 +644,7 @@ func describe(ctx context.Context, conn *client.Conn, groups []schemaRules) ([]*
 		if s == nil {
 			continue
 		}
-		t := &table{schema: row[0], name: row[1], kind: row[2]}
+		t := &table{schema: row[0], name: row[1], kind: row[2], engine: row[3]}
 		if t.kind == "SYSTEM VERSIONED" { // MariaDB's base table with history
 			t.kind = "BASE TABLE"
 		}

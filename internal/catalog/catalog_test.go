@@ -915,6 +915,8 @@ func TestLoadSideEffects(t *testing.T) {
 		"CREATE TABLE child (id BIGINT PRIMARY KEY, n INT NOT NULL DEFAULT 0, parent_id BIGINT, CONSTRAINT child_parent FOREIGN KEY (parent_id) REFERENCES parent (id) ON DELETE CASCADE)",
 		"CREATE TABLE safe_child (id BIGINT PRIMARY KEY, n INT NOT NULL DEFAULT 0, parent_id BIGINT, FOREIGN KEY (parent_id) REFERENCES parent (id))",
 		"CREATE TABLE shadowed (id BIGINT PRIMARY KEY, n INT NOT NULL DEFAULT 0, changed TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP)",
+		"CREATE TABLE isam (id BIGINT PRIMARY KEY, n INT NOT NULL DEFAULT 0) ENGINE=MyISAM",
+		"CREATE TABLE mem (id BIGINT PRIMARY KEY, n INT NOT NULL DEFAULT 0) ENGINE=MEMORY",
 	)
 	conn := connect(t)
 	set := ruleSet(t, s,
@@ -924,6 +926,8 @@ func TestLoadSideEffects(t *testing.T) {
 		"rules/d_child.yaml", "table: SCHEMA.child\nkey: id\ncounters: [n]\n",
 		"rules/e_safe.yaml", "table: SCHEMA.safe_child\nkey: id\ncounters: [n]\n",
 		"rules/f_shadowed.yaml", "table: SCHEMA.shadowed\nkey: id\ncounters: [n]\nmode: shadow\n",
+		"rules/g_isam.yaml", "table: SCHEMA.isam\nkey: id\ncounters: [n]\n",
+		"rules/h_mem.yaml", "table: SCHEMA.mem\nkey: id\ncounters: [n]\n",
 	)
 	migrate(t, conn, set)
 	_, err := catalog.Load(t.Context(), conn, set, "slotted_counters")
@@ -936,6 +940,8 @@ func TestLoadSideEffects(t *testing.T) {
 		"rules/c_gen.yaml:4: counters: SCHEMA.gen.twice is generated from the counter n and would read the base value only (the slots are not in the row); drop the generated column or compute it in the query, or use mode: shadow",
 		"rules/c_gen.yaml:5: counters: SCHEMA.gen.other is generated from the counter m and would read the base value only (the slots are not in the row); drop the generated column or compute it in the query, or use mode: shadow",
 		"rules/d_child.yaml:1: table: SCHEMA.child has the foreign key child_parent (ON DELETE CASCADE), which changes or deletes its rows behind slotproxy's back (their slot rows would stay); make it RESTRICT, or use mode: shadow",
+		"rules/g_isam.yaml:1: table: SCHEMA.isam uses the MyISAM storage engine, which keeps an increment whose transaction rolls back and mixes with the slot table's InnoDB in one statement (MySQL warns 6414); a slotted increment would be rolled back with its transaction; ALTER TABLE SCHEMA.isam ENGINE=InnoDB, or use mode: shadow",
+		"rules/h_mem.yaml:1: table: SCHEMA.mem uses the MEMORY storage engine, which keeps an increment whose transaction rolls back and mixes with the slot table's InnoDB in one statement (MySQL warns 6414); a slotted increment would be rolled back with its transaction; ALTER TABLE SCHEMA.mem ENGINE=InnoDB, or use mode: shadow",
 	}
 	for i := range want {
 		want[i] = strings.ReplaceAll(want[i], "SCHEMA", s)
