@@ -105,3 +105,74 @@ func TestUniqueKeyIncrements(t *testing.T) {
 		t.Errorf("%d increments slotted, want at least 7", st.RewrittenWrites)
 	}
 }
+
+// TestImpliedBounds: issue 22's conditions on the counter — a decrement
+// that stops at 0 (`c = c - 1 WHERE id = ? AND c > 0`) on a counter that
+// cannot be negative (UNSIGNED, or a CHECK keeping it ≥ 0) and an increment
+// bounded at the column's maximum — slotted, because every slotted
+// increment keeps the total within the column's range and so makes the
+// bound hold; where the total is at the bound the statement runs on the
+// base row and matches nothing, as directly. The base value alone would
+// decide wrongly: the records start with their base at 0 and their total
+// in the slots. Bounds the range does not imply, on signed counters, with
+// placeholders, and shapes that differ only in the bound's value (one
+// statement shape, planned from its own values every time) stay exact.
+func TestImpliedBounds(t *testing.T) {
+	const plain, ruled = "bounds_plain", "bounds_ruled"
+	cat := loadedSetup(t, plain, ruled, []string{
+		"CREATE TABLE forums (forum_id INT UNSIGNED NOT NULL PRIMARY KEY, forum_topics INT UNSIGNED NOT NULL DEFAULT 0, " +
+			"forum_posts MEDIUMINT UNSIGNED NOT NULL DEFAULT 0, score INT NOT NULL DEFAULT 0, stock INT NOT NULL DEFAULT 0, CHECK (stock >= 0))",
+		"INSERT INTO forums (forum_id) VALUES (1), (2), (3)",
+	}, "table: "+ruled+".forums\nkey: forum_id\ncounters: [forum_topics, forum_posts, score, stock]\nslots: 4\n")
+	corpus := []step{
+		// The totals live in the slots; the base values stay 0.
+		text("UPDATE forums SET forum_topics = forum_topics + 3, stock = stock + 2, score = score + 1 WHERE forum_id IN (1, 2)"),
+		text("UPDATE forums SET forum_posts = forum_posts + 16777200 WHERE forum_id = 1"),
+		text("SELECT * FROM forums ORDER BY forum_id"),
+		// Decrements that stop at 0, as phpBB and WordPress write them.
+		text("UPDATE forums SET forum_topics = forum_topics - 1 WHERE forum_id = 1 AND forum_topics > 0"),
+		text("UPDATE forums SET forum_topics = forum_topics - 1 WHERE forum_id = 1 AND forum_topics > 0"),
+		text("UPDATE forums SET forum_topics = forum_topics - 1 WHERE forum_id = 1 AND forum_topics > 0"),
+		text("UPDATE forums SET forum_topics = forum_topics - 1 WHERE forum_id = 1 AND forum_topics > 0"),
+		text("SELECT forum_topics FROM forums WHERE forum_id = 1"),
+		text("UPDATE forums SET forum_topics = forum_topics - 2 WHERE forum_id = 2 AND 2 <= `forums`.`forum_topics` AND forum_id > 0"),
+		text("UPDATE forums SET forum_topics = forum_topics - 2 WHERE forum_id = 2 AND forum_topics >= 2"),
+		text("UPDATE forums SET stock = stock - 1 WHERE forum_id IN (1, 2, 3) AND stock > 0"),
+		text("UPDATE forums SET stock = stock - 1 WHERE forum_id IN (1, 2, 3) AND stock > 0"),
+		text("UPDATE forums SET stock = stock - 1 WHERE forum_id IN (1, 2, 3) AND stock > 0"),
+		text("SELECT * FROM forums ORDER BY forum_id"),
+		// An increment bounded at the column's maximum (MEDIUMINT
+		// UNSIGNED: 16777215).
+		text("UPDATE forums SET forum_posts = forum_posts + 10 WHERE forum_id = 1 AND forum_posts < 16777215"),
+		text("UPDATE forums SET forum_posts = forum_posts + 10 WHERE forum_id = 1 AND forum_posts < 16777215"),
+		text("SELECT forum_posts FROM forums WHERE forum_id = 1"),
+		// Not implied by the range: on the base row, decided on the total.
+		text("UPDATE forums SET forum_topics = forum_topics + 5 WHERE forum_id = 3"),
+		text("UPDATE forums SET forum_topics = forum_topics - 1 WHERE forum_id = 3 AND forum_topics > 3"),
+		text("UPDATE forums SET forum_topics = forum_topics - 1 WHERE forum_id = 3 AND forum_topics > 0"),
+		text("UPDATE forums SET forum_topics = forum_topics - 1 WHERE forum_id = 3 AND forum_topics > 3"),
+		text("UPDATE forums SET score = score - 1 WHERE forum_id = 1 AND score > 0"),
+		text("UPDATE forums SET score = score - 1 WHERE forum_id = 1 AND score > 0"),
+		prep("UPDATE forums SET forum_topics = forum_topics - ? WHERE forum_id = ? AND forum_topics > 0", 1, 3),
+		prep("UPDATE forums SET forum_topics = forum_topics - 1 WHERE forum_id = ? AND forum_topics > 0", 3),
+		text("SELECT * FROM forums ORDER BY forum_id"),
+		// In a transaction, rolled back, then committed.
+		text("BEGIN"),
+		text("UPDATE forums SET forum_topics = forum_topics - 1 WHERE forum_id = 3 AND forum_topics > 0"),
+		text("SELECT forum_topics FROM forums WHERE forum_id = 3"),
+		text("ROLLBACK"),
+		text("BEGIN"),
+		text("UPDATE forums SET forum_topics = forum_topics - 1 WHERE forum_id = 3 AND forum_topics > 0"),
+		text("UPDATE forums SET forum_topics = forum_topics - 1 WHERE forum_id = 3 AND forum_topics > 0"),
+		text("COMMIT"),
+		text(touchRollup),
+		text("SELECT * FROM forums ORDER BY forum_id"),
+		text("UPDATE forums SET forum_topics = forum_topics - 1 WHERE forum_id = 3 AND forum_topics > 0"),
+		text("SELECT * FROM forums ORDER BY forum_id"),
+	}
+	st, _ := runDifferential(t, cat, plain, ruled, corpus)
+	t.Logf("slotted %d, guarded %d", st.RewrittenWrites, st.GuardedWrites)
+	if st.RewrittenWrites < 12 {
+		t.Errorf("%d increments slotted, want at least 12 (stats %+v)", st.RewrittenWrites, st)
+	}
+}

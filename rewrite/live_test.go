@@ -27,7 +27,7 @@ var liveSchema = []string{
 var liveSeed = []string{
 	"DELETE FROM repos", "DELETE FROM pages", "DELETE FROM likes", "DELETE FROM users", "DELETE FROM slotted_counters",
 	"INSERT INTO repos VALUES (1, 'a', 1, 10, 1, '2024-01-01 00:00:00', '2024-01-01 00:00:00'), (2, 'b', 1, 20, 2, NULL, NULL), " +
-		"(3, 'c', 2, 0, 0, NULL, NULL), (7, 'x', 3, 5, 5, '2025-01-01 00:00:00.5', NULL), (99, 'y', 3, 1, 1, NULL, NULL)",
+		"(3, 'c', 2, 0, 0, NULL, NULL), (7, 'x', 3, 5, 5, '2025-01-01 00:00:00.5', NULL), (99, 'y', 3, 1, 1, NULL, NULL), (8, 'z', 3, 0, 4000000000, NULL, NULL)",
 	"INSERT INTO pages VALUES (1, 1), (3, 3)",
 	"INSERT INTO likes VALUES (1, 10), (2, 20)",
 	"INSERT INTO users VALUES (1, 'ann', 1), (2, 'bob', 2), (3, 'x', 3)",

@@ -27,6 +27,10 @@ type Plan struct {
 	// Then are what the session does or learns once the statement
 	// succeeded and the client has its response, in order.
 	Then []Effect
+	// valueDependent: the plan depends on the values of integer literals
+	// beyond what a template keeps (a comparison of a counter with a
+	// literal, see impliedComparisons): the statement is not templated.
+	valueDependent bool
 }
 
 // Kind names an operation's kind (explain, logs).

@@ -272,6 +272,9 @@ func (r *Rewriter) rewriteUTF8(sql string, sess Session) ([]Plan, error) {
 	key, spans, ok := templateKey(sql, sess, keyBuf[:0], spanBuf[:0])
 	if ok {
 		if t := r.templates.get(key); t != nil {
+			if t.plans == nil {
+				return r.rewrite(sql, sess, r.opts.Slot)
+			}
 			return t.instantiate(sql, spans, r.slotFor(sess)), nil
 		}
 		var b strings.Builder
@@ -284,6 +287,12 @@ func (r *Rewriter) rewriteUTF8(sql string, sess Session) ([]Plan, error) {
 		b.WriteString(sql[pos:])
 		slot, _ := strconv.Atoi(slotSentinel)
 		if plans, err := r.rewrite(b.String(), sess, func(int) int { return slot }); err == nil {
+			if slices.ContainsFunc(plans, func(p Plan) bool { return p.valueDependent }) {
+				// Planned from its own values every time (a template
+				// with no plans says so).
+				r.templates.put(key, &template{})
+				return r.rewrite(sql, sess, r.opts.Slot)
+			}
 			t := &template{plans: plans, lits: len(spans)}
 			r.templates.put(key, t)
 			return t.instantiate(sql, spans, r.slotFor(sess)), nil

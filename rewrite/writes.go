@@ -2,6 +2,7 @@ package rewrite
 
 import (
 	"fmt"
+	"math/big"
 	"slices"
 	"sort"
 	"strconv"
@@ -151,6 +152,189 @@ func (w *reads) nullTestsOnly(where ast.ExprNode, ref *tableRef) bool {
 	return walk(where)
 }
 
+// impliedConds are the comparisons of counters in an increment's WHERE
+// clause that the slotted increment makes true (see impliedComparisons).
+type impliedConds struct {
+	// ok: every counter the WHERE clause reads is read in a null test or
+	// in one of spans.
+	ok bool
+	// compares: some conjunct compares a counter with an integer literal
+	// (implied or not): the plan depends on the literals' values.
+	compares bool
+	// spans are the implied comparisons' texts, [start, end) in the
+	// statement, in order.
+	spans [][2]int
+}
+
+// without returns the WHERE clause sql[ws:we] with the implied comparisons
+// replaced by TRUE, or false when one is not inside it.
+func (c impliedConds) without(sql string, ws, we int) (string, bool) {
+	if we <= ws {
+		return "", false
+	}
+	var b strings.Builder
+	pos := ws
+	for _, sp := range c.spans {
+		if sp[0] < pos || sp[1] > we {
+			return "", false
+		}
+		b.WriteString(sql[pos:sp[0]])
+		b.WriteString("TRUE")
+		pos = sp[1]
+	}
+	b.WriteString(sql[pos:we])
+	return b.String(), true
+}
+
+// impliedComparisons finds the top-level conjuncts of where that compare a
+// counter of ref's table that the statement increments by an integer
+// literal (deltaOf: the signed delta) with an integer literal (c > m,
+// c >= m, c < m, c <= m, or m on the left) and that hold whenever the
+// slotted increment succeeds. A slotted increment succeeds only when the
+// total after it stays within the counter's range [Min, Max] (each slot
+// within its share, see slottedIncrement), so the total before it was in
+// [max(Min, Min - d), min(Max, Max - d)]: `c > 0` on an UNSIGNED counter
+// decremented by 1 (or one whose CHECK keeps it ≥ 0) always holds there.
+// The slotted increment runs with such comparisons replaced by TRUE (the
+// base value alone would decide them wrongly); where it does not succeed
+// the statement runs on the base row, folded first, where the server
+// decides them on the total. Other reads of counters (and null tests,
+// which nullTestsOnly allows) make ok false.
+func (w *reads) impliedComparisons(where ast.ExprNode, ref *tableRef, deltaOf func(*Counter) (string, bool)) impliedConds {
+	var out impliedConds
+	var toks []token
+	lexed := false
+	counterOf := func(e ast.ExprNode) *Counter {
+		c, ok := unparen(e).(*ast.ColumnNameExpr)
+		if !ok || c.Name.Schema.O != "" || (c.Name.Table.O != "" && c.Name.Table.L != ref.match) {
+			return nil
+		}
+		if ctr := ref.table.counter(c.Name.Name.O); ctr != nil && !ctr.Touch {
+			return ctr
+		}
+		return nil
+	}
+	// end returns where the operand e (a column name or an integer
+	// literal) ends in the statement, or -1.
+	end := func(e ast.ExprNode) int {
+		if u, ok := e.(*ast.UnaryOperationExpr); ok {
+			e = unparen(u.V)
+		}
+		if !lexed {
+			toks, lexed = nil, true
+			if t, ok := lex(w.sql, w.sess); ok {
+				toks = t
+			}
+		}
+		pos := e.OriginTextPosition()
+		for i, t := range toks {
+			if t.start != pos {
+				continue
+			}
+			if _, col := e.(*ast.ColumnNameExpr); !col {
+				return t.end
+			}
+			for i+2 < len(toks) && toks[i+1].kind == tokPunct && w.sql[toks[i+1].start] == '.' && toks[i+1].start == t.end {
+				i += 2
+				t = toks[i]
+			}
+			return t.end
+		}
+		return -1
+	}
+	var walk func(e ast.ExprNode) bool
+	walk = func(e ast.ExprNode) bool {
+		e = unparen(e)
+		b, ok := e.(*ast.BinaryOperationExpr)
+		if !ok {
+			return !w.readsCounter(e)
+		}
+		if b.Op == opcode.LogicAnd {
+			return walk(b.L) && walk(b.R)
+		}
+		op := b.Op
+		ctr, lit := counterOf(b.L), intLiteral(unparen(b.R))
+		if ctr == nil {
+			ctr, lit = counterOf(b.R), intLiteral(unparen(b.L))
+			switch op { // m < c is c > m
+			case opcode.LT:
+				op = opcode.GT
+			case opcode.LE:
+				op = opcode.GE
+			case opcode.GT:
+				op = opcode.LT
+			case opcode.GE:
+				op = opcode.LE
+			}
+		}
+		if ctr == nil || lit == "" || (op != opcode.LT && op != opcode.LE && op != opcode.GT && op != opcode.GE) {
+			return !w.readsCounter(e)
+		}
+		out.compares = true
+		d, ok := deltaOf(ctr)
+		lo, ok1 := new(big.Int).SetString(ctr.Min, 10)
+		hi, ok2 := new(big.Int).SetString(ctr.Max, 10)
+		m, ok3 := new(big.Int).SetString(lit, 10)
+		delta, ok4 := new(big.Int).SetString(d, 10)
+		if !ok || !ok1 || !ok2 || !ok3 || !ok4 {
+			return false
+		}
+		// The total before a successful increment is within [lo, hi].
+		if delta.Sign() > 0 {
+			hi.Sub(hi, delta)
+		} else {
+			lo.Sub(lo, delta)
+		}
+		holds := false
+		switch op {
+		case opcode.GE:
+			holds = lo.Cmp(m) >= 0
+		case opcode.GT:
+			holds = lo.Cmp(m) > 0
+		case opcode.LE:
+			holds = hi.Cmp(m) <= 0
+		case opcode.LT:
+			holds = hi.Cmp(m) < 0
+		}
+		if !holds {
+			return false
+		}
+		start := b.OriginTextPosition()
+		last := b.R
+		if e := end(unparen(last)); e > start {
+			out.spans = append(out.spans, [2]int{start, e})
+			return true
+		}
+		return false
+	}
+	// Null tests are allowed as nullTestsOnly allows them.
+	var conj func(e ast.ExprNode) bool
+	conj = func(e ast.ExprNode) bool {
+		e = unparen(e)
+		if b, ok := e.(*ast.BinaryOperationExpr); ok && b.Op == opcode.LogicAnd {
+			return conj(b.L) && conj(b.R)
+		}
+		if w.nullTestsOnly(e, ref) {
+			return true
+		}
+		return walk(e)
+	}
+	out.ok = conj(where)
+	slices.SortFunc(out.spans, func(a, b [2]int) int { return a[0] - b[0] })
+	return out
+}
+
+// negate returns the decimal integer s with its sign changed.
+func negate(s string) string {
+	switch {
+	case strings.HasPrefix(s, "-"):
+		return s[1:]
+	case s == "0":
+		return s
+	}
+	return "-" + s
+}
+
 // unparen strips the parentheses around e.
 func unparen(e ast.ExprNode) ast.ExprNode {
 	for {
@@ -254,6 +438,24 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 		incs = append(incs, inc{ctr, delta, minus})
 	}
 	counters := len(incs) - touches
+	var implied impliedConds
+	if s.Where != nil && !absolute && !other && counters > 0 {
+		implied = w.impliedComparisons(s.Where, ref, func(c *Counter) (string, bool) {
+			for _, in := range incs {
+				if in.ctr == c {
+					d := intLiteral(in.delta)
+					if d == "" {
+						return "", false
+					}
+					if in.minus {
+						d = negate(d)
+					}
+					return d, true
+				}
+			}
+			return "", false
+		})
+	}
 
 	// The hot path: increments only (and times of touch columns), of the
 	// records a key equality in the WHERE clause names.
@@ -271,8 +473,8 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 		why = "a LIMIT other than 1"
 	case s.Where == nil:
 		why = "no WHERE clause naming the record by its key"
-	case !w.nullTestsOnly(s.Where, ref):
-		why = "the WHERE clause reads a counter (other than c IS NULL or c IS NOT NULL)"
+	case !w.nullTestsOnly(s.Where, ref) && !implied.ok:
+		why = "the WHERE clause reads a counter (other than c IS NULL, c IS NOT NULL, or a bound that every slotted increment keeps)"
 	default:
 		byUnique := false
 		if keys = keyConjunct(s.Where, t, ref); keys == nil {
@@ -344,9 +546,11 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 		}
 		ws := s.Where.OriginTextPosition()
 		we := exprEnd(w.sql, w.sess, ws)
-		if we > ws {
-			where := w.sql[ws:we]
-			p := Plan{Op: inc, Table: t}
+		if where, ok := implied.without(w.sql, ws, we); ok && we > ws {
+			p := Plan{Op: inc, Table: t, valueDependent: implied.compares}
+			if len(implied.spans) > 0 {
+				p.Reason = "the WHERE clause's bound on a counter holds whenever the slotted increment keeps the counter within its range; it is checked that way"
+			}
 			inc.SQL = r.slottedIncrement(t, ref, ctrs, values, where, w.slot)
 			inc.ProbeSQL = w.probe(start, end, ws, we)
 			inc.PrivKey = maskInts(maskSentinels(inc.ProbeSQL), w.sess)
@@ -399,6 +603,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 			SingleTable: !g.Wide,
 		},
 		Table: t,
+	valueDependent: implied.compares,
 	}
 	if why != "" {
 		p.Reason = "increment not slotted (" + why + "): the records' slots are folded and it runs on the base row"

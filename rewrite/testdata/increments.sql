@@ -80,3 +80,17 @@ UPDATE repos SET downloads = GREATEST(downloads + 1, 0) WHERE id = 7
 UPDATE repos SET downloads = downloads + '101' WHERE id = 7
 -- case: a quoted delta that is not one canonical integer (on the base row)
 UPDATE repos SET downloads = downloads + '1e3' WHERE id = 7
+-- case: a decrement of an UNSIGNED counter that stops at 0 (slotted: the bound holds whenever the slot keeps the total ≥ 0)
+UPDATE repos SET stars = stars - 1 WHERE id = 8 AND stars > 0
+-- case: a bound written on the left, qualified, with another condition (slotted)
+UPDATE repos SET stars = stars - 2 WHERE id = 8 AND (0 < `repos`.`stars` AND stars >= 2) AND name = 'x'
+-- case: a bound the range does not imply (on the base row)
+UPDATE repos SET stars = stars - 1 WHERE id = 8 AND stars > 1
+-- case: an upper bound at the column's maximum (slotted)
+UPDATE repos SET stars = stars + 1 WHERE id = 8 AND stars < 4294967295
+-- case: a bound on a signed counter (on the base row)
+UPDATE repos SET downloads = downloads - 1 WHERE id = 8 AND downloads > 0
+-- case: a bound on a counter the statement does not increment (on the base row)
+UPDATE repos SET stars = stars - 1 WHERE id = 8 AND stars > 0 AND downloads > 5
+-- case: a bound with a placeholder delta (on the base row)
+UPDATE repos SET stars = stars - ? WHERE id = ? AND stars > 0
