@@ -1256,6 +1256,9 @@ func (s *Session) guardedOnce(p rewrite.Plan, op *rewrite.Guarded, ex *execution
 			return nil, errPkt, false, err
 		}
 	}
+	if op.FoldAfter && undoable {
+		return s.foldAfter(op, ex, main, fail, failOwn)
+	}
 	var missing []string
 	if gm.keys != nil {
 		var errPkt []byte
@@ -1385,6 +1388,52 @@ func (s *Session) guardedOnce(p rewrite.Plan, op *rewrite.Guarded, ex *execution
 	return buf, nil, false, nil
 }
 
+// foldAfter runs a guarded write whose guards fold after it (op.FoldAfter)
+// in the client's transaction, after the savepoint its undo returns to:
+// the statement first, as directly; when it succeeded, its guards lock
+// and fold its records (a failure there undoes the statement and is
+// reported instead); then its result, kept until then, is the client's.
+func (s *Session) foldAfter(op *rewrite.Guarded, ex *execution, main func() ([]byte, []byte, error),
+	fail, failOwn func([]byte) (*wire.Buffer, []byte, bool, error)) (*wire.Buffer, []byte, bool, error) {
+	payload, errPkt, err := main()
+	if err != nil {
+		return nil, nil, false, err
+	}
+	if errPkt != nil {
+		return fail(errPkt)
+	}
+	if err := s.send(payload); err != nil {
+		return nil, nil, false, err
+	}
+	buf := &wire.Buffer{}
+	res, err := s.rd.Read(wire.Results, buf)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	if res.Failed() {
+		// Nothing folded yet: nothing to undo.
+		s.noteErr(res.ErrCode)
+		return fail(buf.Packets[len(buf.Packets)-1])
+	}
+	s.noteStatus(res)
+	if last := buf.Packets[len(buf.Packets)-1]; len(last) > 0 && last[0] == 0x00 {
+		if ok, err := wire.ParseOK(last); err == nil && ok.Warnings > 0 {
+			// The fold clears the server's diagnostics: keep them.
+			if err := s.saveWarnings(); err != nil {
+				return nil, nil, false, err
+			}
+		}
+	}
+	if errPkt, err := s.lockAndFold(op.Guards, ex); err != nil || errPkt != nil {
+		if err != nil {
+			return nil, nil, false, err
+		}
+		s.warnings = nil // the statement's are undone with it
+		return failOwn(errPkt)
+	}
+	return buf, nil, false, nil
+}
+
 // statementPacket is the command that runs sql for a text statement (ex
 // nil) or, with the execution's parameters, for a prepared one (sql has
 // the same placeholders in the same order as the client's statement): the
@@ -1481,7 +1530,9 @@ func (s *Session) refreshing(p rewrite.Plan) (g rewrite.Plan, ok bool, err error
 		return p, false, err
 	}
 	g = p
-	g.Op, g.Table = &rewrite.Guarded{SQL: w.SQL, Guards: []*rewrite.Guard{w.Guard}}, w.Guard.Table
+	// A write that reads no counter refreshes its records after it ran
+	// (its rows are then the transaction's own, locked as directly).
+	g.Op, g.Table = &rewrite.Guarded{SQL: w.SQL, Guards: []*rewrite.Guard{w.Guard}, FoldAfter: len(w.Reads) == 0}, w.Guard.Table
 	return g, true, nil
 }
 

@@ -203,6 +203,12 @@ type Guarded struct {
 	// lock errors twice in SHOW WARNINGS then (once after a scan of every
 	// row, the statements of a Wide guard).
 	SingleTable bool
+	// FoldAfter: the guards fold their records after the statement ran,
+	// not before (the refresh of a write that reads and writes no counter,
+	// see WriteOthers): the statement locks, waits and fails as directly,
+	// where a guard run first would lock rows that a statement failing
+	// part way never reaches.
+	FoldAfter bool
 	// Delete: a DELETE (no RETURNING). At READ COMMITTED in a
 	// transaction, one that cannot be narrowed to the keys its guard
 	// locked runs as usual (as Unguarded): rows it finds only as it runs

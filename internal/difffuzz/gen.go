@@ -363,7 +363,8 @@ func (g *gen) step(c Class) Step {
 		set := fmt.Sprintf(form, t.Name, col.Name, n)
 		return Step{SQL: fmt.Sprintf("UPDATE `%s` SET %s WHERE `%s`.`id` = %d", t.Name, set, t.Name, g.key(t))}
 	case IncCond:
-		cond := pick(g.r, []string{col.Name + " < 100", col.Name + " IS NOT NULL", col.Name + " > 0", "name IS NULL"})
+		cond := pick(g.r, []string{col.Name + " < 100", col.Name + " IS NOT NULL", col.Name + " > 0", "name IS NULL",
+			"0 < " + col.Name, col.Name + " >= 2", col.Name + " <= 1000000"})
 		if !t.HasName && strings.HasPrefix(cond, "name") {
 			cond = col.Name + " IS NOT NULL"
 		}
