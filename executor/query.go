@@ -32,6 +32,10 @@ type rewriteState struct {
 	// strict: sql_mode is strict (STRICT_TRANS_TABLES or
 	// STRICT_ALL_TABLES): a value out of a column's range is an error.
 	strict   bool
+	// noUnsignedSub: sql_mode has NO_UNSIGNED_SUBTRACTION (an UNSIGNED
+	// column minus a number below 0 is a negative SIGNED value, clamped
+	// when stored outside the strict modes, not error 1690).
+	noUnsignedSub bool
 	charset  string               // character_set_client
 	stmts    map[uint32]*stmtInfo // rewritten prepared statements by backend id
 	internal internalStmts        // statements the proxy prepared for itself
@@ -286,6 +290,7 @@ func (s *Session) ensureSessionInfo() error {
 	s.rw.ansiQuotes = strings.Contains(mode, "ANSI_QUOTES")
 	s.rw.noBackslash = strings.Contains(mode, "NO_BACKSLASH_ESCAPES")
 	s.rw.strict = strings.Contains(mode, "STRICT_TRANS_TABLES") || strings.Contains(mode, "STRICT_ALL_TABLES")
+	s.rw.noUnsignedSub = strings.Contains(mode, "NO_UNSIGNED_SUBTRACTION")
 	s.rw.infoKnown = true
 	return nil
 }

@@ -571,15 +571,36 @@ func (s *Session) execOnBase(p rewrite.Plan, inc *rewrite.Increment, ex *executi
 // orderedKeys returns the keys of an increment of several records by key
 // (canonical integers, ascending: the order an UPDATE … WHERE key IN (…)
 // writes them in) and its deltas by counter, when a row can make it fail
-// part way: in a strict sql_mode, with every delta an integer. Directly
-// the UPDATE then stops at the first row out of its counter's range,
-// having locked only the rows before it; its guard must not lock the
-// others (see lockIncrementInOrder).
+// part way, with every delta an integer: in a strict sql_mode, at the
+// first row out of its counter's range; in another, at the first row
+// whose total certainly fails (see failsAnyMode). Directly the UPDATE
+// then stops there, having locked only the rows before it; its guard must
+// not lock the others (see lockIncrementInOrder).
 func (s *Session) orderedKeys(t *rewrite.Table, inc *rewrite.Increment, ex *execution) (keys []string, deltas map[string]*big.Int, ok bool) {
-	if !s.rw.strict {
+	if !s.rw.strict && s.rw.noUnsignedSub {
 		return nil, nil, false
 	}
 	return incKeysDeltas(t, inc, ex)
+}
+
+var (
+	minBigint   = new(big.Int).Lsh(big.NewInt(-1), 63)
+	maxBigint   = new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 63), big.NewInt(1))
+	maxUnsigned = new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 64), big.NewInt(1))
+)
+
+// failsAnyMode reports whether an increment that makes a total v of a
+// counter whose range is [lo, hi] fails outside the strict modes too
+// (where a value beyond the column's type is clamped with a warning):
+// below 0 when the range starts at 0 (an UNSIGNED column's arithmetic
+// fails with 1690, unless NO_UNSIGNED_SUBTRACTION, which orderedKeys
+// excludes; a CHECK (c >= 0) fails on the negative value), or beyond
+// BIGINT's arithmetic. Other totals beyond the range may be clamped (a
+// type's bound) or fail (a CHECK's): not certain, so the guard goes on
+// locking, as it did before.
+func failsAnyMode(v, lo, hi *big.Int) bool {
+	return lo.Sign() == 0 && v.Sign() < 0 || v.Cmp(minBigint) < 0 || v.Cmp(maxUnsigned) > 0 ||
+		lo.Sign() < 0 && hi.Cmp(maxBigint) == 0 && v.Cmp(maxBigint) > 0
 }
 
 // sharesFit reports whether every record of a slotted increment of
@@ -751,7 +772,7 @@ func (s *Session) lockIncrementInOrder(t *rewrite.Table, keys []string, deltas m
 			}
 			v.Add(v, deltas[strings.ToLower(c.Name)])
 			lo, hi := c.Range()
-			if v.Cmp(lo) < 0 || v.Cmp(hi) > 0 {
+			if s.rw.strict && (v.Cmp(lo) < 0 || v.Cmp(hi) > 0) || !s.rw.strict && failsAnyMode(v, lo, hi) {
 				return locked, nil, nil // the statement stops here
 			}
 		}
