@@ -192,6 +192,9 @@ type Session struct {
 	// warnings is the SHOW WARNINGS response saved for the client's last
 	// statement (see saveWarnings), or nil.
 	warnings *wire.Buffer
+	// keptWarnings are the saved warnings during a statement that may leave
+	// them the client's (see answerSavedWarnings), else nil.
+	keptWarnings *wire.Buffer
 	// commands counts the commands Handle and Relayed saw; steps counts
 	// those that run statements (stepCommand).
 	commands, steps uint64

@@ -380,9 +380,20 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 	if plans == nil {
 		s.warnings = nil // the server's own diagnostics are the statement's
 		s.metrics().Statement(PathPassThrough, "")
-		res, err := s.forward(payload, wire.Results, nil)
+		kept, warned := s.keptWarnings, false
+		s.keptWarnings = nil
+		var observe func(*wire.OK)
+		if kept != nil {
+			observe = func(ok *wire.OK) { warned = warned || ok.Warnings > 0 }
+		}
+		res, err := s.forward(payload, wire.Results, observe)
 		if err == nil && !res.Failed() {
 			s.noteBegin(sql)
+			if kept != nil && !warned {
+				// A statement that leaves the diagnostics as they were
+				// (see answerSavedWarnings): still the saved ones.
+				s.warnings = kept
+			}
 		}
 		return err
 	}

@@ -2010,11 +2010,18 @@ func (s *Session) answerSavedWarnings(payload []byte) (bool, error) {
 		return false, nil
 	}
 	saved := s.warnings
+	s.keptWarnings = nil
 	if saved != nil && payload[0] == mysql.COM_QUERY && startsWithShowWarnings(payload[1:]) {
 		return false, nil // a query of several statements: execPlan answers it
 	}
 	if saved == nil || payload[0] != mysql.COM_QUERY || !isShowWarnings(payload[1:]) {
 		s.warnings = nil
+		if saved != nil && payload[0] == mysql.COM_QUERY && s.dial.IsMariaDB() && tableless(payload[1:]) {
+			// MariaDB resets its diagnostics only for a statement that
+			// uses tables or raises a condition: they stay the client's
+			// if this one raises none (handleQuery).
+			s.keptWarnings = saved
+		}
 		return false, nil
 	}
 	// SHOW WARNINGS leaves the diagnostics as they are: a second one
@@ -2022,6 +2029,32 @@ func (s *Session) answerSavedWarnings(payload []byte) (bool, error) {
 	seq := s.respSeq
 	status := func(uint16) uint16 { return s.status &^ mysql.SERVER_MORE_RESULTS_EXISTS }
 	return true, saved.WriteTo(s.link.Client, &seq, s.link.Caps, status)
+}
+
+// tableless reports whether sql is one statement that certainly uses no
+// table and runs no stored routine: SAVEPOINT, RELEASE SAVEPOINT, BEGIN,
+// START TRANSACTION, COMMIT, ROLLBACK [TO …], USE, and SET or DO with no
+// parenthesis, quote or SELECT (no subquery, function or string).
+func tableless(sql []byte) bool {
+	if bytes.ContainsAny(sql, "();'\"`#/-") {
+		return false
+	}
+	f := bytes.Fields(sql)
+	if len(f) == 0 {
+		return false
+	}
+	switch strings.ToUpper(string(f[0])) {
+	case "SAVEPOINT", "RELEASE", "BEGIN", "START", "COMMIT", "ROLLBACK", "USE":
+		return true
+	case "SET", "DO":
+		for _, w := range f {
+			if equalFold(w, "select") || equalFold(w, "from") {
+				return false
+			}
+		}
+		return true
+	}
+	return false
 }
 
 // keepsDiagnostics reports whether the command cmd leaves the server's
