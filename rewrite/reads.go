@@ -172,6 +172,24 @@ func (w *reads) Enter(n ast.Node) (ast.Node, bool) {
 		return n, true
 	case *ast.ValuesExpr:
 		return n, true // VALUES(col) in ON DUPLICATE KEY UPDATE names the new value, not a read
+	case *ast.IsNullExpr:
+		// A total is NULL exactly when its base value is: a null test of
+		// a counter reads the base column, as written, which the server
+		// also decides as it does directly (c IS NULL of a NOT NULL column
+		// is an impossible WHERE that reads no table, and so takes no
+		// snapshot).
+		if c, ok := unparen(x.Expr).(*ast.ColumnNameExpr); ok && !w.skip[c] {
+			if ref := w.resolve(c.Name); ref != nil && ref.table != nil {
+				if ctr := ref.table.counter(c.Name.Name.O); ctr != nil && !ctr.Touch {
+					if w.skip == nil {
+						w.skip = map[*ast.ColumnNameExpr]bool{}
+					}
+					w.skip[c] = true
+					w.tables[ref.table] = true
+					return n, true
+				}
+			}
+		}
 	case *ast.SetOprStmt:
 		if x.With != nil {
 			k := w.with(x.With)

@@ -100,3 +100,7 @@ SELECT n FROM likes WHERE id = 1 UNION SELECT n FROM likes WHERE id = 2 FOR UPDA
 INSERT INTO users (id, name, downloads) SELECT id, 'x', n FROM likes WHERE id = 1
 -- case: rolled-up reads: increments are slotted as in exact mode
 UPDATE likes SET n = n + 1 WHERE id = 1
+-- case: a null test of a counter reads its base column (a total is NULL exactly when its base value is): as written
+SELECT id FROM repos WHERE downloads IS NULL ORDER BY id
+-- case: a null test beside a read of the total
+SELECT id, downloads FROM repos WHERE downloads IS NOT NULL AND stars IS NULL
