@@ -580,7 +580,7 @@ func (s *Session) orderedKeys(t *rewrite.Table, inc *rewrite.Increment, ex *exec
 	if !s.rw.strict && s.rw.noUnsignedSub {
 		return nil, nil, false
 	}
-	return incKeysDeltas(t, inc, ex)
+	return incKeysDeltas(t, inc, ex, 2)
 }
 
 var (
@@ -604,21 +604,22 @@ func failsAnyMode(v, lo, hi *big.Int) bool {
 }
 
 // sharesFit reports whether every record of a slotted increment of
-// several keys in a client's transaction fits its slot's share of the
-// range, as far as their committed base values tell (read by the
-// SlotReader, outside the transaction): the slotted INSERT fails on the
-// first that does not, after inserting slot rows for the ones before it,
-// and the locks those rows leave behind (InnoDB keeps them, and turns them
+// several slot rows (several keys, or several counters of one) in a
+// client's transaction fits its slot's share of the range, as far as
+// their committed base values tell (read by the SlotReader, outside the
+// transaction): the slotted INSERT fails on the first that does not,
+// after inserting the slot rows before it, and the locks those rows leave behind (InnoDB keeps them, and turns them
 // into gap locks when the rows go) make other increments of those records
 // wait for the transaction, where the client's UPDATE fails on the same
 // row having locked only base rows. Such an increment runs on the base
-// rows from the start. True when it cannot tell (one key, no reader).
+// rows from the start. True when it cannot tell (one slot row, no reader).
 func (s *Session) sharesFit(t *rewrite.Table, inc *rewrite.Increment, ex *execution) (bool, error) {
 	if s.autocommitted() || s.env.SlotReader == nil {
 		return true, nil
 	}
-	keys, deltas, ok := incKeysDeltas(t, inc, ex)
-	if !ok {
+	keys, deltas, ok := incKeysDeltas(t, inc, ex, 1)
+	if !ok || len(keys) == 1 && len(inc.Deltas) < 2 {
+		// One slot row: the slotted INSERT fails before it writes any.
 		return true, nil
 	}
 	var cols []string
@@ -685,12 +686,12 @@ func (s *Session) missingRecord(t *rewrite.Table, inc *rewrite.Increment) bool {
 // incKeysDeltas returns the keys of an increment of several records, in
 // ascending order, and its deltas by lower-case counter name; ok is false
 // for one key, keys or deltas it cannot tell, or a counter assigned twice.
-func incKeysDeltas(t *rewrite.Table, inc *rewrite.Increment, ex *execution) (keys []string, deltas map[string]*big.Int, ok bool) {
-	if len(inc.Keys) < 2 || len(inc.Deltas) == 0 || t == nil {
+func incKeysDeltas(t *rewrite.Table, inc *rewrite.Increment, ex *execution, minKeys int) (keys []string, deltas map[string]*big.Int, ok bool) {
+	if len(inc.Keys) < minKeys || len(inc.Deltas) == 0 || t == nil {
 		return nil, nil, false
 	}
 	keys, ok = resolveKeys(inc.Keys, ex)
-	if !ok || len(keys) < 2 {
+	if !ok || len(keys) < minKeys {
 		return nil, nil, false
 	}
 	deltas = map[string]*big.Int{}
