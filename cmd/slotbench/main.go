@@ -91,10 +91,13 @@ type options struct {
 	mariadbdArgs            []string
 	server                  string // --server: the throwaway server's flavour
 
-	workloads    []string
-	clients      int
-	readClients  int
-	hold         time.Duration
+	workloads   []string
+	clients     int
+	readClients int
+	hold        time.Duration
+	// increment is hot-tx's and hot-autocommit's text increment of repos
+	// id 1 by 1 (--increment; default sqlIncrement).
+	increment    string
 	rounds       int
 	duration     time.Duration
 	warmup       time.Duration
@@ -199,6 +202,8 @@ func parseOptions(args []string, stdout io.Writer) (*options, error) {
 	fs.IntVar(&o.clients, "clients", 32, "clients of hot-tx and hot-autocommit")
 	fs.IntVar(&o.readClients, "read-clients", 8, "clients of point-select (which also runs with 1), range-select and counter-read")
 	fs.DurationVar(&o.hold, "hold", 2*time.Millisecond, "application work inside each hot-tx transaction")
+	fs.StringVar(&o.increment, "increment", sqlIncrement, "hot-tx's and hot-autocommit's increment: any text statement that adds 1 to repos.downloads of id 1 "+
+		"(an upsert, a condition: the counter checks hold it to that), sent as it is to every target")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds per target; targets alternate within each round")
 	fs.DurationVar(&o.duration, "duration", 3*time.Second, "length of one round of one target")
 	fs.DurationVar(&o.warmup, "warmup", 500*time.Millisecond, "unmeasured warm-up per target before its first round")

@@ -137,6 +137,43 @@ func TestSmoke(t *testing.T) {
 	}
 }
 
+// TestSmokeUpsertIncrement runs hot-tx and hot-autocommit in smoke mode
+// with --increment set to an upsert increment of the hot row: every
+// committed increment is counted on every target, and slotproxy slots
+// them (the upsert's row exists).
+func TestSmokeUpsertIncrement(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	jsonPath := filepath.Join(t.TempDir(), "bench.json")
+	const upsert = "INSERT INTO repos (id, downloads) VALUES (1, 1) ON DUPLICATE KEY UPDATE downloads = downloads + 1"
+	var stdout, stderr bytes.Buffer
+	err := run([]string{"--smoke", "--workloads", "hot-tx,hot-autocommit", "--sweep", "", "--increment", upsert, "--json", jsonPath}, &stdout, &stderr)
+	t.Logf("stdout:\n%s", stdout.String())
+	if err != nil {
+		t.Fatalf("run: %v\nstderr:\n%s", err, strings.ReplaceAll(stderr.String(), "\r", "\n"))
+	}
+	data, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep report
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatalf("JSON: %v", err)
+	}
+	if rep.Options.Increment != upsert {
+		t.Errorf("report's increment %q, want %q", rep.Options.Increment, upsert)
+	}
+	for _, c := range rep.Checks {
+		if !c.OK {
+			t.Errorf("check %s: %s", c.Name, c.Detail)
+		}
+	}
+	for _, w := range []string{wHotTx, wHotAutocommit} {
+		if st := rep.ProxyStats[w]; st.RewrittenWrites == 0 {
+			t.Errorf("%s: slotproxy slotted no upsert: %+v", w, st)
+		}
+	}
+}
+
 func TestHist(t *testing.T) {
 	var h hist
 	for i := 1; i <= 1000; i++ {

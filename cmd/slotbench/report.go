@@ -168,6 +168,7 @@ type optionsInfo struct {
 	Clients      int      `json:"clients"`
 	ReadClients  int      `json:"read_clients"`
 	HoldMs       float64  `json:"hold_ms"`
+	Increment    string   `json:"increment"`
 	Rounds       int      `json:"rounds"`
 	DurationS    float64  `json:"duration_s"`
 	WarmupS      float64  `json:"warmup_s"`
@@ -211,7 +212,7 @@ func newReport(o *options) *report {
 			NumCPU: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), Revision: revision(),
 		},
 		Options: optionsInfo{
-			Workloads: o.workloads, Clients: o.clients, ReadClients: o.readClients, HoldMs: ms(o.hold),
+			Workloads: o.workloads, Clients: o.clients, ReadClients: o.readClients, HoldMs: ms(o.hold), Increment: o.increment,
 			Rounds: o.rounds, DurationS: o.duration.Seconds(), WarmupS: o.warmup.Seconds(), Slots: o.slots,
 			Rows: o.rows, Items: o.items, RangeSize: o.rangeSize, CounterIDs: o.counterIDs,
 			CounterSlots: o.counterSlots, IdleConns: o.idleConns, Sweep: o.sweep, SlotStudy: o.slotStudy,
@@ -384,8 +385,9 @@ func (r *report) print(w io.Writer) {
 	fmt.Fprintf(w, "slotbench (%s)  %s  %s/%s  %d CPUs (GOMAXPROCS %d)  backend %s %s\n",
 		rev, r.Env.GoVersion, r.Env.OS, r.Env.Arch, r.Env.NumCPU, r.Env.GOMAXPROCS, r.Env.Backend, r.Env.BackendVersion)
 	o := r.Options
-	fmt.Fprintf(w, "rounds %d × %.3gs per target (alternating), warm-up %.3gs, hold %.3gms, slots %d\n\n",
+	fmt.Fprintf(w, "rounds %d × %.3gs per target (alternating), warm-up %.3gs, hold %.3gms, slots %d\n",
 		o.Rounds, o.DurationS, o.WarmupS, o.HoldMs, o.Slots)
+	fmt.Fprintf(w, "increment: %s\n\n", o.Increment)
 
 	if len(r.Results) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)

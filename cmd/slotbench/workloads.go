@@ -180,7 +180,7 @@ func (b *bench) hotTxOpWith(committed *atomic.Int64, increment func(*rand.Rand) 
 		bg := context.Background() // a cancelled context would kill the connection mid-statement
 		var name []byte
 		once := func(rng *rand.Rand) error {
-			write := sqlIncrement
+			write := b.opts.increment
 			if increment != nil {
 				write = increment(rng)
 			}
@@ -227,7 +227,7 @@ func (b *bench) hotAutocommit(ctx context.Context) error {
 	op := func(ctx context.Context, conn *sql.Conn) (opFunc, error) {
 		return func(*rand.Rand) (int, error) {
 			for retries := 0; ; retries++ {
-				_, err := conn.ExecContext(context.Background(), sqlIncrement)
+				_, err := conn.ExecContext(context.Background(), b.opts.increment)
 				if err == nil {
 					committed.Add(1)
 					return retries, nil
