@@ -414,6 +414,15 @@ func (r *run) step(ctx context.Context, i int, st Step) error {
 		// and deadlocks"). Its result is compared when it comes.
 		r.documentedWait = i
 		r.out.Documented = append(r.out.Documented, "an increment blocked directly, not through the proxy")
+	} else if t.got[directSide] != nil && t.got[proxySide] == nil {
+		// Blocked through the proxy only: when limits.md documents the
+		// wait, the sequence stops now, since what runs while it waits
+		// (a read missing the row it would have written) differs because
+		// of it; else its result is compared when it comes.
+		if why := r.documentedLock(t, obs{blocked: true}, *t.got[directSide]); why != "" {
+			r.out.Documented = append(r.out.Documented, why)
+			r.stopBecause(fmt.Sprintf("step %d: %s (documented)", i+1, why))
+		}
 	}
 	return nil
 }
