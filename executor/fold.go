@@ -83,6 +83,18 @@ func (s *Session) foldStatements(t *rewrite.Table, keys []string, refresh bool) 
 		}
 		locked = append(locked, got...)
 	}
+	if refresh {
+		// A record with no slot row at all needs no refresh: the
+		// transaction's snapshot sees none of it either (roll-up deletes
+		// a zeroed row only once no transaction older than its zeroing
+		// is open), so its base row, read current by the statement, is
+		// its total in every view. Left alone, it stays out of the
+		// transaction's own versions, as directly when the statement
+		// does not change it (a condition false on the total).
+		keys = slices.DeleteFunc(slices.Clone(keys), func(k string) bool {
+			return !slices.ContainsFunc(locked, func(r rewrite.SlotRow) bool { return r.Key == k })
+		})
+	}
 	return t.FoldRowsSQL(keys, locked, refresh), nil, nil
 }
 
