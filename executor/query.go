@@ -31,14 +31,14 @@ type rewriteState struct {
 	noBackslash bool
 	// strict: sql_mode is strict (STRICT_TRANS_TABLES or
 	// STRICT_ALL_TABLES): a value out of a column's range is an error.
-	strict   bool
+	strict bool
 	// noUnsignedSub: sql_mode has NO_UNSIGNED_SUBTRACTION (an UNSIGNED
 	// column minus a number below 0 is a negative SIGNED value, clamped
 	// when stored outside the strict modes, not error 1690).
 	noUnsignedSub bool
-	charset  string               // character_set_client
-	stmts    map[uint32]*stmtInfo // rewritten prepared statements by backend id
-	internal internalStmts        // statements the proxy prepared for itself
+	charset       string               // character_set_client
+	stmts         map[uint32]*stmtInfo // rewritten prepared statements by backend id
+	internal      internalStmts        // statements the proxy prepared for itself
 	// temp are the session's temporary tables named like ruled tables
 	// (rewrite.Session.TempTables).
 	temp []string

@@ -602,8 +602,8 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 			Restrict:    w.restricted(s.Where, ref, t, start, end),
 			SingleTable: !g.Wide,
 		},
-		Table: t,
-	valueDependent: implied.compares,
+		Table:          t,
+		valueDependent: implied.compares,
 	}
 	if why != "" {
 		p.Reason = "increment not slotted (" + why + "): the records' slots are folded and it runs on the base row"
