@@ -104,6 +104,9 @@ type run struct {
 	// direct side blocked, the proxy's increment did not), -1 if none.
 	documentedWait int
 	stop           bool
+	// victim: a deadlock ended a step on one side only while another
+	// connection's step was in flight (see documentedLock).
+	victim bool
 }
 
 // twin is one connection pair: the proxied side (index 0) and the direct
@@ -545,6 +548,23 @@ func (r *run) documentedLock(t *twin, p, d obs) string {
 	spared := d.blocked && !p.blocked || lockErr(d, 1205) && !lockErr(p, 1205) || lockErr(d, 1213) && !lockErr(p, 1213)
 	if !waited && !deadlocked && !spared {
 		return ""
+	}
+	// A deadlock forms on both sides, but the server ends the transaction
+	// it weighs least (rows locked and changed), which the proxy's own
+	// statements change: it may end another one than directly (and an
+	// autocommit statement the proxy ran in a transaction of its own is
+	// then run again, and may wait for the one that directly was ended).
+	const victim = "a deadlock the server ended on another transaction than directly (the proxy's statements weigh the transactions differently)"
+	if r.victim {
+		return victim
+	}
+	if lockErr(p, 1213) != lockErr(d, 1213) {
+		for _, o := range r.twins {
+			if o != t && (o.pending[proxySide] != nil || o.pending[directSide] != nil || o.step >= 0 && o.step != t.step) {
+				r.victim = true
+				return victim
+			}
+		}
 	}
 	for _, o := range r.twins {
 		if len(o.txn) == 0 {
