@@ -503,7 +503,13 @@ func (s *Session) execIncrementOf(p rewrite.Plan, inc *rewrite.Increment, up *re
 				keys = []string{""} // named by a UNIQUE key: any record
 			}
 			s.noteOwnIncrement(p.Table, keys)
-			s.txn.noteOwnRows(ruleName(p.Table), keys, inc.RecordTypes, s.slotFor(p.Table))
+			slot := s.slotFor(p.Table)
+			if ex != nil && !ex.slotted && inc.Slot >= 0 {
+				// A prepared increment that could not take its slot as a
+				// parameter writes the slot it was planned with.
+				slot = inc.Slot
+			}
+			s.txn.noteOwnRows(ruleName(p.Table), keys, inc.RecordTypes, slot)
 		}
 		ok := *r.OK
 		rowsChanged := uint64(0)

@@ -129,6 +129,9 @@ type WriteOthers struct {
 // It keeps the original statement's placeholders in their order.
 type Increment struct {
 	SQL string
+	// Slot is the slot SQL writes (-1 when none was picked): a prepared
+	// execution that cannot pick its own slot writes this one.
+	Slot int
 	// Keys are the keys of the records the increment may write: the WHERE
 	// clause's `key = v` or `key IN (v, …)`; empty when a UNIQUE key's
 	// values name them (known only once it ran).

@@ -183,6 +183,9 @@ func (t *template) instantiate(sql string, spans [][2]int, slot func(*Table) int
 			slotText = strconv.Itoa(slot(p.Table))
 		}
 		_ = p.mapSQL(func(s string) (string, error) { return substitute(s, lits, slotText), nil }) // substitute cannot fail
+		if inc, ok := p.Op.(*Increment); ok && slotText != "" && inc.Slot >= 0 {
+			inc.Slot, _ = strconv.Atoi(slotText) // p.Op is mapSQL's copy
+		}
 		out[i] = p
 	}
 	return out

@@ -551,7 +551,11 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 			if len(implied.spans) > 0 {
 				p.Reason = "the WHERE clause's bound on a counter holds whenever the slotted increment keeps the counter within its range; it is checked that way"
 			}
-			inc.SQL = r.slottedIncrement(t, ref, ctrs, values, where, w.slot)
+			inc.Slot = -1
+			inc.SQL = r.slottedIncrement(t, ref, ctrs, values, where, func(n int) int {
+				inc.Slot = w.slot(n)
+				return inc.Slot
+			})
 			inc.ProbeSQL = w.probe(start, end, ws, we)
 			inc.PrivKey = maskInts(maskSentinels(inc.ProbeSQL), w.sess)
 			inc.Guard = &Guard{
