@@ -273,7 +273,7 @@ func (r *Rewriter) rewriteUTF8(sql string, sess Session) ([]Plan, error) {
 	if ok {
 		if t := r.templates.get(key); t != nil {
 			if t.plans == nil {
-				return r.rewrite(sql, sess, r.opts.Slot)
+				return r.rewrite(sql, sess, nil)
 			}
 			return t.instantiate(sql, spans, r.slotFor(sess)), nil
 		}
@@ -291,17 +291,21 @@ func (r *Rewriter) rewriteUTF8(sql string, sess Session) ([]Plan, error) {
 				// Planned from its own values every time (a template
 				// with no plans says so).
 				r.templates.put(key, &template{})
-				return r.rewrite(sql, sess, r.opts.Slot)
+				return r.rewrite(sql, sess, nil)
 			}
 			t := &template{plans: plans, lits: len(spans)}
 			r.templates.put(key, t)
 			return t.instantiate(sql, spans, r.slotFor(sess)), nil
 		}
 	}
-	return r.rewrite(sql, sess, r.opts.Slot)
+	return r.rewrite(sql, sess, nil)
 }
 
 // rewrite parses and plans sql; slot picks slots for increments.
+//
+// slot picks an increment's slot from the table's number of slots (a
+// template's sentinel); nil picks the session's slot of the table
+// (Session.SlotFor, else Options.Slot), as a template's instantiation does.
 func (r *Rewriter) rewrite(sql string, sess Session, slot func(int) int) ([]Plan, error) {
 	// The AST shares memory with the parser: keep the parser until the
 	// plans are built.

@@ -553,7 +553,11 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 			}
 			inc.Slot = -1
 			inc.SQL = r.slottedIncrement(t, ref, ctrs, values, where, func(n int) int {
-				inc.Slot = w.slot(n)
+				if w.slot != nil {
+					inc.Slot = w.slot(n)
+				} else {
+					inc.Slot = r.slotFor(w.sess)(t)
+				}
 				return inc.Slot
 			})
 			inc.ProbeSQL = w.probe(start, end, ws, we)
