@@ -1355,20 +1355,12 @@ func (s *Session) guardedOnce(p rewrite.Plan, op *rewrite.Guarded, ex *execution
 	if gm.unguarded && op.Unguarded != "" {
 		main = func() ([]byte, []byte, error) { return s.statementPacket(op.Unguarded, ex) }
 	}
-	payload, errPkt, err := main()
+	buf, res, errPkt, err := s.sendMain(main)
 	if err != nil {
 		return nil, nil, false, err
 	}
 	if errPkt != nil {
 		return fail(errPkt)
-	}
-	if err := s.send(payload); err != nil {
-		return nil, nil, false, err
-	}
-	buf := &wire.Buffer{}
-	res, err := s.rd.Read(wire.Results, buf)
-	if err != nil {
-		return nil, nil, false, err
 	}
 	if res.Failed() {
 		s.noteErr(res.ErrCode)
@@ -1384,16 +1376,10 @@ func (s *Session) guardedOnce(p rewrite.Plan, op *rewrite.Guarded, ex *execution
 		return fail(buf.Packets[len(buf.Packets)-1])
 	}
 	s.noteStatus(res)
-	more := wrapped || len(missing) > 0 // statements still to run after it
-	if more {
-		if last := buf.Packets[len(buf.Packets)-1]; len(last) > 0 && last[0] == 0x00 {
-			if ok, err := wire.ParseOK(last); err == nil && ok.Warnings > 0 {
-				// COMMIT and the checks below clear the server's
-				// diagnostics: keep them.
-				if err := s.saveWarnings(); err != nil {
-					return nil, nil, false, err
-				}
-			}
+	if wrapped || len(missing) > 0 {
+		// COMMIT and the checks below clear the server's diagnostics.
+		if err := s.keepWarningsOf(buf); err != nil {
+			return nil, nil, false, err
 		}
 	}
 	if len(missing) > 0 {
@@ -1441,20 +1427,12 @@ func (s *Session) guardedOnce(p rewrite.Plan, op *rewrite.Guarded, ex *execution
 // reported instead); then its result, kept until then, is the client's.
 func (s *Session) foldAfter(op *rewrite.Guarded, ex *execution, main func() ([]byte, []byte, error),
 	fail, failOwn func([]byte) (*wire.Buffer, []byte, bool, error)) (*wire.Buffer, []byte, bool, error) {
-	payload, errPkt, err := main()
+	buf, res, errPkt, err := s.sendMain(main)
 	if err != nil {
 		return nil, nil, false, err
 	}
 	if errPkt != nil {
 		return fail(errPkt)
-	}
-	if err := s.send(payload); err != nil {
-		return nil, nil, false, err
-	}
-	buf := &wire.Buffer{}
-	res, err := s.rd.Read(wire.Results, buf)
-	if err != nil {
-		return nil, nil, false, err
 	}
 	if res.Failed() {
 		// Nothing folded yet: nothing to undo.
@@ -1462,13 +1440,8 @@ func (s *Session) foldAfter(op *rewrite.Guarded, ex *execution, main func() ([]b
 		return fail(buf.Packets[len(buf.Packets)-1])
 	}
 	s.noteStatus(res)
-	if last := buf.Packets[len(buf.Packets)-1]; len(last) > 0 && last[0] == 0x00 {
-		if ok, err := wire.ParseOK(last); err == nil && ok.Warnings > 0 {
-			// The fold clears the server's diagnostics: keep them.
-			if err := s.saveWarnings(); err != nil {
-				return nil, nil, false, err
-			}
-		}
+	if err := s.keepWarningsOf(buf); err != nil { // the fold clears the server's diagnostics
+		return nil, nil, false, err
 	}
 	if errPkt, err := s.lockAndFold(op.Guards, ex); err != nil || errPkt != nil {
 		if err != nil {
@@ -1478,6 +1451,35 @@ func (s *Session) foldAfter(op *rewrite.Guarded, ex *execution, main func() ([]b
 		return failOwn(errPkt)
 	}
 	return buf, nil, false, nil
+}
+
+// sendMain sends the command main makes and reads its result; errPkt is
+// the ERR main gives instead of a command (nothing was sent).
+func (s *Session) sendMain(main func() ([]byte, []byte, error)) (buf *wire.Buffer, res wire.Result, errPkt []byte, err error) {
+	payload, errPkt, err := main()
+	if err != nil || errPkt != nil {
+		return nil, wire.Result{}, errPkt, err
+	}
+	if err := s.send(payload); err != nil {
+		return nil, wire.Result{}, nil, err
+	}
+	buf = &wire.Buffer{}
+	res, err = s.rd.Read(wire.Results, buf)
+	return buf, res, nil, err
+}
+
+// keepWarningsOf saves the server's diagnostics (saveWarnings) when the
+// result buf ends with an OK that carries warnings: for a statement of
+// the client's that statements of the proxy's own follow.
+func (s *Session) keepWarningsOf(buf *wire.Buffer) error {
+	last := buf.Packets[len(buf.Packets)-1]
+	if len(last) == 0 || last[0] != 0x00 {
+		return nil
+	}
+	if ok, err := wire.ParseOK(last); err == nil && ok.Warnings > 0 {
+		return s.saveWarnings()
+	}
+	return nil
 }
 
 // statementPacket is the command that runs sql for a text statement (ex

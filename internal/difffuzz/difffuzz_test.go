@@ -77,18 +77,7 @@ func TestReproducers(t *testing.T) {
 	env := testEnv(t)
 	for _, f := range files {
 		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) {
-			b, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			seq, err := difffuzz.ParseReproducer(string(b))
-			if err != nil {
-				t.Fatal(err)
-			}
-			out, err := difffuzz.Run(t.Context(), env, seq)
-			if err != nil {
-				t.Fatal(err)
-			}
+			seq, out := runFile(t, env, f)
 			if out.Diff != nil {
 				t.Errorf("differs again:\n%s", difffuzz.Reproducer(env, seq, out))
 			}
@@ -108,18 +97,7 @@ func TestDocumentedDifferences(t *testing.T) {
 	env := testEnv(t)
 	for _, f := range files {
 		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) {
-			b, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			seq, err := difffuzz.ParseReproducer(string(b))
-			if err != nil {
-				t.Fatal(err)
-			}
-			out, err := difffuzz.Run(t.Context(), env, seq)
-			if err != nil {
-				t.Fatal(err)
-			}
+			seq, out := runFile(t, env, f)
 			switch {
 			case out.Diff != nil:
 				t.Errorf("differs, and not as documented:\n%s", difffuzz.Reproducer(env, seq, out))
@@ -130,6 +108,24 @@ func TestDocumentedDifferences(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runFile runs the reproducer in file f again, as the fuzzer ran it.
+func runFile(t *testing.T, env *difffuzz.Env, f string) (*difffuzz.Sequence, *difffuzz.Outcome) {
+	t.Helper()
+	b, err := os.ReadFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq, err := difffuzz.ParseReproducer(string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := difffuzz.Run(t.Context(), env, seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return seq, out
 }
 
 // TestDiffFuzz runs generated sequences directly and through the proxy and
