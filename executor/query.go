@@ -429,6 +429,14 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 			_, err := s.forward(payload, wire.Results, nil)
 			return err
 		}
+		if failed, err := s.openViews(p); err != nil || failed {
+			if err != nil {
+				return err
+			}
+			s.metrics().Statement(PathPassThrough, "")
+			_, err := s.forward(payload, wire.Results, nil)
+			return err
+		}
 		switch op := p.Op.(type) {
 		case *rewrite.Read:
 			reads := op.Reads

@@ -112,6 +112,12 @@ func (s *Session) execPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) 
 	} else if ok {
 		p = g
 	}
+	if failed, err := s.openViews(p); err != nil {
+		return false, err
+	} else if failed && ex == nil {
+		s.metrics().Statement(PathPassThrough, ruleName(p.Table))
+		return s.relayPlan(p, queryPacket(p.Original), ex, seq, more)
+	}
 	switch op := p.Op.(type) {
 	case *rewrite.Refused:
 		return true, s.refuse(p.Table, p.Reason, seq)
@@ -138,6 +144,22 @@ func (s *Session) execPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) 
 		s.metrics().Statement(PathPassThrough, ruleName(p.Table))
 		return s.relayPlan(p, queryPacket(p.Original), ex, seq, more)
 	}
+}
+
+// openViews opens, in the client's transaction, the views whose
+// definitions plan p reads in their place (rewrite.Plan.Views): the
+// transaction then holds their metadata locks as it does directly (a
+// CREATE OR REPLACE VIEW or DROP VIEW of one waits for it to end). In
+// autocommit the statement's own locks end with it: nothing is opened.
+// failed reports that a view could not be opened (its table is gone, say):
+// the client's statement, run as written, then gets the server's answer.
+func (s *Session) openViews(p rewrite.Plan) (failed bool, err error) {
+	probe := rewrite.ViewsProbeSQL(p)
+	if probe == "" || !s.inTransaction() && s.autocommit() || s.tablesLocked() {
+		return false, nil
+	}
+	errPkt, err := s.queryErr(probe)
+	return errPkt != nil, err
 }
 
 // execRead runs a statement whose counter reads are rewritten (sql):
@@ -399,6 +421,13 @@ func (s *Session) execIncrementOf(p rewrite.Plan, inc *rewrite.Increment, up *re
 		// and checks the total against the column's range.
 		return onBase()
 	}
+	if narrowDelta(p.Table, inc) {
+		// No slot can take it: a slotted attempt would always fail and
+		// the statement run again on the base row, in a transaction of
+		// its own that a statement waiting for the table (a TRUNCATE)
+		// could run before. On the base row at once, in one transaction.
+		return onBase()
+	}
 	if s.env.lockedCounters(p.Table) && (s.inTransaction() || !s.autocommit()) {
 		// This table's counters are read after increments in transactions
 		// (see noteReadAfterIncrement): increments inside a transaction
@@ -526,6 +555,23 @@ func (s *Session) execIncrementOf(p rewrite.Plan, inc *rewrite.Increment, up *re
 		s.recordIncrement(p, inc, ex, &ok)
 		return false, s.writeOK(ok, seq, more)
 	}
+}
+
+// narrowDelta reports whether inc changes a counter of t whose range is
+// too narrow for any slot to take a delta (rewrite.Counter.Narrow) by a
+// delta that may not be 0.
+func narrowDelta(t *rewrite.Table, inc *rewrite.Increment) bool {
+	for _, d := range inc.Deltas {
+		if d.Literal == "0" {
+			continue
+		}
+		for i := range t.Counters {
+			if c := &t.Counters[i]; strings.EqualFold(c.Name, d.Column) && c.Narrow() {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Errors a slotted increment raises when a delta is beyond its slot's

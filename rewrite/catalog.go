@@ -132,6 +132,21 @@ func (c *Counter) Range() (lo, hi *big.Int) {
 	return lo, hi
 }
 
+// Narrow reports whether c's range is narrower than the 65,536 shares
+// slotted increments keep a record's slot rows within (TINYINT, SMALLINT,
+// a CHECK such as c BETWEEN 0 AND 1000): no slot's share of it can take a
+// non-zero delta (see Rewriter.slottedIncrement).
+func (c *Counter) Narrow() bool {
+	if c.Touch {
+		return false
+	}
+	lo, hi := c.Range()
+	if lo == nil || hi == nil {
+		return false
+	}
+	return new(big.Int).Sub(hi, lo).Cmp(big.NewInt(65536)) < 0
+}
+
 // shareBounds returns the range that slotted increments keep the total in:
 // the counter's range within ±2^53. A delta the server evaluates as a
 // DOUBLE (a DOUBLE or string parameter: c + ? is then computed in

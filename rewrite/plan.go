@@ -27,6 +27,12 @@ type Plan struct {
 	// Then are what the session does or learns once the statement
 	// succeeded and the client has its response, in order.
 	Then []Effect
+	// Views are the views (schema-qualified, quoted) whose definitions the
+	// plan reads in their place (see inlinedRead): the statement itself
+	// opens none of them, so in a transaction the executor opens them
+	// first (ViewsProbeSQL), which takes the metadata locks the client's
+	// statement takes directly and keeps them until the transaction ends.
+	Views []string
 	// valueDependent: the plan depends on the values of integer literals
 	// beyond what a template keeps (a comparison of a counter with a
 	// literal, see impliedComparisons): the statement is not templated.

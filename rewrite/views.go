@@ -65,11 +65,12 @@ func (r *Rewriter) viewRefs(st ast.StmtNode, sess Session) int {
 // to views of ruled tables replaced by the view's definition as a derived
 // table named like the view, or false when the references cannot all be
 // located exactly in the text.
-func (r *Rewriter) inlineViews(text string, sess Session, want int) (string, bool) {
+func (r *Rewriter) inlineViews(text string, sess Session, want int) (string, []string, bool) {
 	toks, ok := lex(text, sess)
 	if !ok {
-		return "", false
+		return "", nil, false
 	}
+	var views []string
 	// The clause each parenthesis depth is in: a comma continues a FROM
 	// list only there.
 	clause := map[int]string{}
@@ -115,9 +116,12 @@ func (r *Rewriter) inlineViews(text string, sess Session, want int) (string, boo
 			repl += " AS " + quoteIdent(name)
 		}
 		spans = append(spans, span{start, t.end, repl})
+		if v := quoteIdent(schema) + "." + quoteIdent(name); !slices.Contains(views, v) {
+			views = append(views, v)
+		}
 	}
 	if len(spans) != want {
-		return "", false
+		return "", nil, false
 	}
 	var b strings.Builder
 	pos := 0
@@ -127,7 +131,7 @@ func (r *Rewriter) inlineViews(text string, sess Session, want int) (string, boo
 		pos = s.end
 	}
 	b.WriteString(text[pos:])
-	return b.String(), true
+	return b.String(), views, true
 }
 
 // aliased reports whether the table name before toks[i] is followed by an
@@ -164,7 +168,7 @@ func (r *Rewriter) inlinedRead(st ast.StmtNode, sql string, start, end int, sess
 		return Plan{}, false
 	}
 	text := sql[start:end]
-	inlined, ok := r.inlineViews(text, sess, n)
+	inlined, views, ok := r.inlineViews(text, sess, n)
 	if !ok {
 		return Plan{}, false
 	}
@@ -176,8 +180,17 @@ func (r *Rewriter) inlinedRead(st ast.StmtNode, sql string, start, end int, sess
 	if p.Kind() == KindOriginal {
 		return Plan{}, false // no counter read through the views: as written
 	}
-	p.Original = text
+	p.Original, p.Views = text, views
 	return p, true
+}
+
+// ViewsProbeSQL returns a statement that opens the views p reads in their
+// place (Plan.Views) and reads no row, or "" when there are none.
+func ViewsProbeSQL(p Plan) string {
+	if len(p.Views) == 0 {
+		return ""
+	}
+	return "SELECT 1 FROM " + strings.Join(p.Views, ", ") + " LIMIT 0"
 }
 
 // updateThroughView plans an UPDATE of one plain view of a ruled table

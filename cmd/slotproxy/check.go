@@ -125,6 +125,7 @@ func check(ctx context.Context, path string, backend *string) checkResult {
 			return res
 		}
 		res.problems = append(res.problems, found...)
+		res.notes = append(res.notes, narrowNotes(cat)...)
 	}
 	if len(unregistered) > 0 {
 		res.notes = append(res.notes, fmt.Sprintf("%d counters have no record type yet (%s); serve registers them when it starts, or run slotproxy migrate",
@@ -132,6 +133,22 @@ func check(ctx context.Context, path string, backend *string) checkResult {
 	}
 	res.notes = append(res.notes, readModeNotes(cfg, set)...)
 	return res
+}
+
+// narrowNotes names the counters whose range is too narrow for any slot to
+// take an increment (rewrite.Counter.Narrow): their rules remove no
+// contention.
+func narrowNotes(cat *rewrite.Catalog) []string {
+	var notes []string
+	for _, t := range cat.Tables() {
+		for _, c := range t.Counters {
+			if c.Narrow() {
+				notes = append(notes, fmt.Sprintf("%s.%s.%s: its range, %s to %s, is narrower than 65,536: no slot can take a share of it, so its increments run on the base row (as directly, with no contention removed); widen the column (INT or BIGINT) to slot them",
+					t.Schema, t.Name, c.Name, c.Min, c.Max))
+			}
+		}
+	}
+	return notes
 }
 
 // readModeNotes says, for each rule with reads: rolled_up, what its plain

@@ -558,6 +558,12 @@ func (r *run) documentedLock(t *twin, p, d obs) string {
 	if r.victim {
 		return victim
 	}
+	if lockErr(d, 1213) && !lockErr(p, 1213) && len(t.txn) == 0 {
+		// A statement that began its transaction (in autocommit, say)
+		// ended directly in a deadlock: the proxy, which cannot tell it
+		// from one its own statements made, ran it again.
+		return "a deadlock that ended a transaction's first statement directly, which the proxy ran again"
+	}
 	if lockErr(p, 1213) != lockErr(d, 1213) {
 		for _, o := range r.twins {
 			if o != t && (o.pending[proxySide] != nil || o.pending[directSide] != nil || o.step >= 0 && o.step != t.step) {
