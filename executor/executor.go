@@ -49,6 +49,9 @@ type Recorder interface {
 	// overflowed: it ran without one, no turn having been given back for
 	// the gate's wait.
 	Queued(overflowed bool)
+	// Coalesced records a batch of n autocommit increments of one record
+	// sent as one (see coalesce.go).
+	Coalesced(n int)
 }
 
 type nopRecorder struct{}
@@ -58,6 +61,7 @@ func (nopRecorder) RewriteTook(float64)      {}
 func (nopRecorder) BackendError(uint16)      {}
 func (nopRecorder) Retry()                   {}
 func (nopRecorder) Queued(bool)              {}
+func (nopRecorder) Coalesced(int)            {}
 
 // Stats are counters since start, shared by all sessions.
 type Stats struct {
@@ -68,6 +72,9 @@ type Stats struct {
 	Shadowed        atomic.Uint64
 	Retries         atomic.Uint64
 	Refused         atomic.Uint64
+	// Coalesced counts the increments sent in batches of two or more
+	// (coalesce.go), and Batches those batches.
+	Coalesced, Batches atomic.Uint64
 }
 
 // Env is what every session shares. Set its fields before the first
@@ -98,8 +105,13 @@ type Env struct {
 	// more rows folds every slotted record of its table instead (see
 	// foldAllSlotted). Zero means 100,000.
 	MaxGuardKeys int
+	// Coalesce sends concurrent autocommit increments of one record as one
+	// increment by their sum (see coalesce.go).
+	Coalesce bool
 
 	Stats Stats
+
+	coalesce coalescer
 
 	meta  metaCache
 	slots slotUse
@@ -163,6 +175,7 @@ func (r sessionRecorder) RewriteTook(seconds float64) { r.s.env.metrics().Rewrit
 func (r sessionRecorder) BackendError(code uint16)    { r.s.env.metrics().BackendError(code) }
 func (r sessionRecorder) Retry()                      { r.s.env.metrics().Retry() }
 func (r sessionRecorder) Queued(overflowed bool)      { r.s.env.metrics().Queued(overflowed) }
+func (r sessionRecorder) Coalesced(n int)             { r.s.env.metrics().Coalesced(n) }
 
 // Link is a session's two connections, owned by the session's goroutine
 // and used by the executor only inside Handle.
@@ -272,6 +285,10 @@ type txnState struct {
 	// ("" for a key the proxy could not tell): reading one of their
 	// counters takes their lock first (foldOwn).
 	own map[string]map[string]bool
+	// isolation is its level, kept when a statement in it may have set the
+	// session's level (the session variable then tells the next
+	// transaction's, not this one's): see Session.isolation.
+	isolation string
 	// held are the slots its increments took (Env.slots), one per rule.
 	held []heldSlot
 	// ownRows are the slot rows its slotted increments wrote, by rule

@@ -193,12 +193,12 @@ func (s *Session) slottedKeys(t *rewrite.Table, after string, limit int) (keys [
 // readsSlotsItself reports whether the session's own consistent read of
 // slot rows sees exactly those that count (see slotRowsOf).
 func (s *Session) readsSlotsItself() bool {
-	if s.tablesLocked() || strings.HasPrefix(s.rw.isolation, "READ") && s.rw.weakAt == 0 {
+	if s.tablesLocked() || strings.HasPrefix(s.isolation(), "READ") && s.rw.weakAt == 0 {
 		return true
 	}
 	// At SERIALIZABLE a plain read locks what it reads (the slot rows
 	// of other records, by range): the SlotReader reads them instead.
-	return s.wrapping && (s.rw.isolation != "SERIALIZABLE" || s.env.SlotReader == nil)
+	return s.wrapping && (s.isolation() != "SERIALIZABLE" || s.env.SlotReader == nil)
 }
 
 // slotRows reads the rows of a SELECT of record_type, record_id, slot and

@@ -134,7 +134,7 @@ func (s *Session) handleOther(payload []byte) error {
 // PREPARE/EXECUTE makes the proxy read the session state again before the
 // next ruled statement.
 func sessionMayChange(sql []byte) bool {
-	changes, _ := scanSessionWords(sql)
+	changes, _, _ := scanSessionWords(sql)
 	return changes
 }
 
@@ -144,15 +144,16 @@ func sessionMayChange(sql []byte) bool {
 // …): it names isolation and committed or uncommitted. Conservative, like
 // sessionMayChange.
 func mentionsWeakIsolation(sql []byte) bool {
-	_, weak := scanSessionWords(sql)
+	_, _, weak := scanSessionWords(sql)
 	return weak
 }
 
 // scanSessionWords is sessionMayChange and mentionsWeakIsolation in one
-// pass over the words (runs of identifier bytes): the per-query cost is a
-// few nanoseconds per byte.
-func scanSessionWords(sql []byte) (changes, weak bool) {
-	isolation, committed := false, false
+// pass over the words (runs of identifier bytes), with whether the query
+// names an isolation level's variable or clause at all (isolation): the
+// per-query cost is a few nanoseconds per byte.
+func scanSessionWords(sql []byte) (changes, isolation, weak bool) {
+	committed := false
 	for i := 0; i < len(sql); {
 		if !isWordByte(sql[i]) {
 			i++
@@ -183,7 +184,18 @@ func scanSessionWords(sql []byte) (changes, weak bool) {
 			committed = true
 		}
 	}
-	return changes, isolation && committed
+	return changes, isolation, isolation && committed
+}
+
+// isolation is the isolation level of the session's open transaction, or
+// else the session's (as the server spells it, read with the session
+// information): a transaction keeps the level it began with when a
+// statement in it sets the session's (txnState.isolation).
+func (s *Session) isolation() string {
+	if s.txn.isolation != "" && s.inTransaction() {
+		return s.txn.isolation
+	}
+	return s.rw.isolation
 }
 
 // weakIsolation reports whether the session's transaction may run at READ
@@ -200,7 +212,7 @@ func (s *Session) weakIsolation() (bool, error) {
 	if s.rw.weakAt != 0 {
 		return true, nil
 	}
-	return strings.HasPrefix(s.rw.isolation, "READ"), nil
+	return strings.HasPrefix(s.isolation(), "READ"), nil
 }
 
 // equalFold reports whether w is the ASCII lower-case word lower, ignoring
@@ -334,10 +346,18 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 	if privilegesMayChange(sql) {
 		s.rw.privOK = nil
 	}
+	if _, isolation, _ := scanSessionWords(sql); isolation && s.inTransaction() && s.txn.isolation == "" {
+		// It may set the session's level inside a transaction, which
+		// keeps its own: the proxy keeps it too (see isolation).
+		if err := s.ensureSessionInfo(); err != nil {
+			return err
+		}
+		s.txn.isolation = s.rw.isolation
+	}
 	defer func() {
 		// After the statement ran: plan may just have learned the state
 		// that the statement changes.
-		changes, weak := scanSessionWords(sql)
+		changes, _, weak := scanSessionWords(sql)
 		if changes {
 			s.rw.infoKnown = false
 		}

@@ -107,7 +107,7 @@ func (s *Session) endTransaction() {
 	if len(s.txn.held) > 0 {
 		s.releaseSlots()
 	}
-	if s.txn.begin != nil || s.txn.own != nil || s.txn.replay != nil || s.txn.ownRows != nil {
+	if s.txn.begin != nil || s.txn.own != nil || s.txn.replay != nil || s.txn.ownRows != nil || s.txn.isolation != "" {
 		s.txn = txnState{held: s.txn.held[:0]}
 	}
 }

@@ -451,6 +451,13 @@ func (s *Session) execIncrementOf(p rewrite.Plan, inc *rewrite.Increment, up *re
 		}
 		return onBase()
 	}
+	if key := s.coalesceKey(inc, up, ex, more); key != "" {
+		done, failed, leave, err := s.coalesced(p, inc, key, changed, seq)
+		defer leave()
+		if done || err != nil {
+			return failed, err
+		}
+	}
 	s.env.Stats.RewrittenWrites.Add(1)
 	s.metrics().Statement(PathRewrittenWrite, ruleName(p.Table))
 	autocommitted := s.autocommitted()
@@ -1206,7 +1213,7 @@ func (s *Session) guardModeFor(p rewrite.Plan, op *rewrite.Guarded, inc *rewrite
 	if wrapped {
 		return guardMode{repeatable: true}, "", nil
 	}
-	level := strings.ReplaceAll(s.rw.isolation, "-", " ")
+	level := strings.ReplaceAll(s.isolation(), "-", " ")
 	if s.rw.weakAt != 0 && !strings.HasPrefix(level, "READ") {
 		level = "the level a SET TRANSACTION statement chose"
 	}
@@ -1386,7 +1393,7 @@ func (s *Session) guardedOnce(p rewrite.Plan, op *rewrite.Guarded, ex *execution
 		// Narrowing it to the rows its guard locked would need their keys.
 		return fail(wire.Errorf(mysql.ER_NOT_SUPPORTED_YET, "42000",
 			"rule %s: statement refused: it may touch more than %d rows at %s; run it at REPEATABLE READ or in autocommit",
-			ruleName(p.Table), s.maxGuardKeys(), strings.ReplaceAll(s.rw.isolation, "-", " ")).Packet())
+			ruleName(p.Table), s.maxGuardKeys(), strings.ReplaceAll(s.isolation(), "-", " ")).Packet())
 	} else if gm.restrict {
 		if s.env.GuardWindow != nil {
 			s.env.GuardWindow()
@@ -1649,7 +1656,7 @@ func (s *Session) snapshotFolds() (bool, error) {
 	// A weaker level the session variable shows takes a new snapshot per
 	// statement; one a statement may have set (weakAt) is not certain, and
 	// refreshing at READ COMMITTED changes nothing.
-	return !strings.HasPrefix(s.rw.isolation, "READ"), nil
+	return !strings.HasPrefix(s.isolation(), "READ"), nil
 }
 
 // lockAndFold runs guards: each locks the records its statement may touch
@@ -1815,7 +1822,7 @@ func (s *Session) impossibleScan(g *rewrite.Guard, ex *execution) (bool, error) 
 // locksGaps reports whether the session's statements lock the gaps they
 // scan: at REPEATABLE READ or SERIALIZABLE, as far as the proxy knows.
 func (s *Session) locksGaps() bool {
-	return s.rw.isolation != "" && !strings.HasPrefix(s.rw.isolation, "READ") && s.rw.weakAt == 0
+	return s.isolation() != "" && !strings.HasPrefix(s.isolation(), "READ") && s.rw.weakAt == 0
 }
 
 // errTooManyKeys: the first guard locked more rows than the proxy keeps

@@ -107,6 +107,8 @@ func startProxyFull(t testing.TB, mutate func(*proxy.Config), before func(*proxy
 	cfg := proxy.Config{
 		Backend: testdb.Shared().Addr,
 		Logger:  slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		// As serve does by default (coalesce: true).
+		Coalesce: true,
 	}
 	if mutate != nil {
 		mutate(&cfg)

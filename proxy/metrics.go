@@ -57,6 +57,7 @@ type Metrics struct {
 	backendErrors              *prometheus.CounterVec
 	retries                    prometheus.Counter
 	queued                     *prometheus.CounterVec
+	coalesced                  prometheus.Histogram
 
 	statementSeconds *prometheus.HistogramVec
 	// pathSeconds are statementSeconds' series by path, looked up once.
@@ -95,6 +96,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "slotproxy_queued_statements_total",
 		Help: "Rewritten statements of sessions outside transactions that waited for a turn (limits.max_concurrent_rewrites): outcome ran (got one) or overflowed (ran without one: no turn given back for limits.queue_wait)."},
 		[]string{"outcome"})
+	m.coalesced = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "slotproxy_coalesced_batch_size",
+		Help:    "Autocommit increments of one record sent to the backend as one increment by their sum (performance.coalesce), per batch of two or more.",
+		Buckets: []float64{2, 4, 8, 16, 32, 64, 128},
+	})
 	m.statementSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "slotproxy_statement_seconds",
 		Help:    "Time from a statement's arrival (COM_QUERY, COM_STMT_EXECUTE) to the end of its response, by how it was handled (path; the last statement's of a multi-statement query).",
@@ -112,7 +118,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "slotproxy_handshakes_proxy_greeted_total", Help: "Clients greeted by the proxy itself because every handshake slot was taken (limits.max_unauthenticated); they take a slot once they answer."})
 	m.parks = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "slotproxy_handshakes_parked_total", Help: "Handshakes whose slot was taken over while they waited for their client (their backend connection closed, the client kept)."})
-	reg.MustRegister(m.clientConns, m.backendConns, m.statements, m.rewriteSeconds, m.backendErrors, m.retries, m.queued,
+	reg.MustRegister(m.clientConns, m.backendConns, m.statements, m.rewriteSeconds, m.backendErrors, m.retries, m.queued, m.coalesced,
 		m.statementSeconds, m.connections, m.handshakes, m.authFailures, m.proxyGreets, m.parks)
 	m.passThrough = m.statements.WithLabelValues(PathPassThrough, "")
 	m.rewrittenRead = m.statements.WithLabelValues(PathRewrittenRead, "")
@@ -231,6 +237,13 @@ func (m *Metrics) Queued(overflowed bool) {
 			outcome = "overflowed"
 		}
 		m.queued.WithLabelValues(outcome).Inc()
+	}
+}
+
+// Coalesced implements executor.Recorder.
+func (m *Metrics) Coalesced(n int) {
+	if m != nil {
+		m.coalesced.Observe(float64(n))
 	}
 }
 

@@ -77,6 +77,9 @@ type Config struct {
 	// retried after a deadlock (1213) or lock wait timeout (1205). Zero
 	// means 3; negative disables retries.
 	MaxRetries int
+	// Coalesce sends concurrent autocommit increments of one record as one
+	// increment by their sum (executor.Env.Coalesce).
+	Coalesce bool
 	// MaxConcurrentRewrites bounds how many rewritten statements (slotted
 	// increments, counter reads) of sessions outside transactions run at
 	// the backend at once; others wait their turn (executor.Gate). Zero
@@ -161,6 +164,7 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	env := executor.NewEnv()
 	env.MaxRetries = max(cfg.MaxRetries, 0)
+	env.Coalesce = cfg.Coalesce
 	if cfg.MaxConcurrentRewrites == 0 {
 		cfg.MaxConcurrentRewrites = 64
 	}
@@ -202,6 +206,9 @@ func (s *Server) Rewriter() *rewrite.Rewriter { return s.rewriter.Load() }
 // StatsSnapshot is a copy of the server's counters since start.
 type StatsSnapshot struct {
 	RewrittenReads, RewrittenWrites, GuardedWrites, ParseFailures, Shadowed, Retries, Refused uint64
+	// Coalesced are the autocommit increments sent in Batches of two or
+	// more (Config.Coalesce).
+	Coalesced, Batches uint64
 	// LockedTables are the ruled tables whose increments inside
 	// transactions lock the record, since transactions read their counters
 	// after incrementing them.
@@ -219,6 +226,8 @@ func (s *Server) Stats() StatsSnapshot {
 		Shadowed:        st.Shadowed.Load(),
 		Retries:         st.Retries.Load(),
 		Refused:         st.Refused.Load(),
+		Coalesced:       st.Coalesced.Load(),
+		Batches:         st.Batches.Load(),
 		LockedTables:    s.env.LockedTables(),
 	}
 }

@@ -173,6 +173,11 @@ type Increment struct {
 	// PrivKey names the privileges ProbeSQL checks: the probe's text with
 	// its integer literals masked.
 	PrivKey string
+	// Coalescable: one record named by a literal key, one counter (no
+	// touch column), an integer literal delta, no bound read from the
+	// WHERE clause: concurrent increments of the same shape can be sent as
+	// one whose delta is their sum (CoalesceKey, WithDelta).
+	Coalescable bool
 	// Guard locks and folds the records, for running the client's
 	// statement on the base rows instead (a delta beyond the slot's share
 	// of the range, a key or delta the server converts, a table locked

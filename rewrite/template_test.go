@@ -7,7 +7,10 @@ import (
 	"reflect"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
+
+	"github.com/slotproxy/slotproxy/internal/dialect"
 )
 
 // TestTemplatesMatchPlanning: for every golden statement, and for a variant
@@ -62,6 +65,53 @@ func TestTemplateKeySkipsUnsafeLiterals(t *testing.T) {
 		_, spans, _ := templateKey(tc.sql, Session{}, nil, nil)
 		if len(spans) != tc.lits {
 			t.Errorf("%q: %d literal spans %v, want %d", tc.sql, len(spans), spans, tc.lits)
+		}
+	}
+}
+
+// TestCoalesceKey: increments of one record of the same shape share a
+// coalescing key whatever their deltas and slots, and WithDelta puts the
+// sum in place of the delta; other shapes have none.
+func TestCoalesceKey(t *testing.T) {
+	rw := testRewriter(dialect.Parse("10.11.14-MariaDB"))
+	plan := func(sql string, slot int) *Increment {
+		t.Helper()
+		plans, err := rw.rewrite(sql, Session{DB: "app"}, func(int) int { return slot })
+		if err != nil || len(plans) != 1 {
+			t.Fatalf("%s: %v %v", sql, plans, err)
+		}
+		inc, ok := plans[0].Op.(*Increment)
+		if !ok {
+			t.Fatalf("%s: planned as %s", sql, plans[0].Kind())
+		}
+		return inc
+	}
+	a, b := plan("UPDATE repos SET downloads = downloads + 1 WHERE id = 7", 3), plan("UPDATE repos SET downloads = downloads + 25 WHERE id = 7", 5)
+	if a.CoalesceKey() == "" || a.CoalesceKey() != b.CoalesceKey() {
+		t.Fatalf("keys differ:\n%s\n%s", a.CoalesceKey(), b.CoalesceKey())
+	}
+	sum, ok := a.WithDelta("26")
+	if !ok || !strings.Contains(sum, "(26) AS `_slotproxy_n`") || !strings.Contains(sum, "`_slotproxy_rt`, 3, IF(") {
+		t.Fatalf("WithDelta: %v %s", ok, sum)
+	}
+	if k := plan("UPDATE repos SET downloads = downloads - 2 WHERE id = 7", 9).CoalesceKey(); k != a.CoalesceKey() {
+		t.Errorf("a decrement of the record: key %q", k) // its delta is -(2)
+	}
+	for _, other := range []string{
+		"UPDATE repos SET downloads = downloads + 1 WHERE id = 8",
+		"UPDATE repos SET stars = stars + 1 WHERE id = 7",
+	} {
+		if k := plan(other, 3).CoalesceKey(); k == "" || k == a.CoalesceKey() {
+			t.Errorf("%s: key %q", other, k)
+		}
+	}
+	for _, none := range []string{
+		"UPDATE repos SET downloads = downloads + 1 WHERE id IN (7, 8)",
+		"UPDATE repos SET downloads = downloads + 1, stars = stars + 1 WHERE id = 7",
+		"UPDATE repos SET downloads = downloads + ? WHERE id = 7",
+	} {
+		if k := plan(none, 3).CoalesceKey(); k != "" {
+			t.Errorf("%s: coalescable (%q)", none, k)
 		}
 	}
 }

@@ -560,6 +560,8 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 				}
 				return inc.Slot
 			})
+			inc.Coalescable = len(ctrs) == 1 && !ctrs[0].Touch && len(inc.Deltas) == 1 && inc.Deltas[0].Literal != "" &&
+				len(inc.Keys) == 1 && inc.Keys[0].Param < 0 && !implied.compares && len(implied.spans) == 0 && len(w.params) == 0
 			inc.ProbeSQL = w.probe(start, end, ws, we)
 			inc.PrivKey = maskInts(maskSentinels(inc.ProbeSQL), w.sess)
 			inc.Guard = &Guard{
@@ -1542,4 +1544,64 @@ func parenthesize(cond string) string {
 		return "(" + cond + "\n)"
 	}
 	return "(" + cond + ")"
+}
+
+// Texts of slottedIncrement's statement around its slot (after slotAt)
+// and its delta (between deltaAt and deltaEnd), which coalescing replaces.
+const (
+	slotAt   = "SELECT `_u`.`_slotproxy_rt`, "
+	deltaAt  = " AS `_slotproxy_rt`, "
+	deltaEnd = " AS `_slotproxy_n`"
+)
+
+// spans locates the slot and the delta in the statement of a Coalescable
+// increment: SQL[ds:de] is the delta, SQL[ss:se] the slot.
+func (o *Increment) spans() (ds, de, ss, se int, ok bool) {
+	if !o.Coalescable {
+		return 0, 0, 0, 0, false
+	}
+	ds = strings.Index(o.SQL, deltaAt)
+	if ds < 0 || strings.Count(o.SQL, deltaAt) != 1 {
+		return 0, 0, 0, 0, false
+	}
+	ds += len(deltaAt)
+	de = strings.Index(o.SQL[ds:], deltaEnd)
+	ss = strings.Index(o.SQL, slotAt)
+	if de < 0 || ss < 0 {
+		return 0, 0, 0, 0, false
+	}
+	de += ds
+	ss += len(slotAt)
+	se = ss
+	for se < len(o.SQL) && o.SQL[se] >= '0' && o.SQL[se] <= '9' {
+		se++
+	}
+	if se == ss || se > ds { // the slot comes first
+		return 0, 0, 0, 0, false
+	}
+	return ds, de, ss, se, true
+}
+
+// CoalesceKey returns the statement of a Coalescable increment with its
+// slot and its delta masked: increments with the same key (in sessions
+// whose state gives them the same meaning) differ in nothing else, and
+// their deltas can be sent as one (WithDelta). "" when o is not
+// Coalescable.
+func (o *Increment) CoalesceKey() string {
+	ds, de, ss, se, ok := o.spans()
+	if !ok {
+		return ""
+	}
+	return o.SQL[:ss] + "?" + o.SQL[se:ds] + "?" + o.SQL[de:]
+}
+
+// WithDelta returns the statement of a Coalescable increment with delta
+// (a decimal integer) in place of its own: the increment of the record by
+// that amount, in the same slot, within the same share of the range.
+func (o *Increment) WithDelta(delta string) (string, bool) {
+	ds, de, _, _, ok := o.spans()
+	if !ok {
+		return "", false
+	}
+	return o.SQL[:ds] + "(" + delta + ")" + o.SQL[de:], true
 }

@@ -389,6 +389,7 @@ func proxyConfig(cfg *config.Config, logger *slog.Logger) (proxy.Config, error) 
 		QueueWait:             cfg.Limits.QueueWait,
 		ProxyProtocol:         cfg.Backend.ProxyProtocol,
 		MaxRetries:            retries(cfg.Retries),
+		Coalesce:              cfg.Coalesce,
 		Logger:                logger,
 	}, nil
 }

@@ -60,6 +60,10 @@ type Config struct {
 	// Retries bounds how often a rewritten autocommit statement is retried
 	// after a deadlock or lock wait timeout (0 disables retries).
 	Retries int
+	// Coalesce sends concurrent autocommit increments of one record, alike
+	// but for their deltas, to the backend as one increment by their sum,
+	// each client answered as if alone (group commit for counters).
+	Coalesce bool
 	// Metrics is serve's HTTP endpoint for Prometheus metrics and health
 	// checks.
 	Metrics Metrics
@@ -250,6 +254,7 @@ func Default() *Config {
 			MaxConcurrentRewrites: 64, QueueWait: 2 * time.Second},
 		Rollup:     Rollup{Enabled: true, Interval: time.Second, Batch: 1000},
 		Retries:    3,
+		Coalesce:   true,
 		Log:        Log{Level: slog.LevelInfo, Format: LogText},
 		SlotsTable: DefaultSlotsTable,
 		Metrics:    Metrics{Listen: DefaultMetricsListen},

@@ -75,6 +75,7 @@ rollup:
   interval: 250ms
   batch: 50
 retries: 5
+coalesce: false
 metrics:
   listen: "[::1]:9400"
 `
@@ -118,6 +119,7 @@ func TestLoadFull(t *testing.T) {
 		Admin:      Admin{User: "slotproxy", Password: "s3cret: yes"},
 		Rollup:     Rollup{Enabled: false, Interval: 250 * time.Millisecond, Batch: 50},
 		Retries:    5,
+		Coalesce:   false,
 		Metrics:    Metrics{Listen: "[::1]:9400"},
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -267,7 +269,7 @@ func TestLoadErrors(t *testing.T) {
 		{"unknown nested key", "backend:\n  address: h:1\n  tls:\n    mod: verify-ca\n",
 			4, `backend.tls: unknown key "mod" (did you mean "mode"?)`},
 		{"unknown key without near match", "# top\nfrobnicate: 1\n",
-			2, `unknown key "frobnicate" (want one of: admin, backend, limits, listen, log, metrics, retries, rollup, rules, slots_table, timeouts, tls)`},
+			2, `unknown key "frobnicate" (want one of: admin, backend, coalesce, limits, listen, log, metrics, retries, rollup, rules, slots_table, timeouts, tls)`},
 		{"metrics listen without port", "# x\nmetrics:\n  listen: localhost\n",
 			3, `metrics.listen: "localhost": missing port in address (want HOST:PORT)`},
 		{"metrics listen port zero", "metrics:\n  listen: 127.0.0.1:0\n",

@@ -143,7 +143,8 @@ func (d *decoder) config(n *yaml.Node, c *Config) error {
 				"batch":    d.integer(&c.Rollup.Batch),
 			})
 		},
-		"retries": d.integer(&c.Retries),
+		"retries":  d.integer(&c.Retries),
+		"coalesce": d.boolean(&c.Coalesce),
 		"metrics": func(v *yaml.Node, key string) error {
 			return d.mapping(v, key, fields{
 				"listen": text(d, &c.Metrics.Listen),
