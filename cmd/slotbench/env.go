@@ -59,6 +59,10 @@ type bench struct {
 	// slotproxy-rolled-up target); nil with --proxy.
 	rolledSrv  *proxy.Server
 	rolledAddr string
+	// soloSrv serves the rule with coalescing off (coalesce: false), for
+	// hot-autocommit's slotproxy-solo target.
+	soloSrv  *proxy.Server
+	soloAddr string
 
 	profiled bool // the CPU profile has been taken
 }
@@ -128,7 +132,7 @@ func (b *bench) setup(ctx context.Context) error {
 	b.rowAlias = dialect.Parse(b.version).UpsertRowAlias()
 
 	logger := slog.New(slog.NewTextHandler(b.cons, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	b.srv, err = proxy.NewServer(proxy.Config{Backend: b.backendAddr, Rewriter: rw, Logger: logger})
+	b.srv, err = proxy.NewServer(proxy.Config{Backend: b.backendAddr, Rewriter: rw, Logger: logger, Coalesce: true}) // as serve
 	if err != nil {
 		return err
 	}
@@ -150,6 +154,20 @@ func (b *bench) setup(ctx context.Context) error {
 	b.rolledAddr = rln.Addr().String()
 	pprof.Do(ctx, pprof.Labels("component", "slotproxy"), func(context.Context) {
 		go b.rolledSrv.Serve(rln)
+	})
+	if b.soloSrv, err = proxy.NewServer(proxy.Config{Backend: b.backendAddr, Rewriter: rw, Logger: logger}); err != nil {
+		return err
+	}
+	b.soloSrv.SetSlotReader(catalog.NewSlotReader(func(ctx context.Context) (*myclient.Conn, error) {
+		return myclient.ConnectWithContext(ctx, b.backendAddr, b.adminUser, b.adminPass, "", time.Minute)
+	}, 4))
+	sln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	b.soloAddr = sln.Addr().String()
+	pprof.Do(ctx, pprof.Labels("component", "slotproxy"), func(context.Context) {
+		go b.soloSrv.Serve(sln)
 	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -240,6 +258,9 @@ func (b *bench) setupExternal(ctx context.Context, t0 time.Time) error {
 func (b *bench) close() {
 	if b.srv != nil {
 		b.srv.Close()
+	}
+	if b.soloSrv != nil {
+		b.soloSrv.Close()
 	}
 	if b.rolledSrv != nil {
 		b.rolledSrv.Close()

@@ -263,6 +263,8 @@ func (r *report) find(workload string, clients int, target string) *targetResult
 //  6. counter-read: slotproxy (base + slots) vs base column via relay ≥ 0.7×
 //  7. idle-conns: slotproxy RSS ≤ 64 KiB per connection
 //  9. hot-tx: the increment prepared once per connection vs sent as text ≥ 1.0×
+//  10. hot-autocommit: slotproxy (coalescing) vs the hand-written slotted
+//     upserts sent directly ≥ 3×, and vs plain relay ≥ 5×
 //
 // Row 6 also compares reads: rolled_up (the base value, as written) with
 // the base read through the relay, ≥ 0.95×; the exact read's target is
@@ -292,6 +294,9 @@ func (r *report) compare() {
 	rate(2, wHotTx, 0, "slotproxy", "handwritten", 0.9, true)
 	rate(2, wHotTx, 0, "slotproxy", "handwritten-relay", 0.9, false)
 	rate(3, wHotAutocommit, 0, "slotproxy", "relay", 1.0, true)
+	rate(10, wHotAutocommit, 0, "slotproxy", "handwritten", 3, true)
+	rate(10, wHotAutocommit, 0, "slotproxy", "relay", 5, true)
+	rate(10, wHotAutocommit, 0, "slotproxy", "slotproxy-solo", 1, false)
 	for _, res := range r.Results {
 		if res.Workload == wPointSelect && res.Target == "slotproxy" {
 			rate(4, wPointSelect, res.Clients, "slotproxy", "relay", 0.95, true)

@@ -221,27 +221,38 @@ func (b *bench) hotTxOpWith(committed *atomic.Int64, increment func(*rand.Rand) 
 }
 
 // hotAutocommit: autocommit increments of the hot row, no work. Plain
-// UPDATEs through the relay against the same UPDATEs through slotproxy.
+// UPDATEs through the relay against the same UPDATEs through slotproxy
+// (which coalesces them, as serve does by default), through slotproxy with
+// coalescing off (slotproxy-solo), and the hand-written slotted upsert of
+// a random slot, sent directly.
 func (b *bench) hotAutocommit(ctx context.Context) error {
 	var committed atomic.Int64
-	op := func(ctx context.Context, conn *sql.Conn) (opFunc, error) {
-		return func(*rand.Rand) (int, error) {
-			for retries := 0; ; retries++ {
-				_, err := conn.ExecContext(context.Background(), b.opts.increment)
-				if err == nil {
-					committed.Add(1)
-					return retries, nil
+	opOf := func(increment func(*rand.Rand) string) func(ctx context.Context, conn *sql.Conn) (opFunc, error) {
+		return func(ctx context.Context, conn *sql.Conn) (opFunc, error) {
+			return func(rng *rand.Rand) (int, error) {
+				for retries := 0; ; retries++ {
+					_, err := conn.ExecContext(context.Background(), increment(rng))
+					if err == nil {
+						committed.Add(1)
+						return retries, nil
+					}
+					if !retryable(err) || retries == 10 {
+						return retries, err
+					}
 				}
-				if !retryable(err) || retries == 10 {
-					return retries, err
-				}
-			}
-		}, nil
+			}, nil
+		}
 	}
+	op := opOf(func(*rand.Rand) string { return b.opts.increment })
 	sc := &scenario{workload: wHotAutocommit, clients: b.opts.clients, unit: "tx/s", targets: []*target{
 		{name: "relay", addr: b.relay.addr(), build: op},
 		{name: "slotproxy", addr: b.proxyAddr, build: op},
 	}}
+	if b.soloSrv != nil {
+		sc.targets = append(sc.targets,
+			&target{name: "slotproxy-solo", addr: b.soloAddr, build: op},
+			&target{name: "handwritten", addr: b.backendAddr, build: opOf(b.handwrittenIncrement)})
+	}
 	var results []*targetResult
 	err := b.counterCheck(ctx, wHotAutocommit, &committed, false, func() error {
 		var err error

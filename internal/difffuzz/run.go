@@ -538,15 +538,25 @@ func (r *run) compare(t *twin) {
 // did not, while a transaction open through the proxy holds what the
 // documentation says locks more than directly. Values never qualify.
 func (r *run) documentedLock(t *twin, p, d obs) string {
-	lockErr := func(o obs, code uint16) bool {
-		n := len(o.results)
-		return n > 0 && o.results[n-1].isErr && o.results[n-1].code == code
+	// at is the index of the statement of a step (several for a
+	// multi-statement query) that failed with code, len(results) if none.
+	at := func(o obs, code uint16) int {
+		for i, r := range o.results {
+			if r.isErr && r.code == code {
+				return i
+			}
+		}
+		return len(o.results) + 1
 	}
-	waited := p.blocked && !d.blocked || lockErr(p, 1205) && !lockErr(d, 1205)
-	deadlocked := lockErr(p, 1213) && !lockErr(d, 1213)
+	lockErr := func(o obs, code uint16) bool { return at(o, code) < len(o.results) }
+	// sooner: o failed with code at an earlier statement than other (or
+	// other not at all).
+	sooner := func(o, other obs, code uint16) bool { return lockErr(o, code) && at(o, code) < at(other, code) }
+	waited := p.blocked && !d.blocked || sooner(p, d, 1205)
+	deadlocked := sooner(p, d, 1213)
 	// The other way round: directly the step waited or failed on a lock,
 	// through the proxy it did not.
-	spared := d.blocked && !p.blocked || lockErr(d, 1205) && !lockErr(p, 1205) || lockErr(d, 1213) && !lockErr(p, 1213)
+	spared := d.blocked && !p.blocked || sooner(d, p, 1205) || sooner(d, p, 1213)
 	if !waited && !deadlocked && !spared {
 		return ""
 	}
