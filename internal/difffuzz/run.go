@@ -162,6 +162,22 @@ func isIncrement(st Step) bool {
 	return st.Class.IsIncrement() || strings.Contains(upper, "UPDATE") && strings.ContainsAny(upper, "+-")
 }
 
+// readsInShareMode reports whether st is a locking read in share mode.
+func (st Step) readsInShareMode() bool {
+	upper := strings.ToUpper(st.SQL)
+	return strings.HasPrefix(strings.TrimSpace(upper), "SELECT") && (strings.Contains(upper, "LOCK IN SHARE MODE") || strings.Contains(upper, "FOR SHARE"))
+}
+
+// incrementStep reports whether st increments counters: an increment
+// class or an upsert, or (for a step read from a reproducer, which has no
+// class) a statement that looks like one (isIncrement).
+func incrementStep(st Step) bool {
+	if st.Class == "" {
+		return isIncrement(st)
+	}
+	return st.Class.IsIncrement() || st.Class == Upsert
+}
+
 const (
 	proxySide  = 0
 	directSide = 1
@@ -412,10 +428,11 @@ func (r *run) step(ctx context.Context, i int, st Step) error {
 	r.out.Executed++
 	if t.got[proxySide] != nil && t.got[directSide] != nil {
 		r.compare(t)
-	} else if t.got[proxySide] != nil && st.Class.IsIncrement() && r.documentedWait < 0 {
-		// The direct increment waits for a row lock that the proxy's
-		// slotted increment does not take: by design (limits.md, "Waits
-		// and deadlocks"). Its result is compared when it comes.
+	} else if t.got[proxySide] != nil && incrementStep(st) && r.documentedWait < 0 {
+		// The direct increment (or upsert increment) waits for a row lock
+		// that the proxy's slotted increment does not take: by design
+		// (limits.md, "Waits and deadlocks"). Its result is compared when
+		// it comes.
 		r.documentedWait = i
 		r.out.Documented = append(r.out.Documented, "an increment blocked directly, not through the proxy")
 	} else if t.got[directSide] != nil && t.got[proxySide] == nil {
@@ -423,7 +440,7 @@ func (r *run) step(ctx context.Context, i int, st Step) error {
 		// wait, the sequence stops now, since what runs while it waits
 		// (a read missing the row it would have written) differs because
 		// of it; else its result is compared when it comes.
-		if why := r.documentedLock(t, obs{blocked: true}, *t.got[directSide]); why != "" {
+		if why := r.documentedLock(t, st, obs{blocked: true}, *t.got[directSide]); why != "" {
 			r.out.Documented = append(r.out.Documented, why)
 			r.stopBecause(fmt.Sprintf("step %d: %s (documented)", i+1, why))
 		}
@@ -523,7 +540,16 @@ func (r *run) compare(t *twin) {
 			}
 		}
 	}
-	if why := r.documentedLock(t, p, d); why != "" {
+	if why := r.documentedLock(t, st, p, d); why != "" {
+		r.out.Documented = append(r.out.Documented, why)
+		r.stopBecause(fmt.Sprintf("step %d: %s (documented)", i+1, why))
+		return
+	}
+	if n := len(p.results); n > 0 && p.results[n-1].isErr && p.results[n-1].code == 1412 && (len(d.results) < n || !d.results[n-1].isErr) {
+		// MariaDB refuses the guard's read of a table another session
+		// re-created (TRUNCATE) since the transaction's snapshot
+		// (limits.md, "A write after another session's TRUNCATE").
+		why := "a guarded write in a transaction older than a TRUNCATE of its table (1412)"
 		r.out.Documented = append(r.out.Documented, why)
 		r.stopBecause(fmt.Sprintf("step %d: %s (documented)", i+1, why))
 		return
@@ -537,7 +563,7 @@ func (r *run) compare(t *twin) {
 // failed with a lock wait timeout or a deadlock, where directly the step
 // did not, while a transaction open through the proxy holds what the
 // documentation says locks more than directly. Values never qualify.
-func (r *run) documentedLock(t *twin, p, d obs) string {
+func (r *run) documentedLock(t *twin, step Step, p, d obs) string {
 	// at is the index of the statement of a step (several for a
 	// multi-statement query) that failed with code, len(results) if none.
 	at := func(o obs, code uint16) int {
@@ -580,6 +606,15 @@ func (r *run) documentedLock(t *twin, p, d obs) string {
 			if o != t && (o.pending[proxySide] != nil || o.pending[directSide] != nil || o.step >= 0 && o.step != t.step) {
 				r.victim = true
 				return victim
+			}
+		}
+	}
+	if waited && step.readsInShareMode() {
+		for _, o := range r.twins {
+			if o != t && len(o.txn) > 0 {
+				// limits.md: a locking read in share mode of counters
+				// takes exclusive locks on the records it folds.
+				return "a wait of a read in share mode, which locks the records it folds exclusively"
 			}
 		}
 	}
