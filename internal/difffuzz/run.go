@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -126,6 +127,9 @@ type twin struct {
 	failedInc bool
 	// readUncommitted: the connection set READ UNCOMMITTED last.
 	readUncommitted bool
+	// weak: the connection set READ COMMITTED or READ UNCOMMITTED at some
+	// point.
+	weak bool
 }
 
 // follow notes step st's proxy-side observation o in the connection's
@@ -135,6 +139,7 @@ func (t *twin) follow(st Step, o obs) {
 		upper := strings.ToUpper(st.SQL)
 		t.serializable = t.serializable || strings.Contains(upper, "SERIALIZABLE")
 		t.readUncommitted = strings.Contains(upper, "READ UNCOMMITTED")
+		t.weak = t.weak || strings.Contains(upper, "READ UNCOMMITTED") || strings.Contains(upper, "READ COMMITTED")
 	}
 	if len(o.results) == 0 {
 		return
@@ -160,6 +165,14 @@ func (t *twin) follow(st Step, o obs) {
 func isIncrement(st Step) bool {
 	upper := strings.ToUpper(st.SQL)
 	return st.Class.IsIncrement() || strings.Contains(upper, "UPDATE") && strings.ContainsAny(upper, "+-")
+}
+
+// conditionalWrite reports whether st is an UPDATE or DELETE whose WHERE
+// clause has conditions beside its key's (a guarded write of rows its
+// guard locks by key, matched or not).
+func conditionalWrite(st Step) bool {
+	upper := strings.ToUpper(strings.TrimSpace(st.SQL))
+	return (strings.HasPrefix(upper, "UPDATE") || strings.HasPrefix(upper, "DELETE")) && strings.Contains(upper, " WHERE ") && strings.Contains(upper, " AND ")
 }
 
 // readsInShareMode reports whether st is a locking read in share mode.
@@ -624,6 +637,12 @@ func (r *run) documentedLock(t *twin, step Step, p, d obs) string {
 		}
 		if waited && o != t && o.failedInc {
 			return "a wait for the shared lock a failed increment keeps in its open transaction"
+		}
+		if waited && o != t && o.weak && slices.ContainsFunc(o.txn, conditionalWrite) {
+			// limits.md: at READ COMMITTED or READ UNCOMMITTED a guarded
+			// write keeps the rows its guard locked by key, where InnoDB
+			// releases a row the statement read and did not write.
+			return "a wait for a row a guarded write at READ COMMITTED or READ UNCOMMITTED locked by key and did not write"
 		}
 		if o.serializable && !spared {
 			return "a wait or deadlock beside a SERIALIZABLE transaction, whose reads of counters lock slot rows"
