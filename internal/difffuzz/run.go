@@ -638,6 +638,11 @@ func (r *run) documentedLock(t *twin, step Step, p, d obs) string {
 		if waited && o != t && o.failedInc {
 			return "a wait for the shared lock a failed increment keeps in its open transaction"
 		}
+		if waited && o != t && slices.ContainsFunc(o.txn, Step.readsInShareMode) {
+			// limits.md: a read in share mode of counters locks the
+			// records it folds exclusively, and keeps them.
+			return "a wait for a record an open transaction's read in share mode locked exclusively"
+		}
 		if waited && o != t && o.weak && slices.ContainsFunc(o.txn, conditionalWrite) {
 			// limits.md: at READ COMMITTED or READ UNCOMMITTED a guarded
 			// write keeps the rows its guard locked by key, where InnoDB
