@@ -449,9 +449,12 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 			_, err := s.forward(payload, wire.Results, nil)
 			return err
 		}
-		if failed, err := s.openViews(p); err != nil || failed {
+		if errPkt, err := s.openViews(p); err != nil || errPkt != nil {
 			if err != nil {
 				return err
+			}
+			if lockErr(errPkt) {
+				return s.writeErr(errPkt, &seq)
 			}
 			s.metrics().Statement(PathPassThrough, "")
 			_, err := s.forward(payload, wire.Results, nil)

@@ -112,9 +112,11 @@ func (s *Session) execPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) 
 	} else if ok {
 		p = g
 	}
-	if failed, err := s.openViews(p); err != nil {
+	if errPkt, err := s.openViews(p); err != nil {
 		return false, err
-	} else if failed && ex == nil {
+	} else if lockErr(errPkt) {
+		return true, s.writeErr(errPkt, seq) // the wait the statement's own opening met
+	} else if errPkt != nil && ex == nil {
 		s.metrics().Statement(PathPassThrough, ruleName(p.Table))
 		return s.relayPlan(p, queryPacket(p.Original), ex, seq, more)
 	}
@@ -151,15 +153,25 @@ func (s *Session) execPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) 
 // transaction then holds their metadata locks as it does directly (a
 // CREATE OR REPLACE VIEW or DROP VIEW of one waits for it to end). In
 // autocommit the statement's own locks end with it: nothing is opened.
-// failed reports that a view could not be opened (its table is gone, say):
-// the client's statement, run as written, then gets the server's answer.
-func (s *Session) openViews(p rewrite.Plan) (failed bool, err error) {
+// errPkt is the server's error when they could not be opened: a lock wait
+// timeout or deadlock (lockErr) is the client's statement's answer, as it
+// met it opening them; after any other (a view whose table is gone, say)
+// the client's statement, run as written, gets the server's answer.
+func (s *Session) openViews(p rewrite.Plan) (errPkt []byte, err error) {
 	probe := rewrite.ViewsProbeSQL(p)
 	if probe == "" || !s.inTransaction() && s.autocommit() || s.tablesLocked() {
-		return false, nil
+		return nil, nil
 	}
-	errPkt, err := s.queryErr(probe)
-	return errPkt != nil, err
+	return s.queryErr(probe)
+}
+
+// lockErr reports whether errPkt is a lock wait timeout or a deadlock.
+func lockErr(errPkt []byte) bool {
+	if errPkt == nil {
+		return false
+	}
+	code := wire.ErrCode(errPkt)
+	return code == mysql.ER_LOCK_WAIT_TIMEOUT || code == mysql.ER_LOCK_DEADLOCK
 }
 
 // execRead runs a statement whose counter reads are rewritten (sql):
