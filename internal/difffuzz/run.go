@@ -175,6 +175,12 @@ func conditionalWrite(st Step) bool {
 	return (strings.HasPrefix(upper, "UPDATE") || strings.HasPrefix(upper, "DELETE")) && strings.Contains(upper, " WHERE ") && strings.Contains(upper, " AND ")
 }
 
+// inserts reports whether st inserts rows (INSERT, REPLACE, an upsert).
+func (st Step) inserts() bool {
+	upper := strings.ToUpper(strings.TrimSpace(st.SQL))
+	return strings.HasPrefix(upper, "INSERT") || strings.HasPrefix(upper, "REPLACE")
+}
+
 // readsInShareMode reports whether st is a locking read in share mode.
 func (st Step) readsInShareMode() bool {
 	upper := strings.ToUpper(st.SQL)
@@ -637,6 +643,12 @@ func (r *run) documentedLock(t *twin, step Step, p, d obs) string {
 		}
 		if waited && o != t && o.failedInc {
 			return "a wait for the shared lock a failed increment keeps in its open transaction"
+		}
+		if waited && o != t && t.weak && incrementStep(step) && slices.ContainsFunc(o.txn, Step.inserts) {
+			// limits.md: at READ COMMITTED an UPDATE skips a row another
+			// transaction inserted and has not committed (semi-consistent
+			// read); the slotted increment's locking read waits for it.
+			return "a wait at READ COMMITTED for a row an open transaction inserted, which the UPDATE skips directly"
 		}
 		if waited && o != t && slices.ContainsFunc(o.txn, Step.readsInShareMode) {
 			// limits.md: a read in share mode of counters locks the
