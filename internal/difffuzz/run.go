@@ -130,6 +130,9 @@ type twin struct {
 	// weak: the connection set READ COMMITTED or READ UNCOMMITTED at some
 	// point.
 	weak bool
+	// lastTxn are the steps of the last transaction that ended on this
+	// connection (see documentedLock).
+	lastTxn []Step
 }
 
 // follow notes step st's proxy-side observation o in the connection's
@@ -145,6 +148,9 @@ func (t *twin) follow(st Step, o obs) {
 		return
 	}
 	last := o.results[len(o.results)-1]
+	if len(t.txn) > 0 {
+		t.lastTxn = t.txn
+	}
 	switch {
 	case last.isErr && last.code == 1213:
 		t.txn, t.failedInc = nil, false // the server rolled the transaction back
@@ -638,24 +644,31 @@ func (r *run) documentedLock(t *twin, step Step, p, d obs) string {
 		}
 	}
 	for _, o := range r.twins {
-		if len(o.txn) == 0 {
+		// The transaction open on o, or else the last one it ended: a
+		// step that waited may be compared only once the transaction it
+		// waited for (or deadlocked with) committed.
+		txn := o.txn
+		if len(txn) == 0 {
+			txn = o.lastTxn
+		}
+		if len(txn) == 0 {
 			continue
 		}
 		if waited && o != t && o.failedInc {
 			return "a wait for the shared lock a failed increment keeps in its open transaction"
 		}
-		if waited && o != t && t.weak && incrementStep(step) && slices.ContainsFunc(o.txn, Step.inserts) {
+		if waited && o != t && t.weak && incrementStep(step) && slices.ContainsFunc(txn, Step.inserts) {
 			// limits.md: at READ COMMITTED an UPDATE skips a row another
 			// transaction inserted and has not committed (semi-consistent
 			// read); the slotted increment's locking read waits for it.
 			return "a wait at READ COMMITTED for a row an open transaction inserted, which the UPDATE skips directly"
 		}
-		if waited && o != t && slices.ContainsFunc(o.txn, Step.readsInShareMode) {
+		if waited && o != t && slices.ContainsFunc(txn, Step.readsInShareMode) {
 			// limits.md: a read in share mode of counters locks the
 			// records it folds exclusively, and keeps them.
 			return "a wait for a record an open transaction's read in share mode locked exclusively"
 		}
-		if waited && o != t && o.weak && slices.ContainsFunc(o.txn, conditionalWrite) {
+		if waited && o != t && o.weak && slices.ContainsFunc(txn, conditionalWrite) {
 			// limits.md: at READ COMMITTED or READ UNCOMMITTED a guarded
 			// write keeps the rows its guard locked by key, where InnoDB
 			// releases a row the statement read and did not write.
@@ -664,7 +677,7 @@ func (r *run) documentedLock(t *twin, step Step, p, d obs) string {
 		if o.serializable && !spared {
 			return "a wait or deadlock beside a SERIALIZABLE transaction, whose reads of counters lock slot rows"
 		}
-		for _, st := range o.txn {
+		for _, st := range txn {
 			upper := strings.ToUpper(st.SQL)
 			upsert := strings.Contains(upper, "ON DUPLICATE KEY UPDATE") || strings.Contains(upper, "REPLACE INTO")
 			if waited && o != t && upsert {
