@@ -231,6 +231,7 @@ func restartKeys(cur, next *config.Config) []string {
 	diff("rollup.interval", cur.Rollup.Interval, next.Rollup.Interval)
 	diff("rollup.batch", cur.Rollup.Batch, next.Rollup.Batch)
 	diff("retries", cur.Retries, next.Retries)
+	diff("coalesce", cur.Coalesce, next.Coalesce)
 	diff("metrics.listen", cur.Metrics.Listen, next.Metrics.Listen)
 	return keys
 }
