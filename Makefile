@@ -70,7 +70,10 @@ fuzz:
 	for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; name=$${t##*:}; \
 		echo "fuzz $$name ($$pkg) for $(FUZZTIME)"; \
-		go test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg > "$$log" 2>&1 || { cat "$$log"; exit 1; }; \
+		go test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg > "$$log" 2>&1 || \
+		{ grep -q 'context deadline exceeded' "$$log" && ! grep -q 'Failing input' "$$log" && \
+		  echo "fuzz $$name: the fuzzing engine stopped late (context deadline exceeded, no failing input): once more" && \
+		  go test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg > "$$log" 2>&1; } || { cat "$$log"; exit 1; }; \
 		tail -n 1 "$$log"; \
 	done
 
