@@ -346,7 +346,8 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 	if privilegesMayChange(sql) {
 		s.rw.privOK = nil
 	}
-	if _, isolation, _ := scanSessionWords(sql); isolation && s.inTransaction() && s.txn.isolation == "" {
+	changes, isolation, weak := scanSessionWords(sql)
+	if isolation && s.inTransaction() && s.txn.isolation == "" {
 		// It may set the session's level inside a transaction, which
 		// keeps its own: the proxy keeps it too (see isolation).
 		if err := s.ensureSessionInfo(); err != nil {
@@ -357,7 +358,6 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 	defer func() {
 		// After the statement ran: plan may just have learned the state
 		// that the statement changes.
-		changes, _, weak := scanSessionWords(sql)
 		if changes {
 			s.rw.infoKnown = false
 		}

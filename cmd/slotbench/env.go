@@ -132,53 +132,22 @@ func (b *bench) setup(ctx context.Context) error {
 	b.rowAlias = dialect.Parse(b.version).UpsertRowAlias()
 
 	logger := slog.New(slog.NewTextHandler(b.cons, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	b.srv, err = proxy.NewServer(proxy.Config{Backend: b.backendAddr, Rewriter: rw, Logger: logger, Coalesce: true}) // as serve
-	if err != nil {
+	// As serve: coalescing on, and folds in transactions read slot rows
+	// as the admin account.
+	if b.srv, b.proxyAddr, err = b.startProxy(ctx, proxy.Config{Backend: b.backendAddr, Rewriter: rw, Logger: logger, Coalesce: true}, true); err != nil {
 		return err
 	}
-	// As serve: folds in transactions read slot rows as the admin account.
-	b.srv.SetSlotReader(catalog.NewSlotReader(func(ctx context.Context) (*myclient.Conn, error) {
-		return myclient.ConnectWithContext(ctx, b.backendAddr, b.adminUser, b.adminPass, "", time.Minute)
-	}, 4))
 	// The same rule with reads: rolled_up, for counter-read.
 	rolled := *t[0]
 	rolled.RolledUp, rolled.MaxStaleness = true, rules.DefaultMaxStaleness
-	if b.rolledSrv, err = proxy.NewServer(proxy.Config{Backend: b.backendAddr, Logger: logger,
-		Rewriter: catalog.NewRewriter(rewrite.NewCatalog([]*rewrite.Table{&rolled}, nil), b.version)}); err != nil {
+	if b.rolledSrv, b.rolledAddr, err = b.startProxy(ctx, proxy.Config{Backend: b.backendAddr, Logger: logger,
+		Rewriter: catalog.NewRewriter(rewrite.NewCatalog([]*rewrite.Table{&rolled}, nil), b.version)}, false); err != nil {
 		return err
 	}
-	rln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	// Coalescing off, for hot-autocommit's slotproxy-solo.
+	if b.soloSrv, b.soloAddr, err = b.startProxy(ctx, proxy.Config{Backend: b.backendAddr, Rewriter: rw, Logger: logger}, true); err != nil {
 		return err
 	}
-	b.rolledAddr = rln.Addr().String()
-	pprof.Do(ctx, pprof.Labels("component", "slotproxy"), func(context.Context) {
-		go b.rolledSrv.Serve(rln)
-	})
-	if b.soloSrv, err = proxy.NewServer(proxy.Config{Backend: b.backendAddr, Rewriter: rw, Logger: logger}); err != nil {
-		return err
-	}
-	b.soloSrv.SetSlotReader(catalog.NewSlotReader(func(ctx context.Context) (*myclient.Conn, error) {
-		return myclient.ConnectWithContext(ctx, b.backendAddr, b.adminUser, b.adminPass, "", time.Minute)
-	}, 4))
-	sln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	b.soloAddr = sln.Addr().String()
-	pprof.Do(ctx, pprof.Labels("component", "slotproxy"), func(context.Context) {
-		go b.soloSrv.Serve(sln)
-	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	b.proxyAddr = ln.Addr().String()
-	// Goroutines inherit profiler labels from the goroutine that starts
-	// them, so every proxy goroutine carries component=slotproxy.
-	pprof.Do(ctx, pprof.Labels("component", "slotproxy"), func(context.Context) {
-		go b.srv.Serve(ln)
-	})
 	pprof.Do(ctx, pprof.Labels("component", "relay"), func(context.Context) {
 		b.relay, err = startRelay(b.backendAddr)
 	})
@@ -194,6 +163,31 @@ func (b *bench) setup(ctx context.Context) error {
 	b.cons.logf("slotbench: backend %s (%s), slotproxy %s, relay %s, record type %d, setup %s",
 		b.backendAddr, b.version, b.proxyAddr, b.relay.addr(), b.recordType, time.Since(t0).Round(time.Millisecond))
 	return nil
+}
+
+// startProxy starts a proxy with cfg on a loopback port of its own, its
+// folds reading slot rows as the admin account when slotReader is set.
+// Goroutines inherit profiler labels from the goroutine that starts them,
+// so every proxy goroutine carries component=slotproxy.
+func (b *bench) startProxy(ctx context.Context, cfg proxy.Config, slotReader bool) (*proxy.Server, string, error) {
+	srv, err := proxy.NewServer(cfg)
+	if err != nil {
+		return nil, "", err
+	}
+	if slotReader {
+		srv.SetSlotReader(catalog.NewSlotReader(func(ctx context.Context) (*myclient.Conn, error) {
+			return myclient.ConnectWithContext(ctx, b.backendAddr, b.adminUser, b.adminPass, "", time.Minute)
+		}, 4))
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		srv.Close()
+		return nil, "", err
+	}
+	pprof.Do(ctx, pprof.Labels("component", "slotproxy"), func(context.Context) {
+		go srv.Serve(ln)
+	})
+	return srv, ln.Addr().String(), nil
 }
 
 // setupExternal is setup with --proxy: the schema, the rule's slot table
