@@ -112,7 +112,7 @@ func (a *authRelay) run() error {
 			rest := pkt[1:]
 			if i := bytes.IndexByte(rest, 0); i >= 0 {
 				a.plugin = string(rest[:i])
-				a.scramble = append(a.scramble[:0], bytes.TrimRight(rest[i+1:], "\x00")...)
+				a.scramble = append(a.scramble[:0], bytes.TrimSuffix(rest[i+1:], []byte{0})...) // one terminator; a scramble may hold NUL bytes
 			} else {
 				a.plugin = string(rest)
 			}

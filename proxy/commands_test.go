@@ -285,7 +285,7 @@ func changeUser(t *testing.T, r *rawConn, user, pass, plugin string) {
 	if string(name) != plugin {
 		t.Fatalf("auth switch to %q, want %q", name, plugin)
 	}
-	scramble := bytes.TrimRight(data, "\x00")
+	scramble := switchScramble(plugin, data)
 	resp, err := authResponse(plugin, scramble, pass)
 	if err != nil {
 		t.Fatal(err)

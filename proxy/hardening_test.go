@@ -244,7 +244,7 @@ func (w *wireConn) login(user, pass, db string, extraCaps uint32) error {
 			return parseErrPacket(p)
 		case p[0] == 0xfe: // auth switch request: plugin name, then its data
 			name, data, _ := bytes.Cut(p[1:], []byte{0})
-			plugin, scramble = string(name), bytes.TrimRight(data, "\x00")
+			plugin, scramble = string(name), switchScramble(string(name), data)
 			auth, err := authResponse(plugin, scramble, pass)
 			if err != nil {
 				return err
@@ -287,6 +287,16 @@ func (w *wireConn) login(user, pass, db string, extraCaps uint32) error {
 }
 
 // authResponse is the first authentication answer of plugin to scramble.
+// switchScramble is the scramble an auth switch request carries for plugin:
+// MariaDB's ed25519 sends 32 random bytes with no terminator (any of them,
+// the last included, may be 0); the other plugins send a NUL-terminated one.
+func switchScramble(plugin string, data []byte) []byte {
+	if plugin == "client_ed25519" {
+		return data
+	}
+	return bytes.TrimSuffix(data, []byte{0})
+}
+
 func authResponse(plugin string, scramble []byte, pass string) ([]byte, error) {
 	switch plugin {
 	case "mysql_native_password":
