@@ -260,11 +260,10 @@ type rollupMetrics struct {
 	// batch is rollup.batch: a pass that saw fewer records with slot rows
 	// saw them all.
 	batch int
-	// prevEnd is when the last pass ended; complete is when the last pass
-	// that folded every record with slot rows began, at the latest (the
-	// end of the pass before it): every increment older than that is
-	// folded, so now - complete bounds how stale a rolled-up read is.
-	prevEnd, complete atomic.Int64
+	// complete is when the last pass that folded every record with slot
+	// rows began: every increment older than that is folded, so now -
+	// complete bounds how stale a rolled-up read is.
+	complete atomic.Int64
 }
 
 // staleness bounds the age of the oldest increment not yet folded.
@@ -292,7 +291,6 @@ func newRollupMetrics(reg prometheus.Registerer, now time.Time) *rollupMetrics {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 12)}), // 0.5ms to ~1s
 	}
 	m.lastOK.Store(now.UnixNano())
-	m.prevEnd.Store(now.UnixNano())
 	m.complete.Store(now.UnixNano())
 	reg.MustRegister(m.folds, m.unfoldable, m.passes, m.errors, m.pending, m.lockHold,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -318,13 +316,12 @@ func (m *rollupMetrics) observe(st rollup.Stats, err error) {
 		m.lockHold.Observe(st.MaxLockHold.Seconds())
 	}
 	now := time.Now().UnixNano()
-	prev := m.prevEnd.Swap(now)
 	if err != nil {
 		m.errors.Inc()
 		return
 	}
-	if st.Skipped == 0 && st.Unfoldable == 0 && (m.batch <= 0 || st.Pending < m.batch) {
-		m.complete.Store(prev)
+	if st.Skipped == 0 && st.Unfoldable == 0 && (m.batch <= 0 || st.Pending < m.batch) && !st.Began.IsZero() {
+		m.complete.Store(st.Began.UnixNano())
 	}
 	m.pending.Set(float64(st.Pending))
 	m.lastOK.Store(now)

@@ -3,8 +3,9 @@
 // the true value for tools that bypass the proxy.
 //
 // Each fold is one short transaction for one record and counter: lock the
-// record's slot rows (SKIP LOCKED, so several proxies can roll up the same
-// tables at once and increments in flight are not waited for), add their sum
+// base row, then the record's slot rows (SKIP LOCKED, so several proxies can
+// roll up the same tables at once and increments in flight are not waited
+// for), add their sum
 // to the base column, zero them (and delete the ones that were already zero:
 // see fold), commit. Base row + slots is the truth
 // before and after, and the change commits atomically, so readers never see
@@ -34,6 +35,14 @@ type Options struct {
 	// Batch bounds how many records one pass folds per slot table. Zero
 	// means 1000.
 	Batch int
+	// LockWait bounds the time one pass spends waiting for busy base rows.
+	// A pass first folds every record whose base row is free (NOWAIT);
+	// then it folds the busy ones, each waiting up to a second for the
+	// transactions that hold its row (a hot record's row is always held
+	// in share mode by some increment in flight) until LockWait is spent.
+	// Zero means one second; negative means no waiting (busy records are
+	// skipped until a pass finds them free).
+	LockWait time.Duration
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -50,6 +59,10 @@ type Stats struct {
 	// beyond the column's range, a constraint): skipped, logged, left in
 	// their slots; the pass goes on with the others.
 	Unfoldable int
+	// Began is when the pass began, before it listed the records with
+	// slot rows: a pass with nothing skipped, unfoldable or left beyond
+	// Batch folded every increment committed before Began.
+	Began time.Time
 }
 
 func (s *Stats) add(o Stats) {
@@ -60,6 +73,9 @@ func (s *Stats) add(o Stats) {
 	s.Pending += o.Pending
 	s.Unfoldable += o.Unfoldable
 	s.MaxLockHold = max(s.MaxLockHold, o.MaxLockHold)
+	if s.Began.IsZero() || !o.Began.IsZero() && o.Began.Before(s.Began) {
+		s.Began = o.Began
+	}
 }
 
 // Conn is what a roll-up needs from a connection (go-mysql's client.Conn).
@@ -116,6 +132,10 @@ func (r *Roller) Once(ctx context.Context, conn Conn, cat *rewrite.Catalog, opts
 	if opts.Batch <= 0 {
 		opts.Batch = 1000
 	}
+	if opts.LockWait == 0 {
+		opts.LockWait = time.Second
+	}
+	began := time.Now()
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -150,11 +170,17 @@ func (r *Roller) Once(ctx context.Context, conn Conn, cat *rewrite.Catalog, opts
 	if _, err := conn.Execute("SET SESSION TRANSACTION ISOLATION LEVEL " + level); err != nil {
 		return Stats{}, err
 	}
+	// A fold that waits for a busy base row waits at most a second (the
+	// least the server allows), then gives up with 1205.
+	if _, err := conn.Execute("SET SESSION innodb_lock_wait_timeout = 1"); err != nil {
+		return Stats{}, err
+	}
+	waitLeft := max(opts.LockWait, 0)
 	oldest, known := r.oldestTransaction(conn, opts.Logger)
-	var total Stats
+	total := Stats{Began: began}
 	var errs []error
 	for _, slots := range order {
-		st, err := r.passOne(ctx, conn, slots, bySlots[slots], opts, oldest, known)
+		st, err := r.passOne(ctx, conn, slots, bySlots[slots], opts, oldest, known, &waitLeft)
 		total.add(st)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("roll-up of %s: %w", slots, err))
@@ -246,7 +272,10 @@ func (r *Roller) deletable(k idleKey, now time.Time, oldest time.Duration, known
 	return false
 }
 
-func (r *Roller) passOne(ctx context.Context, conn Conn, slots string, targets map[int]target, opts Options, oldest time.Duration, known bool) (Stats, error) {
+// passOne folds up to opts.Batch records of one slot table: those whose
+// base row is free first, then the busy ones, waiting for their rows while
+// *waitLeft lasts (what it spends is taken from it).
+func (r *Roller) passOne(ctx context.Context, conn Conn, slots string, targets map[int]target, opts Options, oldest time.Duration, known bool, waitLeft *time.Duration) (Stats, error) {
 	var st Stats
 	types := make([]string, 0, len(targets))
 	for rt := range targets {
@@ -285,6 +314,7 @@ func (r *Roller) passOne(ctx context.Context, conn Conn, slots string, targets m
 	}
 	// FOR UPDATE NOWAIT's error for a busy base row.
 	nowait := dialect.Parse(conn.GetServerVersion()).LockNowaitError()
+	var busy []rec
 	for _, rc := range recs {
 		if err := ctx.Err(); err != nil {
 			return st, err
@@ -293,27 +323,55 @@ func (r *Roller) passOne(ctx context.Context, conn Conn, slots string, targets m
 		if !ok {
 			continue // a record type with no rule now: left for an operator
 		}
-		one, err := r.fold(conn, slots, tg, rc.id, oldest, known)
+		one, err := r.fold(conn, slots, tg, rc.id, oldest, known, false)
 		var me *mysql.MyError
-		if errors.As(err, &me) && (me.Code == mysql.ER_LOCK_DEADLOCK || me.Code == mysql.ER_LOCK_WAIT_TIMEOUT || me.Code == nowait) {
-			// Base row busy, or lost to increments in flight: nothing
-			// changed, fold it later.
-			one, err = Stats{Skipped: 1}, nil
-		} else if errors.As(err, &me) {
-			// The server refused this record's fold: the others must not
-			// wait for it (the next pass tries it again).
-			if opts.Logger != nil {
-				opts.Logger.Warn("roll-up: a record cannot be folded; skipped", "table", tg.table.Qualified(), "counter", tg.counter.Name,
-					"record", rc.id, "err", me.Error())
-			}
-			one, err = Stats{Unfoldable: 1}, nil
+		if errors.As(err, &me) && me.Code == nowait {
+			// Base row busy: folded below, waiting for it.
+			busy = append(busy, rc)
+			continue
 		}
+		one, err = r.settle(opts, tg, rc.id, one, err)
+		st.add(one)
+		if err != nil {
+			return st, err
+		}
+	}
+	for _, rc := range busy {
+		if err := ctx.Err(); err != nil {
+			return st, err
+		}
+		if *waitLeft <= 0 {
+			st.Skipped++
+			continue
+		}
+		tg := targets[rc.rt]
+		start := time.Now()
+		one, err := r.fold(conn, slots, tg, rc.id, oldest, known, true)
+		*waitLeft -= time.Since(start)
+		one, err = r.settle(opts, tg, rc.id, one, err)
 		st.add(one)
 		if err != nil {
 			return st, err
 		}
 	}
 	return st, nil
+}
+
+// settle turns a fold's server error into its outcome: a base row that
+// stayed busy (a lock wait timeout, a deadlock with increments in flight)
+// is skipped, to be folded later; a fold the server refused is logged and
+// counted as unfoldable, and the pass goes on with the other records.
+func (r *Roller) settle(opts Options, tg target, id int64, one Stats, err error) (Stats, error) {
+	var me *mysql.MyError
+	if !errors.As(err, &me) {
+		return one, err
+	}
+	if me.Code == mysql.ER_LOCK_DEADLOCK || me.Code == mysql.ER_LOCK_WAIT_TIMEOUT || me.Code == dialect.ErrLockNowait {
+		return Stats{Skipped: 1}, nil
+	}
+	opts.Logger.Warn("roll-up: a record cannot be folded; skipped", "table", tg.table.Qualified(), "counter", tg.counter.Name,
+		"record", id, "err", me.Error())
+	return Stats{Unfoldable: 1}, nil
 }
 
 // fold folds one record's slots of one counter in one transaction.
@@ -325,7 +383,13 @@ func (r *Roller) passOne(ctx context.Context, conn Conn, slots string, targets m
 // still refresh them. Zero rows of a record that had zero rows only at an
 // earlier pass are deleted once no transaction older than that is open
 // (deletable), so idle records leave no rows.
-func (ro *Roller) fold(conn Conn, slots string, tg target, id int64, oldest time.Duration, known bool) (st Stats, err error) {
+//
+// The base row is locked first: without waiting (NOWAIT) unless wait, when
+// the fold waits for the transactions holding it (up to the session's lock
+// wait timeout). Increments that ask for the row meanwhile queue behind the
+// fold, as behind any writer of the row; from the lock to COMMIT the fold
+// runs three short statements and never waits.
+func (ro *Roller) fold(conn Conn, slots string, tg target, id int64, oldest time.Duration, known, wait bool) (st Stats, err error) {
 	if _, err := conn.Execute("BEGIN"); err != nil {
 		return st, err
 	}
@@ -334,15 +398,17 @@ func (ro *Roller) fold(conn Conn, slots string, tg target, id int64, oldest time
 			_, _ = conn.Execute("ROLLBACK")
 		}
 	}()
-	// Lock the base row first, without waiting: if an application
-	// transaction holds it, skip the record rather than wait while holding
-	// slot rows (which would make increments wait behind us). From here to
-	// COMMIT the fold runs three short statements and never waits.
-	lockStart := time.Now()
-	base, err := conn.Execute(fmt.Sprintf("SELECT 1 FROM %s WHERE %s = %d FOR UPDATE NOWAIT", tg.table.Qualified(), quote(tg.table.Key), id))
+	// The base row before the slot rows: a fold never waits while it
+	// holds slot rows (which would make increments wait behind it).
+	lock := " FOR UPDATE NOWAIT"
+	if wait {
+		lock = " FOR UPDATE"
+	}
+	base, err := conn.Execute(fmt.Sprintf("SELECT 1 FROM %s WHERE %s = %d%s", tg.table.Qualified(), quote(tg.table.Key), id, lock))
 	if err != nil {
 		return st, err
 	}
+	lockStart := time.Now()
 	orphan := len(base.Values) == 0
 	r, err := conn.Execute(fmt.Sprintf("SELECT `slot`, `count` FROM %s WHERE `record_type` = %d AND `record_id` = %d FOR UPDATE SKIP LOCKED",
 		slots, tg.counter.RecordType, id))
