@@ -467,6 +467,92 @@ func TestRecordTypesConcurrent(t *testing.T) {
 	}
 }
 
+// TestRecordTypesRetried: a registration that loses a deadlock (on a
+// cluster, a certification failure: the same 1213) against another
+// registrar is retried, and agrees with what the other one registered.
+// Here the other registrar is a transaction that holds one of the pairs,
+// then asks for the other, which the registration holds: InnoDB ends the
+// lighter transaction, the registration's.
+func TestRecordTypesRetried(t *testing.T) {
+	s := newSchema(t, reposTable, "CREATE TABLE ballast (id INT PRIMARY KEY)")
+	set := ruleSet(t, s, "rules/repos.yaml", reposRule)
+	for _, ddl := range catalog.DDL(s, "slotted_counters") {
+		if err := testdb.Shared().Exec(ddl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other := connect(t)
+	registry := "`" + s + "`." + catalog.RecordTypesTable
+	for _, q := range []string{"BEGIN",
+		"INSERT INTO `" + s + "`.ballast SELECT seq FROM (WITH RECURSIVE r (seq) AS (SELECT 1 UNION ALL SELECT seq + 1 FROM r WHERE seq < 500) SELECT seq FROM r) AS x",
+		"INSERT INTO " + registry + " (table_name, column_name) VALUES ('repos', 'stars')"} {
+		if _, err := other.Execute(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type result struct {
+		types map[string]int
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		c, err := catalog.Connect(context.Background(), adminConfig())
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		defer c.Close()
+		cat, err := catalog.Load(context.Background(), c, set, "slotted_counters")
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		done <- result{types: recordTypes(cat)}
+	}()
+	// The registration inserts (repos, downloads), then waits for (repos,
+	// stars); the other transaction now asks for (repos, downloads).
+	waitForLockWait(t, other)
+	if _, err := other.Execute("INSERT INTO " + registry + " (table_name, column_name) VALUES ('repos', 'downloads')"); err != nil {
+		t.Fatalf("the other registrar lost the deadlock: %v", err)
+	}
+	time.Sleep(200 * time.Millisecond) // the retry waits for the other registrar again
+	if _, err := other.Execute("COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("Load after a deadlock in registration: %v", r.err)
+	}
+	// The other registrar's numbers: stars 1, and downloads after the
+	// AUTO_INCREMENT values the lost attempt burnt.
+	res, err := other.Execute("SELECT record_type FROM " + registry + " WHERE table_name = 'repos' AND column_name = 'downloads'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	downloads, _ := res.GetInt(0, 0)
+	want := map[string]int{"repos.stars": 1, "repos.Downloads": int(downloads)}
+	if !reflect.DeepEqual(r.types, want) {
+		t.Errorf("record types = %v, want the other registrar's %v", r.types, want)
+	}
+}
+
+// waitForLockWait waits until a transaction other than conn's waits for a
+// row lock. (The server refreshes innodb_trx only when it was last read
+// more than 0.1 s before: polled faster, it never changes.)
+func waitForLockWait(t *testing.T, conn *client.Conn) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(150 * time.Millisecond) {
+		res, err := conn.Execute("SELECT COUNT(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT' AND trx_mysql_thread_id <> CONNECTION_ID()")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := res.GetInt(0, 0); n > 0 {
+			return
+		}
+	}
+	t.Fatal("no transaction waits for a lock")
+}
+
 func TestLoadErrors(t *testing.T) {
 	s := newSchema(t, reposTable,
 		"CREATE TABLE composite (a INT, b INT, c INT, PRIMARY KEY (a, b))",

@@ -2,11 +2,15 @@ package catalog
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"strings"
+	"time"
 
 	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/slotproxy/slotproxy/internal/config"
 	"github.com/slotproxy/slotproxy/rules"
@@ -87,9 +91,34 @@ type pair struct{ table, column string }
 // first inserting those that are missing. Concurrent callers (several
 // proxies starting at once) agree thanks to the registry's unique key:
 // INSERT IGNORE skips a pair another caller inserted first, and the read
-// back sees it. Pairs already present are not inserted again, so that
-// restarts do not burn AUTO_INCREMENT values (the column is a SMALLINT).
+// back sees it. An insert that loses a deadlock or a lock wait to another
+// caller (on a multi-primary cluster, a certification failure: 1213) is
+// tried again, after reading what the others registered meanwhile. Pairs
+// already present are not inserted again, so that restarts do not burn
+// AUTO_INCREMENT values (the column is a SMALLINT).
 func register(ctx context.Context, conn *client.Conn, schema string, want []pair) (map[pair]int, error) {
+	for attempt := 1; ; attempt++ {
+		types, err := registerOnce(ctx, conn, schema, want)
+		var me *mysql.MyError
+		if err == nil || attempt == registerAttempts || !errors.As(err, &me) ||
+			me.Code != mysql.ER_LOCK_DEADLOCK && me.Code != mysql.ER_LOCK_WAIT_TIMEOUT {
+			return types, err
+		}
+		// Another registrar won: back off a little, more each time, with
+		// jitter so that registrars that collided do not collide again.
+		pause := time.Duration(attempt)*25*time.Millisecond + time.Duration(rand.Int64N(int64(25*time.Millisecond)))
+		select {
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		case <-time.After(pause):
+		}
+	}
+}
+
+// registerAttempts bounds register's attempts.
+const registerAttempts = 10
+
+func registerOnce(ctx context.Context, conn *client.Conn, schema string, want []pair) (map[pair]int, error) {
 	types, err := readTypes(ctx, conn, schema)
 	if err != nil {
 		return nil, err
