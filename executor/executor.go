@@ -126,6 +126,18 @@ type Env struct {
 // definitions of statements); call it when the catalog is reloaded.
 func (e *Env) SchemaChanged() { e.meta.forget() }
 
+// SetSlotPartition sets the part of every rule's slots that increments
+// pick from from now on (see SlotPartition); p must be Valid.
+func (e *Env) SetSlotPartition(p SlotPartition) { e.slots.part.Store(&p) }
+
+// SlotPartition returns the part of the slots increments pick from.
+func (e *Env) SlotPartition() SlotPartition {
+	if p := e.slots.part.Load(); p != nil {
+		return *p
+	}
+	return SlotPartition{}
+}
+
 // NewEnv returns an Env with its shared caches.
 func NewEnv() *Env { return &Env{} }
 

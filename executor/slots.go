@@ -3,6 +3,7 @@ package executor
 import (
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 
 	"github.com/slotproxy/slotproxy/rewrite"
 )
@@ -14,19 +15,53 @@ import (
 // (and autocommit increments in flight) hold each slot, and an increment
 // picks a slot none holds, starting at a random one; when every slot is
 // held it takes the random one. Other proxies' transactions are not seen:
-// they collide as often as random slots do.
+// they collide as often as random slots do, unless each proxy has a
+// partition of its own (SlotPartition): proxies in front of different nodes
+// of a multi-primary cluster, whose collisions fail certification at COMMIT.
+
+// SlotPartition is the part of every rule's slots this proxy picks from:
+// slot s is this proxy's when s % Count == Index. Proxies given different
+// indexes of one Count never pick the same slot of a rule with at least
+// Count slots; a rule with fewer slots is picked from whole. The zero value
+// (or Count 1) is every slot.
+type SlotPartition struct {
+	Count, Index int
+}
+
+// Valid reports whether p names a partition: 0 <= Index < Count, or the
+// zero value.
+func (p SlotPartition) Valid() bool {
+	return p == SlotPartition{} || p.Count >= 1 && p.Index >= 0 && p.Index < p.Count
+}
+
+// of returns the slots of a rule of n slots that p gives this proxy: the
+// first and the step between them, and how many there are.
+func (p SlotPartition) of(n int) (first, step, count int) {
+	if p.Count <= 1 || n < p.Count {
+		return 0, 1, n
+	}
+	return p.Index, p.Count, (n - p.Index + p.Count - 1) / p.Count
+}
 
 // slotUse counts the holders of each slot of each ruled table, by rule
 // name. Safe for concurrent use.
 type slotUse struct {
 	mu  sync.Mutex
 	use map[string][]int32
+	// part is the SlotPartition picks come from.
+	part atomic.Pointer[SlotPartition]
 }
 
-// pick returns a slot of t that no one holds, if any, and holds it.
+// pick returns a slot of t in the proxy's partition that no one holds, if
+// any, and holds it.
 func (u *slotUse) pick(t *rewrite.Table) int {
 	n := t.Slots
-	start := rand.IntN(n)
+	var part SlotPartition
+	if p := u.part.Load(); p != nil {
+		part = *p
+	}
+	first, step, m := part.of(n)
+	start := rand.IntN(m)
 	name := ruleName(t)
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -40,9 +75,9 @@ func (u *slotUse) pick(t *rewrite.Table) int {
 		}
 		u.use[name] = counts
 	}
-	slot := start
-	for i := range n {
-		if c := (start + i) % n; counts[c] == 0 {
+	slot := first + start*step
+	for i := range m {
+		if c := first + (start+i)%m*step; counts[c] == 0 {
 			slot = c
 			break
 		}

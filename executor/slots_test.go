@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"slices"
 	"sync"
 	"testing"
 
@@ -64,4 +65,52 @@ func TestSlotUseConcurrent(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestSlotPartition: a proxy given index i of n picks only slots s with
+// s % n == i, free ones first, of a rule with at least n slots; of a rule
+// with fewer, any.
+func TestSlotPartition(t *testing.T) {
+	for _, tc := range []struct {
+		part  SlotPartition
+		slots int
+		want  []int
+	}{
+		{SlotPartition{3, 0}, 16, []int{0, 3, 6, 9, 12, 15}},
+		{SlotPartition{3, 1}, 16, []int{1, 4, 7, 10, 13}},
+		{SlotPartition{3, 2}, 16, []int{2, 5, 8, 11, 14}},
+		{SlotPartition{3, 2}, 3, []int{2}},
+		{SlotPartition{3, 1}, 2, []int{0, 1}},
+		{SlotPartition{1, 0}, 4, []int{0, 1, 2, 3}},
+		{SlotPartition{}, 4, []int{0, 1, 2, 3}},
+	} {
+		tbl := &rewrite.Table{Schema: "app", Name: "repos", Slots: tc.slots}
+		var u slotUse
+		u.part.Store(&tc.part)
+		got := map[int]bool{}
+		for range len(tc.want) {
+			s := u.pick(tbl)
+			if got[s] {
+				t.Errorf("%+v of %d slots: picked %d twice while others were free", tc.part, tc.slots, s)
+			}
+			got[s] = true
+		}
+		for range 50 { // all held: any of the partition's
+			got[u.pick(tbl)] = true
+		}
+		var slots []int
+		for s := range tc.slots {
+			if got[s] {
+				slots = append(slots, s)
+			}
+		}
+		if !slices.Equal(slots, tc.want) || len(got) != len(tc.want) {
+			t.Errorf("%+v of %d slots: picked %v, want %v", tc.part, tc.slots, slots, tc.want)
+		}
+	}
+	for _, p := range []SlotPartition{{2, 2}, {0, 0}, {2, -1}, {-1, 0}} {
+		if p != (SlotPartition{}) && p.Valid() {
+			t.Errorf("%+v is valid", p)
+		}
+	}
 }

@@ -200,6 +200,22 @@ func (s *Server) SetRewriter(r *rewrite.Rewriter) {
 	s.rewriter.Store(r)
 }
 
+// SetSlotPartition makes increments from now on pick only slots s with
+// s % count == index (of rules with at least count slots), so that proxies
+// in front of different nodes of a multi-primary cluster, each given its
+// own index, never write one slot row. count <= 1 gives every slot.
+func (s *Server) SetSlotPartition(count, index int) error {
+	p := executor.SlotPartition{Count: count, Index: index}
+	if count <= 1 {
+		p = executor.SlotPartition{}
+	}
+	if !p.Valid() {
+		return fmt.Errorf("slot partition: index %d of %d parts", index, count)
+	}
+	s.env.SetSlotPartition(p)
+	return nil
+}
+
 // Rewriter returns the current rewriter (nil when rewriting is off).
 func (s *Server) Rewriter() *rewrite.Rewriter { return s.rewriter.Load() }
 

@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/slotproxy/slotproxy/internal/catalog"
+	"github.com/slotproxy/slotproxy/internal/cluster"
 	"github.com/slotproxy/slotproxy/internal/config"
+	"github.com/slotproxy/slotproxy/proxy"
 	"github.com/slotproxy/slotproxy/rewrite"
 	"github.com/slotproxy/slotproxy/rules"
 )
@@ -75,4 +77,49 @@ func loadRewriter(ctx context.Context, cfg *config.Config, set *rules.Set, log *
 	}
 	version := conn.GetServerVersion()
 	return catalog.NewRewriter(cat, version), version, nil
+}
+
+// applySlotPartition resolves cfg.SlotPartition, asking the backend (as the
+// admin account) for what is auto, and applies it to srv: from then on
+// increments pick only their part of every rule's slots. A backend that
+// cannot tell, or a part that does not fit, leaves every slot to pick
+// from, with a warning.
+func applySlotPartition(ctx context.Context, cfg *config.Config, srv *proxy.Server, log *slog.Logger) {
+	count, index := cfg.SlotPartition.Count, cfg.SlotPartition.Index
+	from := "slot_partition"
+	if count == config.Auto || index == config.Auto {
+		node, err := detectNode(ctx, cfg)
+		if err != nil {
+			log.Warn("cannot tell the backend's place in a cluster: increments pick from every slot", "err", err)
+			_ = srv.SetSlotPartition(1, 0)
+			return
+		}
+		if count == config.Auto {
+			count = node.Size
+		}
+		if index == config.Auto {
+			index = node.Index
+		}
+		from = node.String()
+	}
+	if err := srv.SetSlotPartition(count, index); err != nil {
+		log.Warn("slot partition does not fit: increments pick from every slot", "count", count, "index", index, "from", from)
+		_ = srv.SetSlotPartition(1, 0)
+		return
+	}
+	if count > 1 {
+		log.Info("slot partition: increments pick slots s with s % count = index", "count", count, "index", index, "from", from)
+	}
+}
+
+// detectNode asks the backend where it stands in its cluster.
+func detectNode(ctx context.Context, cfg *config.Config) (cluster.Node, error) {
+	ctx, cancel := context.WithTimeout(ctx, schemaTimeout)
+	defer cancel()
+	conn, err := catalog.Connect(ctx, cfg)
+	if err != nil {
+		return cluster.Node{}, err
+	}
+	defer conn.Close()
+	return cluster.Detect(conn)
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -500,5 +502,79 @@ func TestRolledUpServeUnderLoad(t *testing.T) {
 	}
 	if n != committed.Load() {
 		t.Errorf("rolled-up read of downloads = %d after the load, want %d (committed)", n, committed.Load())
+	}
+}
+
+// TestSlotPartitionServe: a proxy given part 1 of 2 of the slots (as in
+// front of one of two cluster nodes) writes only odd slots, whatever its
+// concurrent transactions pick; the total is exact.
+func TestSlotPartitionServe(t *testing.T) {
+	listen := freeAddr(t)
+	schema, path := schemaConfig(t, listen)
+	dir := filepath.Dir(path)
+	rule := fmt.Sprintf("table: %s.repos\nkey: id\ncounters: [downloads]\nslots: 16\n", schema)
+	if err := os.WriteFile(filepath.Join(dir, "rules", "repos.yaml"), []byte(rule), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	appendConfig(t, path, "rollup:\n  enabled: false\nslot_partition:\n  count: 2\n  index: 1\n")
+	migrateSchema(t, path)
+	p := startServe(t, "serve", "--config", path)
+	p.waitFor(t, "slot partition")
+	db := openProxy(t, testdb.Shared(), listen, schema)
+	const clients, each = 8, 20
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				tx, err := db.Begin()
+				if err == nil {
+					_, err = tx.Exec("UPDATE repos SET downloads = downloads + 1 WHERE id = 1")
+					time.Sleep(time.Millisecond)
+					err = errors.Join(err, tx.Commit())
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	direct, err := sql.Open("mysql", testdb.Shared().DSN(testdb.User, testdb.Password, schema, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	rows, err := direct.Query("SELECT slot FROM slotted_counters WHERE record_id = 1 AND count <> 0 ORDER BY slot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var slots []int
+	for rows.Next() {
+		var n int
+		if err := rows.Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		slots = append(slots, n)
+		if n%2 != 1 {
+			t.Errorf("slot %d written by the proxy with part 1 of 2", n)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(slots) < 2 {
+		t.Errorf("slots written: %v; want several (8 concurrent transactions)", slots)
+	}
+	var n int
+	if err := db.QueryRow("SELECT downloads FROM repos WHERE id = 1").Scan(&n); err != nil || n != clients*each {
+		t.Errorf("downloads = %d, %v; want %d", n, err, clients*each)
 	}
 }

@@ -98,12 +98,14 @@ func (l *live) reload(ctx context.Context, trigger string) {
 	}
 	eff := *cur
 	eff.Rules, eff.SlotsTable, eff.Admin = next.Rules, next.SlotsTable, next.Admin
+	eff.SlotPartition = next.SlotPartition
 	rw, _, err := loadRewriter(ctx, &eff, set, l.log)
 	if err != nil {
 		// The same problems, with the same hints, as slotproxy check.
 		fail("reload failed; keeping the previous rules", strings.Join(ruleProblems(err), "; "))
 		return
 	}
+	applySlotPartition(ctx, &eff, l.srv, l.log)
 	l.srv.SetRewriter(rw)
 	l.cfg.Store(&eff)
 	l.set = set

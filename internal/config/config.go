@@ -67,7 +67,24 @@ type Config struct {
 	// Metrics is serve's HTTP endpoint for Prometheus metrics and health
 	// checks.
 	Metrics Metrics
+	// SlotPartition is the part of every rule's slots this proxy's
+	// increments pick from, so that proxies in front of different nodes of
+	// a multi-primary cluster never write one slot row (certification
+	// would fail one of them at COMMIT).
+	SlotPartition SlotPartition
 }
+
+// SlotPartition names this proxy's part of the slots: slot s is its own
+// when s % Count == Index. Either may be Auto: serve then asks the backend
+// (on Galera, wsrep_cluster_size and wsrep_local_index; in a Group
+// Replication group, the ONLINE members and this one's place among them,
+// ordered by MEMBER_ID; a single server is one part of one).
+type SlotPartition struct {
+	Count, Index int
+}
+
+// Auto is SlotPartition's "ask the backend".
+const Auto = -1
 
 // Metrics configures serve's HTTP endpoint (/metrics, /healthz, /readyz).
 type Metrics struct {
@@ -252,12 +269,13 @@ func Default() *Config {
 		},
 		Limits: Limits{MaxUnauthenticated: 64, MaxHandshakeQueue: 10000, MaxStatementBytes: 64 << 20,
 			MaxConcurrentRewrites: 64, QueueWait: 2 * time.Second},
-		Rollup:     Rollup{Enabled: true, Interval: time.Second, Batch: 1000},
-		Retries:    3,
-		Coalesce:   true,
-		Log:        Log{Level: slog.LevelInfo, Format: LogText},
-		SlotsTable: DefaultSlotsTable,
-		Metrics:    Metrics{Listen: DefaultMetricsListen},
+		Rollup:        Rollup{Enabled: true, Interval: time.Second, Batch: 1000},
+		Retries:       3,
+		Coalesce:      true,
+		Log:           Log{Level: slog.LevelInfo, Format: LogText},
+		SlotsTable:    DefaultSlotsTable,
+		Metrics:       Metrics{Listen: DefaultMetricsListen},
+		SlotPartition: SlotPartition{Count: Auto, Index: Auto},
 	}
 }
 
@@ -279,6 +297,12 @@ func (c *Config) Validate() error {
 // locates keys in the file being loaded (or nothing, for Validate). Empty
 // Listen and Backend.Address pass: requiring them is Validate's job.
 func (c *Config) check(s *source) error {
+	if p := c.SlotPartition; p.Count != Auto && p.Count < 1 {
+		return s.err("slot_partition.count", fmt.Errorf("%d: want auto or a number of parts, 1 or more", p.Count))
+	}
+	if p := c.SlotPartition; p.Index != Auto && (p.Index < 0 || p.Count != Auto && p.Index >= p.Count) {
+		return s.err("slot_partition.index", fmt.Errorf("%d: want auto or a part from 0 to count - 1", p.Index))
+	}
 	if c.Listen != "" {
 		if err := CheckAddress(c.Listen); err != nil {
 			return s.err("listen", err)

@@ -78,6 +78,9 @@ retries: 5
 coalesce: false
 metrics:
   listen: "[::1]:9400"
+slot_partition:
+  count: 3
+  index: 2
 `
 
 func TestLoadFull(t *testing.T) {
@@ -111,16 +114,17 @@ func TestLoadFull(t *testing.T) {
 			Key:        filepath.Join(certs, "key.pem"),
 			MinVersion: tls.VersionTLS13,
 		},
-		Timeouts:   Timeouts{Connect: time.Second, Handshake: 90 * time.Second, Shutdown: 500 * time.Millisecond, ClientWrite: 2 * time.Minute},
-		Limits:     Limits{MaxUnauthenticated: 7, MaxHandshakeQueue: 70, MaxStatementBytes: 700, QueueWait: 250 * time.Millisecond},
-		Log:        Log{Level: slog.LevelDebug, Format: LogJSON},
-		Rules:      filepath.Join(dir, "rules.d"),
-		SlotsTable: "my_slots",
-		Admin:      Admin{User: "slotproxy", Password: "s3cret: yes"},
-		Rollup:     Rollup{Enabled: false, Interval: 250 * time.Millisecond, Batch: 50},
-		Retries:    5,
-		Coalesce:   false,
-		Metrics:    Metrics{Listen: "[::1]:9400"},
+		Timeouts:      Timeouts{Connect: time.Second, Handshake: 90 * time.Second, Shutdown: 500 * time.Millisecond, ClientWrite: 2 * time.Minute},
+		Limits:        Limits{MaxUnauthenticated: 7, MaxHandshakeQueue: 70, MaxStatementBytes: 700, QueueWait: 250 * time.Millisecond},
+		Log:           Log{Level: slog.LevelDebug, Format: LogJSON},
+		Rules:         filepath.Join(dir, "rules.d"),
+		SlotsTable:    "my_slots",
+		Admin:         Admin{User: "slotproxy", Password: "s3cret: yes"},
+		Rollup:        Rollup{Enabled: false, Interval: 250 * time.Millisecond, Batch: 50},
+		Retries:       5,
+		Coalesce:      false,
+		Metrics:       Metrics{Listen: "[::1]:9400"},
+		SlotPartition: SlotPartition{Count: 3, Index: 2},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Load:\n got %+v\nwant %+v", got, want)
@@ -269,7 +273,7 @@ func TestLoadErrors(t *testing.T) {
 		{"unknown nested key", "backend:\n  address: h:1\n  tls:\n    mod: verify-ca\n",
 			4, `backend.tls: unknown key "mod" (did you mean "mode"?)`},
 		{"unknown key without near match", "# top\nfrobnicate: 1\n",
-			2, `unknown key "frobnicate" (want one of: admin, backend, coalesce, limits, listen, log, metrics, retries, rollup, rules, slots_table, timeouts, tls)`},
+			2, `unknown key "frobnicate" (want one of: admin, backend, coalesce, limits, listen, log, metrics, retries, rollup, rules, slot_partition, slots_table, timeouts, tls)`},
 		{"metrics listen without port", "# x\nmetrics:\n  listen: localhost\n",
 			3, `metrics.listen: "localhost": missing port in address (want HOST:PORT)`},
 		{"metrics listen port zero", "metrics:\n  listen: 127.0.0.1:0\n",
@@ -284,6 +288,12 @@ func TestLoadErrors(t *testing.T) {
 			2, `rollup.enabled: want true or false, got "maybe"`},
 		{"rollup batch zero", "rollup:\n  interval: 1s\n  batch: 0\n",
 			3, `rollup.batch: must be positive, got 0`},
+		{"slot partition count zero", "slot_partition:\n  count: 0\n",
+			2, `slot_partition.count: 0: want auto or a number of parts, 1 or more`},
+		{"slot partition index beyond count", "slot_partition:\n  count: 3\n  index: 3\n",
+			3, `slot_partition.index: 3: want auto or a part from 0 to count - 1`},
+		{"slot partition index not a number", "slot_partition:\n  index: first\n",
+			2, `slot_partition.index: want auto or a whole number, got "first"`},
 		{"retries negative", "# x\nretries: -1\n",
 			2, `retries: must be between 0 and 100, got -1`},
 		{"duplicate key", "listen: a:1\n\nlisten: b:2\n",

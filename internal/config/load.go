@@ -145,6 +145,12 @@ func (d *decoder) config(n *yaml.Node, c *Config) error {
 		},
 		"retries":  d.integer(&c.Retries),
 		"coalesce": d.boolean(&c.Coalesce),
+		"slot_partition": func(v *yaml.Node, key string) error {
+			return d.mapping(v, key, fields{
+				"count": d.integerOrAuto(&c.SlotPartition.Count),
+				"index": d.integerOrAuto(&c.SlotPartition.Index),
+			})
+		},
 		"metrics": func(v *yaml.Node, key string) error {
 			return d.mapping(v, key, fields{
 				"listen": text(d, &c.Metrics.Listen),
@@ -314,6 +320,24 @@ func (d *decoder) integer(dst *int) handler {
 		}
 		if *dst, err = strconv.Atoi(s); err != nil {
 			return d.errAt(v.Line, key, fmt.Errorf("want a whole number, got %q", s))
+		}
+		return nil
+	}
+}
+
+// integerOrAuto stores a decimal integer, or Auto for "auto".
+func (d *decoder) integerOrAuto(dst *int) handler {
+	return func(v *yaml.Node, key string) error {
+		s, err := d.scalar(v, key)
+		if err != nil {
+			return err
+		}
+		if strings.EqualFold(s, "auto") {
+			*dst = Auto
+			return nil
+		}
+		if *dst, err = strconv.Atoi(s); err != nil {
+			return d.errAt(v.Line, key, fmt.Errorf("want auto or a whole number, got %q", s))
 		}
 		return nil
 	}
