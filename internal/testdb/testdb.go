@@ -175,6 +175,10 @@ type Options struct {
 	// installs a data directory. The environment variable
 	// SLOTPROXY_TESTDB_NOCACHE=1 has the same effect.
 	NoCache bool
+	// Prepare, if set, is called with the server's directory (Dir) once
+	// its data directory (Dir/data) is in place, before the server first
+	// starts.
+	Prepare func(dir string) error
 }
 
 // Server is a running (or stopped) throwaway MariaDB or MySQL. Its exported
@@ -323,6 +327,11 @@ func (s *Server) start(base string) error {
 	how, err := s.prepareDatadir(base)
 	if err != nil {
 		return err
+	}
+	if s.opts.Prepare != nil {
+		if err := s.opts.Prepare(s.Dir); err != nil {
+			return fmt.Errorf("testdb: preparing %s: %w", s.Dir, err)
+		}
 	}
 	prepared := time.Since(t0)
 

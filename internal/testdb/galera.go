@@ -1,0 +1,149 @@
+package testdb
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// galeraProviders are where Debian's galera-4 puts the wsrep provider.
+var galeraProviders = []string{"/usr/lib/galera/libgalera_smm.so", "/usr/lib/galera-4/libgalera_smm.so", "/usr/lib/libgalera_smm.so"}
+
+// GaleraProvider returns the path of the Galera wsrep provider, or an error
+// naming where it was looked for.
+func GaleraProvider() (string, error) {
+	for _, p := range galeraProviders {
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("testdb: no Galera provider (install galera-4): looked for %s", strings.Join(galeraProviders, ", "))
+}
+
+// Cluster is a throwaway MariaDB Galera Cluster on loopback: every node a
+// Server of its own (its own data directory, port and temp dir).
+type Cluster struct {
+	Nodes []*Server
+}
+
+// StartGalera starts a Galera cluster of n MariaDB nodes: the first
+// bootstraps it, the others join it one at a time and receive its data by
+// rsync (state snapshot transfer). opts apply to every node; Flavor must
+// be MariaDB or empty.
+func StartGalera(n int, opts Options) (*Cluster, error) {
+	if opts.Flavor != "" && opts.Flavor != MariaDB {
+		return nil, errors.New("testdb: Galera needs MariaDB")
+	}
+	opts.Flavor = MariaDB
+	provider, err := GaleraProvider()
+	if err != nil {
+		return nil, err
+	}
+	// Each node: group communication, incremental and snapshot transfer
+	// ports, all chosen before any node starts (every node names the
+	// others' group communication ports).
+	type ports struct{ gcomm, ist, sst int }
+	ps := make([]ports, n)
+	var peers []string
+	for i := range ps {
+		for _, p := range []*int{&ps[i].gcomm, &ps[i].ist, &ps[i].sst} {
+			if *p, err = freePort(); err != nil {
+				return nil, err
+			}
+		}
+		peers = append(peers, "127.0.0.1:"+strconv.Itoa(ps[i].gcomm))
+	}
+	c := &Cluster{}
+	for i, p := range ps {
+		o := opts
+		o.ExtraArgs = append([]string{
+			"--wsrep-on=ON",
+			"--wsrep-provider=" + provider,
+			"--wsrep-cluster-name=slotproxy_test",
+			"--wsrep-cluster-address=gcomm://" + strings.Join(peers, ","),
+			"--wsrep-node-name=node" + strconv.Itoa(i),
+			"--wsrep-node-address=127.0.0.1:" + strconv.Itoa(p.gcomm),
+			"--wsrep-provider-options=gmcast.listen_addr=tcp://127.0.0.1:" + strconv.Itoa(p.gcomm) +
+				";ist.recv_addr=127.0.0.1:" + strconv.Itoa(p.ist) + ";gcache.size=32M;pc.wait_prim_timeout=PT30S",
+			"--wsrep-sst-method=rsync",
+			"--wsrep-sst-receive-address=127.0.0.1:" + strconv.Itoa(p.sst),
+			"--binlog-format=ROW",
+			"--innodb-autoinc-lock-mode=2",
+		}, opts.ExtraArgs...)
+		if i == 0 {
+			o.ExtraArgs = append(o.ExtraArgs, "--wsrep-new-cluster")
+		} else if os.Geteuid() == 0 {
+			// rsync's daemon, which receives the snapshot, runs as nobody
+			// when started by root (the SST script sets no uid).
+			o.Prepare = giveToNobody
+		}
+		if o.StartTimeout <= 0 {
+			o.StartTimeout = 2 * defaultStartTimeout
+		}
+		s, err := Start(o)
+		if err != nil {
+			if len(c.Nodes) > 0 {
+				// The donor's side of a failed state transfer.
+				err = fmt.Errorf("%w\n-- node 0 (donor), its state transfers:\n%s", err, c.Nodes[0].sstLog())
+			}
+			c.Stop()
+			return nil, fmt.Errorf("testdb: Galera node %d: %w", i, err)
+		}
+		c.Nodes = append(c.Nodes, s)
+	}
+	return c, nil
+}
+
+// sstLog returns the lines of the server's log about state transfers.
+func (s *Server) sstLog() string {
+	b, err := os.ReadFile(s.logPath)
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, "SST") || strings.Contains(l, "rsync") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// giveToNobody hands the data directory under dir to the user nobody, the
+// user rsync's daemon becomes when started by root (the SST script sets no
+// uid), so that it can write the snapshot it receives; dir itself is
+// opened for traversal. The server, as root, reads and writes it still.
+func giveToNobody(dir string) error {
+	u, err := user.Lookup("nobody")
+	if err != nil {
+		return err
+	}
+	uid, err1 := strconv.Atoi(u.Uid)
+	gid, err2 := strconv.Atoi(u.Gid)
+	if err := errors.Join(err1, err2); err != nil {
+		return err
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return err
+	}
+	return filepath.WalkDir(filepath.Join(dir, "data"), func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(path, uid, gid)
+	})
+}
+
+// Stop stops every node and removes their directories.
+func (c *Cluster) Stop() error {
+	var errs []error
+	for i := len(c.Nodes) - 1; i >= 0; i-- {
+		errs = append(errs, c.Nodes[i].Stop())
+	}
+	return errors.Join(errs...)
+}
