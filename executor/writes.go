@@ -941,8 +941,17 @@ func (s *Session) asWrittenRetrying(p rewrite.Plan, ex *execution, seq *byte, mo
 // retriable reports whether retry would run a statement that failed with
 // code at attempt again.
 func (s *Session) retriable(code uint16, attempt int) bool {
-	return code == mysql.ER_LOCK_DEADLOCK && attempt <= s.env.MaxRetries
+	return (code == mysql.ER_LOCK_DEADLOCK || code == errRollbackDuringCommit || code == mysql.ER_ERROR_DURING_COMMIT) && attempt <= s.env.MaxRetries
 }
+
+// errRollbackDuringCommit is Group Replication's certification failure
+// (ER_TRANSACTION_ROLLBACK_DURING_COMMIT); Galera's is a deadlock (1213).
+// A transaction that a remote one aborts while it commits fails with
+// ER_ERROR_DURING_COMMIT (1180, "Got error 149 - 'Lock deadlock'"). Both
+// rolled the whole transaction back, as a deadlock does: on a cluster the
+// proxy's own statements (a fold of slots another node wrote) meet them
+// where the client's would not.
+const errRollbackDuringCommit = 3101
 
 // errOr returns err, or else alt.
 func errOr(err, alt error) error {
@@ -954,7 +963,8 @@ func errOr(err, alt error) error {
 
 // retry decides whether to run a failed statement again (one that ran in a
 // transaction of its own, or first in its transaction: see txnFresh), and
-// waits a jittered backoff first. Only deadlocks are: the proxy's own
+// waits a jittered backoff first. Only deadlocks (and a cluster's
+// certification failures, see errRollbackDuringCommit) are: the proxy's own
 // statements can meet in deadlocks the client's would not (two upserts
 // inserting slot rows, say). A lock wait timeout is not: it took a whole
 // innodb_lock_wait_timeout, for a lock that the client's own statement

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
@@ -92,7 +93,7 @@ type pair struct{ table, column string }
 // proxies starting at once) agree thanks to the registry's unique key:
 // INSERT IGNORE skips a pair another caller inserted first, and the read
 // back sees it. An insert that loses a deadlock or a lock wait to another
-// caller (on a multi-primary cluster, a certification failure: 1213) is
+// caller (on a multi-primary cluster, a certification failure) is
 // tried again, after reading what the others registered meanwhile. Pairs
 // already present are not inserted again, so that restarts do not burn
 // AUTO_INCREMENT values (the column is a SMALLINT).
@@ -100,8 +101,7 @@ func register(ctx context.Context, conn *client.Conn, schema string, want []pair
 	for attempt := 1; ; attempt++ {
 		types, err := registerOnce(ctx, conn, schema, want)
 		var me *mysql.MyError
-		if err == nil || attempt == registerAttempts || !errors.As(err, &me) ||
-			me.Code != mysql.ER_LOCK_DEADLOCK && me.Code != mysql.ER_LOCK_WAIT_TIMEOUT {
+		if err == nil || attempt == registerAttempts || !errors.As(err, &me) || !slices.Contains(registerRetried, me.Code) {
 			return types, err
 		}
 		// Another registrar won: back off a little, more each time, with
@@ -114,6 +114,12 @@ func register(ctx context.Context, conn *client.Conn, schema string, want []pair
 		}
 	}
 }
+
+// registerRetried are the errors of a registration that lost to another
+// registrar: a deadlock or lock wait, and on a cluster a certification
+// failure (Galera: 1213; Group Replication: 3101, or 1180 when a remote
+// transaction aborted it while it committed).
+var registerRetried = []uint16{mysql.ER_LOCK_DEADLOCK, mysql.ER_LOCK_WAIT_TIMEOUT, 3101, mysql.ER_ERROR_DURING_COMMIT}
 
 // registerAttempts bounds register's attempts.
 const registerAttempts = 10
