@@ -232,6 +232,91 @@ func TestCluster(t *testing.T) {
 	if !strings.HasPrefix(types, "1:") {
 		t.Errorf("record types of stars (count:min:max): %s", types)
 	}
+
+	// Kills under load: proxy 0 (SIGKILL) after half a second, node 2's
+	// server (SIGKILL) after one. Their clients' statements in flight end
+	// in errors (the outcome unknown to the client; never a hang); the
+	// total on the nodes left is the increments acknowledged plus at most
+	// those unknown ones, and the roll-up of proxy 1 folds it into both.
+	before := downloads.Load()
+	var acked, unknown atomic.Int64
+	stop = make(chan struct{})
+	for i := range 24 {
+		db := nodes[i%3].db
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, err := db.Exec("UPDATE repos SET downloads = downloads + 1 WHERE id = 1")
+				switch {
+				case err == nil:
+					acked.Add(1)
+				case deadlock(err):
+				default:
+					unknown.Add(1) // its proxy or its node is gone
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(500 * time.Millisecond)
+	if err := nodes[0].proc.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if err := nodes[2].srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	close(stop)
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("clients still waiting 30s after the kills")
+	}
+	t.Logf("with kills: %d increments acknowledged, %d clients ended by an error", acked.Load(), unknown.Load())
+	if unknown.Load() < 8 {
+		t.Errorf("%d clients ended by an error; want at least the 16 of the killed proxy and node", unknown.Load())
+	}
+	lo, hi := before+acked.Load(), before+acked.Load()+unknown.Load()
+	total := func(db *sql.DB) int64 {
+		var a, n, b int64
+		_, err := fmt.Sscanf(syncedTotals(t, db, "SELECT downloads, 0, 0 FROM repos WHERE id = 1"), "%d:%d:%d", &n, &a, &b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	got := total(nodes[1].db)
+	if got < lo || got > hi {
+		t.Fatalf("downloads through proxy 1 after the kills: %d, want %d to %d", got, lo, hi)
+	}
+	for _, i := range []int{0, 1} {
+		direct, err := sql.Open("mysql", nodes[i].srv.DSN(testdb.User, testdb.Password, schema, ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer direct.Close()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			base := total(direct)
+			left := syncedTotals(t, direct, "SELECT COUNT(*), COALESCE(SUM(count), 0), 0 FROM slotted_counters WHERE count <> 0")
+			if base == got && left == "0:0:0" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %d's base row after the kills: %d with slots %s left, want %d folded", i, base, left, got)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
 }
 
 // txIncrement runs one transaction through the proxy: an increment of
