@@ -21,11 +21,12 @@ import (
 
 // clusterNode is one node of the test cluster with its proxy.
 type clusterNode struct {
-	srv    *testdb.Server
-	listen string
-	config string
-	proc   *process
-	db     *sql.DB // through the proxy
+	srv     *testdb.Server
+	listen  string
+	metrics string // serve's HTTP endpoint
+	config  string
+	proc    *process
+	db      *sql.DB // through the proxy
 }
 
 // TestCluster: one proxy per node in front of a 3-node multi-primary
@@ -46,74 +47,10 @@ type clusterNode struct {
 //   - Every total is exact through every proxy, and on every node's base
 //     rows once the roll-ups of all three proxies have folded the slots.
 func TestCluster(t *testing.T) {
-	var (
-		c   *testdb.Cluster
-		err error
-	)
-	if testdb.Shared().IsMariaDB() {
-		c, err = testdb.StartGalera(3, testdb.Options{Logf: t.Logf})
-	} else {
-		c, err = testdb.StartGroupReplication(3, testdb.Options{Logf: t.Logf})
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Stop() })
-	first := c.Nodes[0]
-	if err := testdb.Setup(first); err != nil {
-		t.Fatal(err)
-	}
-	const schema = "cluster_app"
-	if err := first.Exec(
-		"CREATE DATABASE "+schema,
-		"CREATE TABLE "+schema+".repos (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR(100) NOT NULL DEFAULT '', downloads BIGINT NOT NULL DEFAULT 0, stars INT UNSIGNED NOT NULL DEFAULT 0)",
-		"INSERT INTO "+schema+".repos (id, name) VALUES (1, 'one'), (2, 'two')",
-	); err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	rules := filepath.Join(dir, "rules")
-	if err := os.Mkdir(rules, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	writeRule := func(counters string) {
-		rule := fmt.Sprintf("table: %s.repos\nkey: id\ncounters: [%s]\nslots: 48\n", schema, counters)
-		if err := os.WriteFile(filepath.Join(rules, "repos.yaml"), []byte(rule), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	writeRule("downloads")
-	nodes := make([]*clusterNode, len(c.Nodes))
-	for i, srv := range c.Nodes {
-		n := &clusterNode{srv: srv, listen: freeAddr(t), config: filepath.Join(dir, fmt.Sprintf("node%d.yaml", i))}
-		cfg := fmt.Sprintf("listen: %s\nbackend: %s\nrules: rules\nadmin:\n  user: %s\n  password: %s\nmetrics:\n  listen: %s\nrollup:\n  interval: 200ms\n",
-			n.listen, srv.Addr, srv.RootUser, srv.RootPassword, freeAddr(t))
-		if err := os.WriteFile(n.config, []byte(cfg), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		nodes[i] = n
-	}
-	migrateSchema(t, nodes[0].config)
-	// A counter no proxy has registered: the three register it at once.
-	writeRule("downloads, stars")
-	for _, n := range nodes {
-		n.proc = startServe(t, "serve", "--config", n.config)
-	}
-	parts := map[string]bool{}
-	for i, n := range nodes {
-		line := n.proc.waitFor(t, "slot partition")
-		if logValue(t, line, "count") != "3" {
-			t.Fatalf("proxy %d: %s", i, line)
-		}
-		parts[logValue(t, line, "index")] = true
-		n.proc.waitFor(t, "msg=listening")
-		n.db = openProxy(t, n.srv, n.listen, schema)
-		n.db.SetMaxOpenConns(16)
-	}
-	if len(parts) != 3 {
-		t.Fatalf("the proxies took the parts %v of the slots, want three distinct ones", parts)
-	}
-
+	c := startCluster(t)
+	// A counter no proxy has registered (stars): the three register it at
+	// once.
+	nodes := clusterProxies(t, c, "downloads", "downloads, stars", 48)
 	// The load: autocommit increments of downloads, transactions of stars.
 	var (
 		downloads, stars     atomic.Int64
@@ -122,12 +59,6 @@ func TestCluster(t *testing.T) {
 		stop                 = make(chan struct{})
 		errs                 = make(chan error, 24)
 	)
-	// A certification failure: 1213 on Galera; in a Group Replication
-	// group 3101, or 1180 with the handler's deadlock (error 149).
-	deadlock := func(err error) bool {
-		var me *mysql.MySQLError
-		return errors.As(err, &me) && (me.Number == 1213 || me.Number == 3101 || me.Number == 1180 && strings.Contains(me.Message, "error 149"))
-	}
 	for i := range 24 {
 		db := nodes[i%3].db
 		wg.Add(1)
@@ -151,7 +82,7 @@ func TestCluster(t *testing.T) {
 						downloads.Add(1)
 					}
 				}
-				if deadlock(err) {
+				if certificationFailure(err) {
 					// Certification failed: the application tries again.
 					if i%3 == 0 {
 						retriedTx.Add(1)
@@ -167,13 +98,26 @@ func TestCluster(t *testing.T) {
 			}
 		}()
 	}
+	// Meanwhile every proxy's roll-up folds the hot record; a fold that
+	// loses certification (against increments through other nodes, which
+	// write the slot rows it zeroes) skips it until a later pass. Logged,
+	// not asserted: on a cluster a proxy's roll-up can go on losing under
+	// such a load, and its staleness grow (limits.md).
 	time.Sleep(3 * time.Second)
+	var staleness []float64
+	for range 5 {
+		time.Sleep(200 * time.Millisecond)
+		for _, n := range nodes {
+			staleness = append(staleness, scrape(t, n.metrics)["slotproxy_rollup_staleness_seconds"])
+		}
+	}
 	close(stop)
 	wg.Wait()
 	close(errs)
 	for err := range errs {
 		t.Fatalf("a client failed: %v", err)
 	}
+	t.Logf("slotproxy_rollup_staleness_seconds under load, every 200ms on each proxy: %v", staleness)
 	t.Logf("%d autocommit increments (%d failed certification and were retried by the clients), %d transactions committed (%d failed certification)",
 		downloads.Load(), retriedAC.Load(), stars.Load(), retriedTx.Load())
 
@@ -204,7 +148,7 @@ func TestCluster(t *testing.T) {
 	}
 	// Folded by the roll-ups: every node's base rows hold the totals.
 	for i, n := range nodes {
-		direct, err := sql.Open("mysql", n.srv.DSN(testdb.User, testdb.Password, schema, ""))
+		direct, err := sql.Open("mysql", n.srv.DSN(testdb.User, testdb.Password, clusterSchema, ""))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -223,7 +167,7 @@ func TestCluster(t *testing.T) {
 		}
 	}
 	// One record type for stars, whichever proxy registered it.
-	direct, err := sql.Open("mysql", nodes[2].srv.DSN(testdb.User, testdb.Password, schema, ""))
+	direct, err := sql.Open("mysql", nodes[2].srv.DSN(testdb.User, testdb.Password, clusterSchema, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +181,7 @@ func TestCluster(t *testing.T) {
 	// server (SIGKILL) after one. Their clients' statements in flight end
 	// in errors (the outcome unknown to the client; never a hang); the
 	// total on the nodes left is the increments acknowledged plus at most
-	// those unknown ones, and the roll-up of proxy 1 folds it into both.
+	// those unknown ones, and proxy 1's roll-up folds it into both.
 	before := downloads.Load()
 	var acked, unknown atomic.Int64
 	stop = make(chan struct{})
@@ -256,7 +200,7 @@ func TestCluster(t *testing.T) {
 				switch {
 				case err == nil:
 					acked.Add(1)
-				case deadlock(err):
+				case certificationFailure(err):
 				default:
 					unknown.Add(1) // its proxy or its node is gone
 					return
@@ -299,7 +243,7 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("downloads through proxy 1 after the kills: %d, want %d to %d", got, lo, hi)
 	}
 	for _, i := range []int{0, 1} {
-		direct, err := sql.Open("mysql", nodes[i].srv.DSN(testdb.User, testdb.Password, schema, ""))
+		direct, err := sql.Open("mysql", nodes[i].srv.DSN(testdb.User, testdb.Password, clusterSchema, ""))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -317,6 +261,100 @@ func TestCluster(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
+}
+
+// clusterSchema is the schema of the test cluster's application.
+const clusterSchema = "cluster_app"
+
+// startCluster starts a 3-node multi-primary cluster of the test server's
+// kind (Galera on MariaDB, Group Replication on MySQL) with the test
+// accounts and the schema cluster_app: repos with records 1 and 2.
+func startCluster(tb testing.TB) *testdb.Cluster {
+	tb.Helper()
+	var (
+		c   *testdb.Cluster
+		err error
+	)
+	if testdb.Shared().IsMariaDB() {
+		c, err = testdb.StartGalera(3, testdb.Options{Logf: tb.Logf})
+	} else {
+		c, err = testdb.StartGroupReplication(3, testdb.Options{Logf: tb.Logf})
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.Stop() })
+	first := c.Nodes[0]
+	if err := testdb.Setup(first); err != nil {
+		tb.Fatal(err)
+	}
+	if err := first.Exec(
+		"CREATE DATABASE "+clusterSchema,
+		"CREATE TABLE "+clusterSchema+".repos (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR(100) NOT NULL DEFAULT '', downloads BIGINT NOT NULL DEFAULT 0, stars INT UNSIGNED NOT NULL DEFAULT 0)",
+		"INSERT INTO "+clusterSchema+".repos (id, name) VALUES (1, 'one'), (2, 'two')",
+	); err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
+// clusterProxies migrates a rule on repos with the counters migrated, then
+// rules the counters served (which may name more, for serve to register)
+// and starts one proxy per node of c, all at once, each with the default
+// slot_partition (auto) and a roll-up every 200ms. Each must take its own
+// part of the slots, of three.
+func clusterProxies(tb testing.TB, c *testdb.Cluster, migrated, served string, slots int) []*clusterNode {
+	tb.Helper()
+	dir := tb.TempDir()
+	rules := filepath.Join(dir, "rules")
+	if err := os.Mkdir(rules, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	writeRule := func(counters string) {
+		rule := fmt.Sprintf("table: %s.repos\nkey: id\ncounters: [%s]\nslots: %d\n", clusterSchema, counters, slots)
+		if err := os.WriteFile(filepath.Join(rules, "repos.yaml"), []byte(rule), 0o600); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	writeRule(migrated)
+	nodes := make([]*clusterNode, len(c.Nodes))
+	for i, srv := range c.Nodes {
+		n := &clusterNode{srv: srv, listen: freeAddr(tb), metrics: freeAddr(tb), config: filepath.Join(dir, fmt.Sprintf("node%d.yaml", i))}
+		cfg := fmt.Sprintf("listen: %s\nbackend: %s\nrules: rules\nadmin:\n  user: %s\n  password: %s\nmetrics:\n  listen: %s\nrollup:\n  interval: 200ms\n",
+			n.listen, srv.Addr, srv.RootUser, srv.RootPassword, n.metrics)
+		if err := os.WriteFile(n.config, []byte(cfg), 0o600); err != nil {
+			tb.Fatal(err)
+		}
+		nodes[i] = n
+	}
+	migrateSchema(tb, nodes[0].config)
+	writeRule(served)
+	for _, n := range nodes {
+		n.proc = startServe(tb, "serve", "--config", n.config)
+	}
+	parts := map[string]bool{}
+	for i, n := range nodes {
+		line := n.proc.waitFor(tb, "slot partition")
+		if logValue(tb, line, "count") != "3" {
+			tb.Fatalf("proxy %d: %s", i, line)
+		}
+		parts[logValue(tb, line, "index")] = true
+		n.proc.waitFor(tb, "msg=listening")
+		n.db = openProxy(tb, n.srv, n.listen, clusterSchema)
+		n.db.SetMaxOpenConns(16)
+	}
+	if len(parts) != 3 {
+		tb.Fatalf("the proxies took the parts %v of the slots, want three distinct ones", parts)
+	}
+	return nodes
+}
+
+// certificationFailure reports whether err is a cluster's certification
+// failure: 1213 on Galera; in a Group Replication group 3101, or 1180
+// with the handler's deadlock (error 149).
+func certificationFailure(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 3101 || me.Number == 1180 && strings.Contains(me.Message, "error 149"))
 }
 
 // txIncrement runs one transaction through the proxy: an increment of

@@ -31,7 +31,7 @@ func appendConfig(t *testing.T, path, yaml string) {
 	}
 }
 
-func openProxy(t *testing.T, srv *testdb.Server, addr, schema string) *sql.DB {
+func openProxy(t testing.TB, srv *testdb.Server, addr, schema string) *sql.DB {
 	t.Helper()
 	dsn := strings.Replace(srv.DSN(testdb.User, testdb.Password, schema, "timeout=5s&readTimeout=10s&writeTimeout=10s"), srv.Addr, addr, 1)
 	db, err := sql.Open("mysql", dsn)
@@ -108,7 +108,7 @@ func (l *load) finish() {
 	l.wg.Wait()
 }
 
-func migrateSchema(t *testing.T, path string) {
+func migrateSchema(t testing.TB, path string) {
 	t.Helper()
 	if _, stderr, code := runCLI(t, "migrate", "--config", path); code != 0 {
 		t.Fatalf("migrate: %d %s", code, stderr)

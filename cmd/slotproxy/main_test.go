@@ -50,13 +50,13 @@ func buildAndRun(m *testing.M) int {
 
 // runCLI runs slotproxy with args to completion and returns its output and
 // exit status.
-func runCLI(t *testing.T, args ...string) (stdout, stderr string, code int) {
+func runCLI(t testing.TB, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	return runCLIEnv(t, nil, args...)
 }
 
 // runCLIEnv is runCLI with env ("KEY=value") added to the environment.
-func runCLIEnv(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
+func runCLIEnv(t testing.TB, env []string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -88,7 +88,7 @@ func writeFile(t *testing.T, name, content string) string {
 }
 
 // freeAddr returns a loopback address with a port that was free a moment ago.
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -279,7 +279,7 @@ type process struct {
 // startServe starts slotproxy with args; the test kills it if it is still
 // running at the end. Its stderr is read all the time, whatever the test
 // does: a proxy whose log pipe filled up would block on its next log line.
-func startServe(t *testing.T, args ...string) *process {
+func startServe(t testing.TB, args ...string) *process {
 	t.Helper()
 	cmd := exec.Command(binary, args...)
 	pipe, err := cmd.StderrPipe()
@@ -317,7 +317,7 @@ func startServe(t *testing.T, args ...string) *process {
 // waitFor returns the first stderr line containing s that an earlier
 // waitFor has not examined, failing the test if the process ends or 10s
 // pass first.
-func (p *process) waitFor(t *testing.T, s string) string {
+func (p *process) waitFor(t testing.TB, s string) string {
 	t.Helper()
 	timeout := time.After(10 * time.Second)
 	for {

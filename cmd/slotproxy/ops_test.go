@@ -24,7 +24,7 @@ import (
 
 // logValue returns the value of key in a text log line (key=value or
 // key="quoted value").
-func logValue(t *testing.T, line, key string) string {
+func logValue(t testing.TB, line, key string) string {
 	t.Helper()
 	i := strings.Index(line, " "+key+"=")
 	if i < 0 {
@@ -45,7 +45,7 @@ func logValue(t *testing.T, line, key string) string {
 
 // metricsAddr waits for serve's "listening" line and returns the address
 // of its HTTP endpoint.
-func (p *process) metricsAddr(t *testing.T) string {
+func (p *process) metricsAddr(t testing.TB) string {
 	t.Helper()
 	addr := logValue(t, p.waitFor(t, "msg=listening"), "metrics")
 	if addr == "off" {
@@ -55,7 +55,7 @@ func (p *process) metricsAddr(t *testing.T) string {
 }
 
 // get fetches http://addr/path and returns the status and body.
-func get(t *testing.T, addr, path string) (int, string) {
+func get(t testing.TB, addr, path string) (int, string) {
 	t.Helper()
 	client := http.Client{Timeout: 10 * time.Second}
 	resp, err := client.Get("http://" + addr + path)
@@ -72,7 +72,7 @@ func get(t *testing.T, addr, path string) (int, string) {
 
 // scrape fetches /metrics and returns every sample by its name and labels
 // as exposed, such as `slotproxy_statements_total{path="pass_through",rule=""}`.
-func scrape(t *testing.T, addr string) map[string]float64 {
+func scrape(t testing.TB, addr string) map[string]float64 {
 	t.Helper()
 	code, body := get(t, addr, "/metrics")
 	if code != http.StatusOK {

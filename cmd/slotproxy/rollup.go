@@ -109,9 +109,9 @@ func runRollupLoop(ctx context.Context, cfg func() *config.Config, cat func() *r
 		case err != nil:
 			failed++
 			logger.Warn("roll-up pass failed", "err", err)
-		case st.Folds+st.Orphans+st.SlotRows > 0:
+		case st.Folds+st.Orphans+st.SlotRows+st.Skipped+st.Unfoldable > 0:
 			logger.Debug("roll-up pass", "folds", st.Folds, "idle_slot_rows_deleted", st.SlotRows,
-				"orphans", st.Orphans, "skipped", st.Skipped, "max_lock_hold", st.MaxLockHold)
+				"orphans", st.Orphans, "skipped", st.Skipped, "unfoldable", st.Unfoldable, "pending", st.Pending, "max_lock_hold", st.MaxLockHold)
 		}
 		sum.Folds += st.Folds
 		sum.Orphans += st.Orphans

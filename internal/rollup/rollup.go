@@ -358,15 +358,20 @@ func (r *Roller) passOne(ctx context.Context, conn Conn, slots string, targets m
 }
 
 // settle turns a fold's server error into its outcome: a base row that
-// stayed busy (a lock wait timeout, a deadlock with increments in flight)
-// is skipped, to be folded later; a fold the server refused is logged and
+// stayed busy (a lock wait timeout, a deadlock with increments in flight,
+// a cluster's certification failure) is skipped, to be folded later; a fold the server refused is logged and
 // counted as unfoldable, and the pass goes on with the other records.
 func (r *Roller) settle(opts Options, tg target, id int64, one Stats, err error) (Stats, error) {
 	var me *mysql.MyError
 	if !errors.As(err, &me) {
 		return one, err
 	}
-	if me.Code == mysql.ER_LOCK_DEADLOCK || me.Code == mysql.ER_LOCK_WAIT_TIMEOUT || me.Code == dialect.ErrLockNowait {
+	switch me.Code {
+	case mysql.ER_LOCK_DEADLOCK, mysql.ER_LOCK_WAIT_TIMEOUT, dialect.ErrLockNowait,
+		// A Group Replication certification failure, or a remote
+		// transaction that aborted the fold as it committed (Galera's
+		// are deadlocks).
+		3101, mysql.ER_ERROR_DURING_COMMIT:
 		return Stats{Skipped: 1}, nil
 	}
 	opts.Logger.Warn("roll-up: a record cannot be folded; skipped", "table", tg.table.Qualified(), "counter", tg.counter.Name,
