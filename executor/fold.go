@@ -141,12 +141,13 @@ func (s *Session) slotRowsOf(t *rewrite.Table, keys []string) (rows []rewrite.Sl
 }
 
 // slottedKeys returns the keys of t's records that have slot rows with
-// counts, above after ("" for all), from a page of at most limit slot rows,
-// read where every row that counts is visible (as slotRowsOf reads them),
-// and the key the next page starts after ("" when this one is the last).
-// ok is false when they cannot be read exactly.
-func (s *Session) slottedKeys(t *rewrite.Table, after string, limit int) (keys []string, next string, ok bool, err error) {
-	q := t.SlottedRowsSQL(after, limit)
+// counts (with zero, any slot rows: see rewrite.Table.SlottedRowsSQL),
+// above after ("" for all), from a page of at most limit slot rows, read
+// where every row that counts is visible (as slotRowsOf reads them), and
+// the key the next page starts after ("" when this one is the last). ok is
+// false when they cannot be read exactly.
+func (s *Session) slottedKeys(t *rewrite.Table, after string, limit int, zero bool) (keys []string, next string, ok bool, err error) {
+	q := t.SlottedRowsSQL(after, limit, zero)
 	var rows []rewrite.SlotRow
 	if s.readsSlotsItself() {
 		r, err := s.query(q)

@@ -1869,11 +1869,17 @@ func (s *Session) maxGuardKeys() int {
 // foldAllSlotted folds every record of t that has slot rows with counts,
 // in pages of foldBatch keys: their base rows are locked and folded (see
 // foldKeys). Which records have them is read where every row that counts
-// is visible (see slotRowsOf).
+// is visible (see slotRowsOf). A fold that refreshes (snapshotFolds) takes
+// the records with rows roll-up zeroed too: the transaction's snapshot
+// may predate their zeroing and still see their counts.
 func (s *Session) foldAllSlotted(t *rewrite.Table) (errPkt []byte, err error) {
+	refresh, err := s.snapshotFolds()
+	if err != nil {
+		return nil, err
+	}
 	after := ""
 	for {
-		keys, next, ok, err := s.slottedKeys(t, after, foldBatch)
+		keys, next, ok, err := s.slottedKeys(t, after, foldBatch, refresh)
 		if err != nil {
 			return nil, err
 		}

@@ -229,13 +229,18 @@ const FoldBatch = 500
 // SlottedRowsSQL selects record_type, record_id, slot and count of the
 // slot rows with counts of t's records with keys above after (a decimal
 // integer; "" for all), by key, at most limit rows: a page of the records
-// that have slot rows (see the executor's foldAllSlotted).
-func (t *Table) SlottedRowsSQL(after string, limit int) string {
+// that have slot rows (see the executor's foldAllSlotted). With zero, the
+// rows roll-up zeroed too: a transaction whose snapshot predates their
+// zeroing still sees their counts, and its fold must refresh them.
+func (t *Table) SlottedRowsSQL(after string, limit int, zero bool) string {
 	cond := ""
-	if after != "" {
-		cond = " AND `record_id` > " + after
+	if !zero {
+		cond = " AND `count` <> 0"
 	}
-	return fmt.Sprintf("SELECT `record_type`, `record_id`, `slot`, `count` FROM %s WHERE `record_type` IN (%s) AND `count` <> 0%s ORDER BY `record_id` LIMIT %d",
+	if after != "" {
+		cond += " AND `record_id` > " + after
+	}
+	return fmt.Sprintf("SELECT `record_type`, `record_id`, `slot`, `count` FROM %s WHERE `record_type` IN (%s)%s ORDER BY `record_id` LIMIT %d",
 		t.QualifiedSlots(), t.recordTypes(), cond, limit)
 }
 

@@ -175,7 +175,7 @@ func liveStatements(p Plan) []string {
 		t := g.Table
 		keys := []string{"1", "2"}
 		if g.ScanSQL != "" {
-			out = append(out, g.ScanSQL, t.SlottedRowsSQL("", FoldBatch), t.SlottedRowsSQL("1", FoldBatch))
+			out = append(out, g.ScanSQL, t.SlottedRowsSQL("", FoldBatch, false), t.SlottedRowsSQL("1", FoldBatch, true))
 		}
 		out = append(out, t.FoldSQL(keys, refresh)...)
 		out = append(out, t.SlotRowsSQL(keys))

@@ -951,7 +951,7 @@ func explainGuard(b *strings.Builder, g *Guard, refresh bool) {
 	t := g.Table
 	if g.ScanSQL != "" {
 		fmt.Fprintf(b, "guard (REPEATABLE READ, SERIALIZABLE): %s\n", g.ScanSQL)
-		fmt.Fprintf(b, "slotted records: %s\n", t.SlottedRowsSQL("", FoldBatch))
+		fmt.Fprintf(b, "slotted records: %s\n", t.SlottedRowsSQL("", FoldBatch, false))
 		fmt.Fprintf(b, "guard (READ COMMITTED): %s\n", g.KeysSQL)
 	} else {
 		fmt.Fprintf(b, "guard: %s\n", g.KeysSQL)
