@@ -429,3 +429,56 @@ func syncedTotals(t *testing.T, db *sql.DB, q string) string {
 	sort.Strings(out)
 	return strings.Join(out, " ")
 }
+
+// TestClusterStartups: 20 times, three proxies (one per node) start at once
+// while the rules name a counter that no proxy has registered yet: each
+// registers it from its own node, their inserts fail certification against
+// each other and are retried. Every proxy must start (none may exit) and
+// all must agree on the new counter's record type.
+func TestClusterStartups(t *testing.T) {
+	c := startCluster(t)
+	const rounds = 20
+	alter := "ALTER TABLE " + clusterSchema + ".repos"
+	for k := 1; k <= rounds; k++ {
+		if k > 1 {
+			alter += ","
+		}
+		alter += fmt.Sprintf(" ADD c%d INT NOT NULL DEFAULT 0", k)
+	}
+	if err := c.Nodes[0].Exec(alter); err != nil {
+		t.Fatal(err)
+	}
+	nodes := clusterProxies(t, c, "downloads", "downloads", 48)
+	rules := filepath.Join(filepath.Dir(nodes[0].config), "rules", "repos.yaml")
+	direct, err := sql.Open("mysql", c.Nodes[0].DSN(testdb.User, testdb.Password, clusterSchema, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	for k := 1; k <= rounds; k++ {
+		for _, n := range nodes {
+			if err := n.proc.cmd.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			<-n.proc.exited
+		}
+		rule := fmt.Sprintf("table: %s.repos\nkey: id\ncounters: [downloads, c%d]\nslots: 48\n", clusterSchema, k)
+		if err := os.WriteFile(rules, []byte(rule), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range nodes {
+			n.proc = startServe(t, "serve", "--config", n.config)
+		}
+		for i, n := range nodes {
+			line := n.proc.waitFor(t, "msg=\"loaded rules\"")
+			if !strings.Contains(line, "tables=1") {
+				t.Fatalf("round %d, proxy %d: %s", k, i, line)
+			}
+			n.proc.waitFor(t, "msg=listening")
+		}
+		types := syncedTotals(t, direct, fmt.Sprintf("SELECT COUNT(*), MIN(record_type), MAX(record_type) FROM slotproxy_record_types WHERE column_name = 'c%d'", k))
+		if !strings.HasPrefix(types, "1:") {
+			t.Fatalf("round %d: record types of c%d (count:min:max): %s", k, k, types)
+		}
+	}
+}

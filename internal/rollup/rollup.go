@@ -39,9 +39,11 @@ type Options struct {
 	// A pass first folds every record whose base row is free (NOWAIT);
 	// then it folds the busy ones, each waiting up to a second for the
 	// transactions that hold its row (a hot record's row is always held
-	// in share mode by some increment in flight) until LockWait is spent.
-	// Zero means one second; negative means no waiting (busy records are
-	// skipped until a pass finds them free).
+	// in share mode by some increment in flight) until LockWait is spent,
+	// unless a transaction on the server has been open for a second or
+	// more (innodb_trx; not known without PROCESS): then increments that
+	// queue behind the fold would wait for it too, and busy records are
+	// skipped. Zero means one second; negative means no waiting.
 	LockWait time.Duration
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
@@ -177,6 +179,15 @@ func (r *Roller) Once(ctx context.Context, conn Conn, cat *rewrite.Catalog, opts
 	}
 	waitLeft := max(opts.LockWait, 0)
 	oldest, known := r.oldestTransaction(conn, opts.Logger)
+	if !known || oldest > time.Second {
+		// A transaction open for a second or more may hold a busy row for
+		// long: increments queued behind a fold waiting for it would wait
+		// for it too. Busy records wait for a pass that finds every
+		// transaction young (or without PROCESS, for a free row).
+		// (innodb_trx's ages are whole seconds: a transaction of a few
+		// milliseconds across a second's turn reads as 1.)
+		waitLeft = 0
+	}
 	total := Stats{Began: began}
 	var errs []error
 	for _, slots := range order {

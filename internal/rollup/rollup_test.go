@@ -389,3 +389,52 @@ func TestUnfoldableRecordSkipped(t *testing.T) {
 		t.Fatalf("record 2's slots hold %d, want 5 (left as they were)", n)
 	}
 }
+
+// TestWaitsForBusyRow: a record whose base row a young transaction holds
+// in share mode (an increment in flight) is folded once that transaction
+// commits: the pass waits for the row. While a transaction has been open
+// for more than a second, the pass does not wait (increments queued
+// behind the fold would wait for that transaction too): the record is
+// skipped at once.
+func TestWaitsForBusyRow(t *testing.T) {
+	setup(t)
+	c := connect(t)
+	holder := connect(t)
+	for _, q := range []string{"BEGIN", "SELECT id FROM repos WHERE id = 2 LOCK IN SHARE MODE"} {
+		if _, err := holder.Execute(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		_, _ = holder.Execute("COMMIT")
+	}()
+	start := time.Now()
+	st, err := rollup.Once(context.Background(), c, catalog(), rollup.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Skipped != 0 || st.Folds != 3 || time.Since(start) < 250*time.Millisecond {
+		t.Fatalf("stats %+v after %v: want every record folded, record 2 after waiting for its row", st, time.Since(start))
+	}
+
+	// An old transaction holds the row: no wait.
+	setup(t)
+	for _, q := range []string{"BEGIN", "SELECT id FROM repos WHERE id = 2 LOCK IN SHARE MODE"} {
+		if _, err := holder.Execute(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(2100 * time.Millisecond)
+	start = time.Now()
+	st, err = rollup.Once(context.Background(), c, catalog(), rollup.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Skipped != 1 || time.Since(start) > 500*time.Millisecond {
+		t.Fatalf("stats %+v after %v: want record 2 skipped at once", st, time.Since(start))
+	}
+	if _, err := holder.Execute("COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+}
