@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # deps.sh — install what slotproxy's tests and make run need on
-# a Debian-like machine: MariaDB server and client, sysbench, openssl, curl, the
+# a Debian-like machine: MariaDB server and client, Galera (galera-4, rsync)
+# for the cluster tests, sysbench, openssl, curl, the
 # build tooling (make, gcc for go test -race, git, CA certificates), the
 # MySQL chroot, promtool and systemd-analyze (Debian's prometheus and
 # systemd packages: the tests check deploy/ with them), the client
@@ -125,6 +126,11 @@ need mariadb-install-db mariadb-server
 need mariadb mariadb-client
 need sysbench sysbench
 need openssl openssl
+# The cluster tests (TestCluster): a MariaDB Galera Cluster on loopback,
+# whose joining nodes receive their data by rsync (wsrep_sst_rsync uses ss).
+[ -e /usr/lib/galera/libgalera_smm.so ] || apt_install galera-4
+need rsync rsync
+need ss iproute2
 # Build and test tooling: make for the Makefile, a C toolchain because
 # "go test -race" needs cgo, git because go build stamps VCS info, CA
 # certificates to download Go modules.
