@@ -1519,6 +1519,13 @@ func (s *Session) foldAfter(op *rewrite.Guarded, ex *execution, main func() ([]b
 		return fail(buf.Packets[len(buf.Packets)-1])
 	}
 	s.noteStatus(res)
+	if changedNone(buf) {
+		// An UPDATE that changed no row made none of them the
+		// transaction's own version: its snapshot still sees their old
+		// versions, slots included, as directly (a refresh would make
+		// them its own, and a row inserted after the snapshot visible).
+		return buf, nil, false, nil
+	}
 	if err := s.keepWarningsOf(buf); err != nil { // the fold clears the server's diagnostics
 		return nil, nil, false, err
 	}
@@ -1530,6 +1537,28 @@ func (s *Session) foldAfter(op *rewrite.Guarded, ex *execution, main func() ([]b
 		return failOwn(errPkt)
 	}
 	return buf, nil, false, nil
+}
+
+// changedNone reports whether buf ends with the OK of an UPDATE that
+// changed no row ("Rows matched: N  Changed: 0  Warnings: W").
+func changedNone(buf *wire.Buffer) bool {
+	last := buf.Packets[len(buf.Packets)-1]
+	if len(last) == 0 || last[0] != 0x00 {
+		return false
+	}
+	ok, err := wire.ParseOK(last)
+	if err != nil {
+		return false
+	}
+	_, rest, found := bytes.Cut(ok.Info, []byte("Changed: "))
+	if !found {
+		return false
+	}
+	n := bytes.IndexByte(rest, ' ')
+	if n < 0 {
+		n = len(rest)
+	}
+	return string(rest[:n]) == "0"
 }
 
 // sendMain sends the command main makes and reads its result; errPkt is
