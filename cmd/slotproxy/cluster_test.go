@@ -122,8 +122,8 @@ func TestCluster(t *testing.T) {
 		downloads.Load(), retriedAC.Load(), stars.Load(), retriedTx.Load())
 
 	// Writes of another record through different nodes, one at a time
-	// (each waits until its node has applied what came before:
-	// wsrep_sync_wait).
+	// (each waits until its node has applied what came before: see
+	// syncWait).
 	for _, step := range []struct {
 		node int
 		sql  string
