@@ -50,7 +50,7 @@ func TestCluster(t *testing.T) {
 	c := startCluster(t)
 	// A counter no proxy has registered (stars): the three register it at
 	// once.
-	nodes := clusterProxies(t, c, "downloads", "downloads, stars", 48)
+	nodes := clusterProxies(t, c, "downloads", "downloads, stars", 48, "200ms")
 	// The load: autocommit increments of downloads, transactions of stars.
 	var (
 		downloads, stars     atomic.Int64
@@ -301,9 +301,9 @@ func startCluster(tb testing.TB) *testdb.Cluster {
 // clusterProxies migrates a rule on repos with the counters migrated, then
 // rules the counters served (which may name more, for serve to register)
 // and starts one proxy per node of c, all at once, each with the default
-// slot_partition (auto) and a roll-up every 200ms. Each must take its own
-// part of the slots, of three.
-func clusterProxies(tb testing.TB, c *testdb.Cluster, migrated, served string, slots int) []*clusterNode {
+// slot_partition (auto) and a roll-up every interval ("" for the default).
+// Each must take its own part of the slots, of three.
+func clusterProxies(tb testing.TB, c *testdb.Cluster, migrated, served string, slots int, interval string) []*clusterNode {
 	tb.Helper()
 	dir := tb.TempDir()
 	rules := filepath.Join(dir, "rules")
@@ -320,8 +320,11 @@ func clusterProxies(tb testing.TB, c *testdb.Cluster, migrated, served string, s
 	nodes := make([]*clusterNode, len(c.Nodes))
 	for i, srv := range c.Nodes {
 		n := &clusterNode{srv: srv, listen: freeAddr(tb), metrics: freeAddr(tb), config: filepath.Join(dir, fmt.Sprintf("node%d.yaml", i))}
-		cfg := fmt.Sprintf("listen: %s\nbackend: %s\nrules: rules\nadmin:\n  user: %s\n  password: %s\nmetrics:\n  listen: %s\nrollup:\n  interval: 200ms\n",
+		cfg := fmt.Sprintf("listen: %s\nbackend: %s\nrules: rules\nadmin:\n  user: %s\n  password: %s\nmetrics:\n  listen: %s\n",
 			n.listen, srv.Addr, srv.RootUser, srv.RootPassword, n.metrics)
+		if interval != "" {
+			cfg += "rollup:\n  interval: " + interval + "\n"
+		}
 		if err := os.WriteFile(n.config, []byte(cfg), 0o600); err != nil {
 			tb.Fatal(err)
 		}
@@ -448,7 +451,7 @@ func TestClusterStartups(t *testing.T) {
 	if err := c.Nodes[0].Exec(alter); err != nil {
 		t.Fatal(err)
 	}
-	nodes := clusterProxies(t, c, "downloads", "downloads", 48)
+	nodes := clusterProxies(t, c, "downloads", "downloads", 48, "")
 	rules := filepath.Join(filepath.Dir(nodes[0].config), "rules", "repos.yaml")
 	direct, err := sql.Open("mysql", c.Nodes[0].DSN(testdb.User, testdb.Password, clusterSchema, ""))
 	if err != nil {
