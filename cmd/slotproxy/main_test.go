@@ -90,13 +90,33 @@ func writeFile(t *testing.T, name, content string) string {
 // freeAddr returns a loopback address with a port that was free a moment ago.
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		// The kernel may hand a port it just freed out again: never the
+		// same one twice in this process (a test's listen and metrics
+		// addresses, say).
+		freeAddrs.Lock()
+		seen := freeAddrs.given[addr]
+		if freeAddrs.given == nil {
+			freeAddrs.given = map[string]bool{}
+		}
+		freeAddrs.given[addr] = true
+		freeAddrs.Unlock()
+		if !seen {
+			return addr
+		}
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
+}
+
+// freeAddrs are the addresses freeAddr returned.
+var freeAddrs struct {
+	sync.Mutex
+	given map[string]bool
 }
 
 // TestErrors checks that every bad command line or configuration ends with a

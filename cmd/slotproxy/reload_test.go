@@ -402,7 +402,7 @@ func TestReloadWithoutConfig(t *testing.T) {
 // each must be either applied by a reload or reported by
 // restartKeys, so a key added later cannot be silently ignored by reloads.
 func TestRestartKeys(t *testing.T) {
-	live := map[string]bool{"SlotsTable": true, "Admin.User": true, "Admin.Password": true}
+	live := map[string]bool{"SlotsTable": true, "Admin.User": true, "Admin.Password": true, "SlotPartition.Count": true, "SlotPartition.Index": true}
 	var walk func(v reflect.Value, name string)
 	var fields []string
 	walk = func(v reflect.Value, name string) {
