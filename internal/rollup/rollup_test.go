@@ -405,12 +405,15 @@ func TestWaitsForBusyRow(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	committed := make(chan struct{})
 	go func() {
+		defer close(committed)
 		time.Sleep(300 * time.Millisecond)
 		_, _ = holder.Execute("COMMIT")
 	}()
 	start := time.Now()
 	st, err := rollup.Once(context.Background(), c, catalog(), rollup.Options{})
+	<-committed // holder is used again below
 	if err != nil {
 		t.Fatal(err)
 	}
