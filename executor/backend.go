@@ -24,6 +24,10 @@ func queryPacket(sql string) []byte {
 
 // send writes one command to the backend and flushes it.
 func (s *Session) send(payload []byte) error {
+	if s.untold != nil && !mayFollowAbort(payload) {
+		return errUntold
+	}
+	s.noteSent(payload)
 	if len(payload) > 0 && payload[0] == mysql.COM_QUERY && s.log.Enabled(context.Background(), slog.LevelDebug) {
 		s.log.Debug("backend statement", "sql", string(payload[1:]))
 	}
@@ -44,6 +48,7 @@ func (s *Session) read(kind wire.Kind) (*wire.Response, error) {
 	} else {
 		s.noteStatus(r.Result)
 	}
+	s.noteOwn(r.Result, r.Err)
 	return r, nil
 }
 
@@ -61,6 +66,7 @@ func (s *Session) readRows(maxRows int) (*wire.Response, error) {
 	} else {
 		s.noteStatus(res)
 	}
+	s.noteOwn(res, c.R.Err)
 	return &c.R, nil
 }
 
@@ -147,6 +153,9 @@ func (s *Session) writeOK(ok wire.OK, seq *byte, more bool) error {
 
 // writeErr sends an ERR packet to the client.
 func (s *Session) writeErr(pkt []byte, seq *byte) error {
+	if wire.ErrCode(pkt) == mysql.ER_LOCK_DEADLOCK {
+		s.toldDeadlock()
+	}
 	_, err := s.link.Client.WritePacket(pkt, *seq)
 	*seq++
 	return err
@@ -185,6 +194,7 @@ func (s *Session) preparePatched(sql []byte, relay bool, cp *columnPatch) (id ui
 		s.noteErr(res.ErrCode)
 		if c != nil {
 			errPkt = c.R.Err
+			s.noteOwn(res, errPkt)
 		} else {
 			errPkt = []byte{0xff} // relayed already
 		}

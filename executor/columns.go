@@ -77,12 +77,31 @@ func (s *Session) originalColumns(p rewrite.Plan) ([][]byte, error) {
 	if defs, ok := s.env.meta.get(key); ok {
 		return defs, nil
 	}
-	if err := s.send(append([]byte{mysql.COM_STMT_PREPARE}, p.Original...)); err != nil {
-		return nil, err
-	}
-	r, err := s.rd.ReadAll(wire.Prepare)
-	if err != nil {
-		return nil, err
+	var r *wire.Response
+	for attempt := 1; ; attempt++ {
+		if err := s.send(append([]byte{mysql.COM_STMT_PREPARE}, p.Original...)); err != nil {
+			return nil, err
+		}
+		var err error
+		if r, err = s.rd.ReadAll(wire.Prepare); err != nil {
+			return nil, err
+		}
+		if !r.Failed() {
+			break
+		}
+		s.noteErr(r.ErrCode)
+		s.noteOwn(r.Result, r.Err)
+		if !transient(r.ErrCode) {
+			break // the statement cannot be prepared: never learned
+		}
+		if s.untold != nil {
+			// A deadlock ended the client's transaction: the client
+			// hears it, and the read does not run.
+			return nil, errUntold
+		}
+		if attempt == 3 {
+			return nil, nil // not learned this time
+		}
 	}
 	var defs [][]byte
 	if !r.Failed() {

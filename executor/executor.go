@@ -206,8 +206,13 @@ type Session struct {
 	rd   wire.Reader
 	dial dialect.Dialect
 
-	status     uint16 // server status after the last response
-	rolledBack bool   // a deadlock or lock wait timeout rolled the transaction back
+	status uint16 // server status after the last response
+	// untold is the ERR of a command of the proxy's own that ended the
+	// client's transaction without the client knowing, until it is told
+	// (untold.go); sentInTxn and sentEnds describe the command sent last
+	// (noteSent).
+	untold              []byte
+	sentInTxn, sentEnds bool
 	// wrapping: the open transaction is the proxy's own around an
 	// autocommit statement (it has read nothing: see snapshotFolds).
 	wrapping bool
@@ -275,7 +280,7 @@ func (s *Session) Observe(res wire.Result) {
 func (s *Session) Reset(status uint16) {
 	s.endTransaction() // the transaction, if any, was rolled back
 	s.rw = rewriteState{}
-	s.rolledBack = false
+	s.untold = nil
 	if status != 0 {
 		s.status = status
 	}
@@ -329,6 +334,9 @@ func (s *Session) Handle(rw *rewrite.Rewriter, payload []byte, packets byte) err
 		s.steps++
 	}
 	s.settleTransaction()
+	if s.untold != nil && endsUntold(payload) {
+		s.untold = nil // the client ends the transaction itself
+	}
 	if done, err := s.answerSavedWarnings(payload); done || err != nil {
 		return err
 	}
@@ -342,6 +350,9 @@ func (s *Session) Handle(rw *rewrite.Rewriter, payload []byte, packets byte) err
 		err = s.handleExecute(rw, payload)
 	default:
 		err = s.handleOther(payload)
+	}
+	if errors.Is(err, errUntold) {
+		err = s.tellUntold()
 	}
 	s.link.Client.SeqShift = 0
 	if !s.inTransaction() {
@@ -428,11 +439,13 @@ func isBegin(sql []byte) bool {
 	return len(words) >= 2 && equalFold(words[0], "start") && (equalFold(words[1], "transaction") || bytes.HasPrefix(bytes.ToLower(words[1]), []byte("transaction,")))
 }
 
-// noteErr records errors that roll the transaction back.
+// noteErr records a server error. A deadlock rolled the transaction
+// back: the session is in none, though the error carries no status to say
+// so.
 func (s *Session) noteErr(code uint16) {
 	s.metrics().BackendError(code)
-	if code == mysql.ER_LOCK_DEADLOCK || code == mysql.ER_LOCK_WAIT_TIMEOUT {
-		s.rolledBack = true
+	if code == mysql.ER_LOCK_DEADLOCK {
+		s.status &^= mysql.SERVER_STATUS_IN_TRANS
 	}
 }
 
@@ -468,7 +481,7 @@ func (s *Session) String() string { return fmt.Sprintf("executor session (status
 // it did not rewrite and for long data too large to keep: the proxy relays
 // those as they stream, and tells the executor with Relayed.
 func (s *Session) NeedsPayload(head []byte, length int) bool {
-	if len(head) == 0 {
+	if len(head) == 0 || s.untold != nil {
 		return true
 	}
 	switch head[0] {

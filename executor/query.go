@@ -76,7 +76,6 @@ func (s *Session) settleTransaction() {
 			s.rw.weakAt, s.rw.weakTx = 0, false
 		}
 	}
-	s.rolledBack = false
 }
 
 func (s *Session) handleOther(payload []byte) error {
@@ -115,7 +114,7 @@ func (s *Session) handleOther(payload []byte) error {
 		s.rw.infoKnown = false
 	case mysql.COM_RESET_CONNECTION:
 		s.rw = rewriteState{}
-		s.rolledBack = false
+		s.untold = nil
 	case mysql.COM_SET_OPTION:
 		if len(payload) >= 3 {
 			s.rw.multiOff = binary.LittleEndian.Uint16(payload[1:]) == 1 // MYSQL_OPTION_MULTI_STATEMENTS_OFF

@@ -111,6 +111,15 @@ const maxReplays = 5
 // transaction is rolled back, and deadlocked says whether a deadlock did
 // it.
 func (s *Session) replayOnce(steps []replayed) (same, deadlocked bool, err error) {
+	// The deadlock is the client's only if the replay differs: then the
+	// caller reports it.
+	untold := s.untold
+	s.untold = nil
+	defer func() {
+		if !same && err == nil {
+			s.untold = untold
+		}
+	}()
 	r, err := s.query(string(s.txn.begin))
 	if err != nil || r.Failed() {
 		return false, false, err

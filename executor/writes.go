@@ -494,7 +494,6 @@ func (s *Session) execIncrementOf(p rewrite.Plan, inc *rewrite.Increment, up *re
 				// Beyond the slot's share of the counter's range: the
 				// client's statement decides on the base row, with the
 				// server's own errors.
-				s.rolledBack = false
 				return onBase()
 			case errTableDefChanged, mysql.ER_TABLE_DEF_CHANGED:
 				// The table was re-created (TRUNCATE) since the
@@ -974,7 +973,7 @@ func (s *Session) retry(code uint16, attempt int) bool {
 	if !s.retriable(code, attempt) {
 		return false
 	}
-	s.rolledBack = false // the failed statement was the whole transaction
+	s.untold = nil // the failed statement was the whole transaction
 	s.env.Stats.Retries.Add(1)
 	s.metrics().Retry()
 	backoff := time.Duration(attempt) * time.Millisecond
