@@ -33,14 +33,31 @@ const slotReadTimeout = 10 * time.Second
 // slot rows are inserted into. Which rows to lock is read where every row
 // that counts is visible (slotRowsOf).
 func (s *Session) foldKeys(t *rewrite.Table, keys []string) (errPkt []byte, err error) {
+	return s.foldKeysOf(t, keys, false)
+}
+
+// foldKeysOf is foldKeys; with ownPart, of the slot rows of the proxy's own
+// part only (SlotPartition), where that leaves the statement's view exact:
+// before a read whose counters are totals of the base column and every
+// slot (or the base column alone: reads: rolled_up), in a transaction
+// whose snapshot the fold need not refresh. The other parts' rows are
+// written by increments through other nodes' proxies: on a multi-primary
+// cluster, locking them would wait for that node's applier, which may
+// itself wait for the base row this transaction holds, a wait no deadlock
+// detector sees (Group Replication's commit order).
+func (s *Session) foldKeysOf(t *rewrite.Table, keys []string, ownPart bool) (errPkt []byte, err error) {
 	refresh, err := s.snapshotFolds()
 	if err != nil {
 		return nil, err
 	}
+	part := SlotPartition{}
+	if ownPart && !refresh {
+		part = s.env.SlotPartition()
+	}
 	for len(keys) > 0 {
 		batch := keys[:min(foldBatch, len(keys))]
 		keys = keys[len(batch):]
-		stmts, errPkt, err := s.foldStatements(t, batch, refresh)
+		stmts, errPkt, err := s.foldStatements(t, batch, refresh, part)
 		if err != nil || errPkt != nil {
 			return errPkt, err
 		}
@@ -54,11 +71,15 @@ func (s *Session) foldKeys(t *rewrite.Table, keys []string) (errPkt []byte, err 
 }
 
 // foldStatements returns the statements that fold the slots of the
-// records of t with keys (locked), once their slot rows are locked.
-func (s *Session) foldStatements(t *rewrite.Table, keys []string, refresh bool) (stmts []string, errPkt []byte, err error) {
+// records of t with keys (locked), once their slot rows are locked: those
+// in part (SlotPartition; the zero value: all).
+func (s *Session) foldStatements(t *rewrite.Table, keys []string, refresh bool, part SlotPartition) (stmts []string, errPkt []byte, err error) {
 	rows, ok, err := s.slotRowsOf(t, keys)
 	if err != nil {
 		return nil, nil, err
+	}
+	if ok && part.splits(t.Slots) {
+		rows = slices.DeleteFunc(rows, func(r rewrite.SlotRow) bool { return !part.has(r.Slot) })
 	}
 	if !ok {
 		// Which rows count cannot be read exactly: lock them by range.

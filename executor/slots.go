@@ -43,6 +43,12 @@ func (p SlotPartition) of(n int) (first, step, count int) {
 	return p.Index, p.Count, (n - p.Index + p.Count - 1) / p.Count
 }
 
+// splits reports whether p gives a rule of n slots only a part of them.
+func (p SlotPartition) splits(n int) bool { return p.Count > 1 && n >= p.Count }
+
+// has reports whether slot is in p's part (of a rule it splits).
+func (p SlotPartition) has(slot int) bool { return slot%p.Count == p.Index }
+
 // slotUse counts the holders of each slot of each ruled table, by rule
 // name. Safe for concurrent use.
 type slotUse struct {

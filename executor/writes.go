@@ -2081,7 +2081,7 @@ func (s *Session) foldOwn(tables []*rewrite.Table) (errPkt []byte, err error) {
 		slices.Sort(list)
 		found, errPkt, err := s.lockKeys(t, list)
 		if err == nil && errPkt == nil {
-			errPkt, err = s.foldKeys(t, found)
+			errPkt, err = s.foldKeysOf(t, found, true)
 		}
 		if err != nil {
 			return nil, err

@@ -216,6 +216,13 @@ func (s *Server) SetSlotPartition(count, index int) error {
 	return nil
 }
 
+// SlotPartition returns the part of the slots increments pick from now
+// (count <= 1: every slot).
+func (s *Server) SlotPartition() (count, index int) {
+	p := s.env.SlotPartition()
+	return p.Count, p.Index
+}
+
 // Rewriter returns the current rewriter (nil when rewriting is off).
 func (s *Server) Rewriter() *rewrite.Rewriter { return s.rewriter.Load() }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -41,12 +42,10 @@ type clusterNode struct {
 //   - Each takes its own part of the slots from its node (Galera:
 //     wsrep_local_index of wsrep_cluster_size; Group Replication: its
 //     place among the ONLINE members): three distinct parts of three.
-//   - 24 clients, 8 per proxy, increment one hot record in autocommit and
-//     in transactions (an increment, a read of another column, COMMIT),
+//   - 32 clients, 10 or 11 per proxy, increment one hot record in autocommit and
+//     in transactions (an increment, a read of it, COMMIT: see handOut),
 //     retrying certification failures as an application would; then
 //     absolute writes, a delete and a re-insert through different nodes.
-//     (Transactions that read the counter they incremented lose a count
-//     on Galera now and then: limits.md.)
 //   - Every total is exact through every proxy, and on every node's base
 //     rows once the roll-ups of all three proxies have folded the slots.
 func TestCluster(t *testing.T) {
@@ -61,9 +60,9 @@ func TestCluster(t *testing.T) {
 		retriedAC, retriedTx atomic.Int64
 		wg                   sync.WaitGroup
 		stop                 = make(chan struct{})
-		errs                 = make(chan error, 24)
+		errs                 = make(chan error, 32)
 	)
-	for i := range 24 {
+	for i := range 32 {
 		db := nodes[i%3].db
 		wg.Add(1)
 		go func() {
@@ -76,7 +75,7 @@ func TestCluster(t *testing.T) {
 				}
 				var err error
 				if i%3 == 0 {
-					err = txIncrementWork(db, 0)
+					_, err = handOut(db)
 					if err == nil {
 						stars.Add(1)
 					}
@@ -98,7 +97,9 @@ func TestCluster(t *testing.T) {
 				if errors.Is(err, mysql.ErrInvalidConn) || errors.Is(err, driver.ErrBadConn) {
 					// The connection broke mid-statement (seen on a
 					// loaded machine): its outcome is unknown.
-					broken.Add(1)
+					if broken.Add(1) == 1 {
+						clusterState(t, c) // what held it up
+					}
 					continue
 				}
 				if err != nil {
@@ -108,11 +109,11 @@ func TestCluster(t *testing.T) {
 			}
 		}()
 	}
-	// Meanwhile every proxy's roll-up folds the hot record; a fold that
-	// loses certification (against increments through other nodes, which
-	// write the slot rows it zeroes) skips it until a later pass. Logged,
-	// not asserted: on a cluster a proxy's roll-up can go on losing under
-	// such a load, and its staleness grow (limits.md).
+	// Meanwhile every proxy's roll-up folds its own part of the hot
+	// record's slots (the others' are written by increments through other
+	// nodes, and a fold of them would lose certification against them):
+	// each keeps slotproxy_rollup_staleness_seconds within 3 s (a
+	// max_staleness of 15 passes; seen up to 1.2 s on a quiet machine).
 	time.Sleep(3 * time.Second)
 	var staleness []float64
 	for range 5 {
@@ -121,6 +122,9 @@ func TestCluster(t *testing.T) {
 			staleness = append(staleness, scrape(t, n.metrics)["slotproxy_rollup_staleness_seconds"])
 		}
 	}
+	if slices.Max(staleness) >= 3 {
+		clusterState(t, c) // what held the cluster up
+	}
 	close(stop)
 	wg.Wait()
 	close(errs)
@@ -128,6 +132,9 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("a client failed: %v", err)
 	}
 	t.Logf("slotproxy_rollup_staleness_seconds under load, every 200ms on each proxy: %v", staleness)
+	if worst := slices.Max(staleness); worst >= 3 {
+		t.Errorf("slotproxy_rollup_staleness_seconds reached %.1f s under load, want under 3 s", worst)
+	}
 	t.Logf("%d autocommit increments (%d failed certification and were retried by the clients), %d transactions committed (%d failed certification)",
 		downloads.Load(), retriedAC.Load(), stars.Load(), retriedTx.Load())
 
@@ -356,6 +363,25 @@ func clusterProxies(tb testing.TB, c *testdb.Cluster, migrated, served string, s
 	for _, n := range nodes {
 		n.proc = startServe(tb, "serve", "--config", n.config)
 	}
+	tb.Cleanup(func() {
+		if !tb.Failed() {
+			return
+		}
+		// What the proxies said that was not routine.
+		for i, n := range nodes {
+			var lines []string
+			for _, l := range strings.Split(n.proc.stderr(), "\n") {
+				if strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") {
+					lines = append(lines, l)
+				}
+			}
+			if len(lines) > 40 {
+				lines = append(lines[:20], lines[len(lines)-20:]...)
+			}
+			tb.Logf("proxy %d's warnings and errors:\n%s", i, strings.Join(lines, "\n"))
+		}
+		clusterState(tb, c)
+	})
 	parts := map[string]bool{}
 	for i, n := range nodes {
 		line := n.proc.waitFor(tb, "slot partition")
@@ -408,32 +434,51 @@ func syncedExec(db *sql.DB, q string) (sql.Result, error) {
 // and renders its rows as "a:b:c a:b:c".
 func syncedTotals(t *testing.T, db *sql.DB, q string) string {
 	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		out, err := syncedRows(db, q)
+		var me *mysql.MySQLError
+		if errors.As(err, &me) && me.Number == 1047 && time.Now().Before(deadline) {
+			// A Galera node that is not in the primary component yet
+			// (the cluster re-forms after a node was killed): as
+			// directly, the application tries again.
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+}
+
+// syncedRows is one attempt of syncedTotals.
+func syncedRows(db *sql.DB, q string) (string, error) {
 	conn, err := db.Conn(context.Background())
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	defer conn.Close()
 	if _, err := conn.ExecContext(context.Background(), syncWait()); err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	rows, err := conn.QueryContext(context.Background(), q)
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	defer rows.Close()
 	var out []string
 	for rows.Next() {
 		var a, b, c int64
 		if err := rows.Scan(&a, &b, &c); err != nil {
-			t.Fatal(err)
+			return "", err
 		}
 		out = append(out, fmt.Sprintf("%d:%d:%d", a, b, c))
 	}
 	if err := rows.Err(); err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	sort.Strings(out)
-	return strings.Join(out, " ")
+	return strings.Join(out, " "), nil
 }
 
 // TestClusterStartups: 20 times, three proxies (one per node) start at once
@@ -486,5 +531,54 @@ func TestClusterStartups(t *testing.T) {
 		if !strings.HasPrefix(types, "1:") {
 			t.Fatalf("round %d: record types of c%d (count:min:max): %s", k, k, types)
 		}
+	}
+}
+
+// clusterState logs what each node of c is doing: its replication state,
+// its transactions and their lock waits, and its sessions.
+func clusterState(t testing.TB, c *testdb.Cluster) {
+	t.Helper()
+	queries := []string{
+		"SELECT id, user, command, time, state, LEFT(info, 160) FROM information_schema.processlist WHERE command <> 'Sleep'",
+		"SELECT trx_id, trx_state, trx_started, trx_mysql_thread_id, trx_operation_state, trx_rows_locked, LEFT(trx_query, 160) FROM information_schema.innodb_trx",
+	}
+	if testdb.Shared().IsMariaDB() {
+		queries = append(queries, "SHOW GLOBAL STATUS WHERE Variable_name IN ('wsrep_local_state_comment', 'wsrep_flow_control_paused', 'wsrep_flow_control_sent', 'wsrep_flow_control_recv', 'wsrep_local_recv_queue', 'wsrep_local_send_queue', 'wsrep_cluster_status')",
+			"SELECT * FROM information_schema.innodb_lock_waits")
+	} else {
+		queries = append(queries, "SELECT MEMBER_HOST, MEMBER_PORT, MEMBER_STATE, COUNT_TRANSACTIONS_IN_QUEUE, COUNT_TRANSACTIONS_REMOTE_IN_APPLIER_QUEUE FROM performance_schema.replication_group_member_stats JOIN performance_schema.replication_group_members USING (MEMBER_ID)",
+			"SELECT REQUESTING_ENGINE_TRANSACTION_ID, BLOCKING_ENGINE_TRANSACTION_ID FROM performance_schema.data_lock_waits")
+	}
+	for i, srv := range c.Nodes {
+		db, err := sql.Open("mysql", srv.DSN(srv.RootUser, srv.RootPassword, "", "timeout=2s&readTimeout=5s"))
+		if err != nil {
+			t.Logf("node %d: %v", i, err)
+			continue
+		}
+		for _, q := range queries {
+			rows, err := db.Query(q)
+			if err != nil {
+				t.Logf("node %d: %s: %v", i, q, err)
+				continue
+			}
+			cols, _ := rows.Columns()
+			for rows.Next() {
+				vals := make([]sql.NullString, len(cols))
+				ptrs := make([]any, len(vals))
+				for j := range vals {
+					ptrs[j] = &vals[j]
+				}
+				if err := rows.Scan(ptrs...); err != nil {
+					break
+				}
+				line := make([]string, len(vals))
+				for j, v := range vals {
+					line[j] = cols[j] + "=" + v.String
+				}
+				t.Logf("node %d: %s", i, strings.Join(line, " "))
+			}
+			rows.Close()
+		}
+		db.Close()
 	}
 }

@@ -577,4 +577,50 @@ func TestSlotPartitionServe(t *testing.T) {
 	if err := db.QueryRow("SELECT downloads FROM repos WHERE id = 1").Scan(&n); err != nil || n != clients*each {
 		t.Errorf("downloads = %d, %v; want %d", n, err, clients*each)
 	}
+
+	// A hand-out (BEGIN, an increment, a read of it, COMMIT) folds the
+	// proxy's own part of the record's slots only: a row of the other
+	// part (another proxy's: on a cluster, written by that node's
+	// increments) holds 5 and is locked by a session that stays open (as
+	// an applier of that node's writes may), and the read neither waits
+	// for it nor leaves it out.
+	if _, err := direct.Exec("INSERT INTO slotted_counters (record_type, record_id, slot, count) SELECT record_type, 1, 0, 5 FROM slotproxy_record_types WHERE column_name = 'downloads'"); err != nil {
+		t.Fatal(err)
+	}
+	holder, err := direct.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback()
+	if _, err := holder.Exec("SELECT count FROM slotted_counters WHERE record_type = (SELECT record_type FROM slotproxy_record_types WHERE column_name = 'downloads') AND record_id = 1 AND slot = 0 FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.Exec("UPDATE repos SET downloads = downloads + 1 WHERE id = 1"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := tx.QueryRow("SELECT downloads FROM repos WHERE id = 1").Scan(&n); err != nil || n != clients*each+6 {
+		t.Fatalf("the hand-out read %d, %v; want %d", n, err, clients*each+6)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("the hand-out's read took %v: it waited for the other part's row", took)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	var other int
+	if err := direct.QueryRow("SELECT count FROM slotted_counters WHERE record_id = 1 AND slot = 0").Scan(&other); err != nil || other != 5 {
+		t.Errorf("the other part's row holds %d, %v; want 5, unfolded", other, err)
+	}
+	if err := db.QueryRow("SELECT downloads FROM repos WHERE id = 1").Scan(&n); err != nil || n != clients*each+6 {
+		t.Errorf("downloads = %d, %v; want %d", n, err, clients*each+6)
+	}
 }

@@ -68,7 +68,7 @@ func runRollup(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	logger := cfg.Logger(stderr)
-	runRollupLoop(ctx, func() *config.Config { return cfg }, func() *rewrite.Catalog { return cat }, *all, logger, nil)
+	runRollupLoop(ctx, func() *config.Config { return cfg }, func() *rewrite.Catalog { return cat }, nil, *all, logger, nil)
 	return nil
 }
 
@@ -76,12 +76,15 @@ func runRollup(args []string, stdout, stderr io.Writer) error {
 // on a connection of its own, logging each pass that did something and
 // passing each pass's outcome to observe (if set). cfg returns the current
 // configuration: the admin account is read from it whenever the loop
-// connects, rollup.interval and rollup.batch once at the start.
-func runRollupLoop(ctx context.Context, cfg func() *config.Config, cat func() *rewrite.Catalog, all bool, logger *slog.Logger,
-	observe func(rollup.Stats, error)) {
+// connects, rollup.interval and rollup.batch once at the start. partition,
+// if set, returns the part of the slots the proxy's increments use, which
+// each pass folds (the others' parts only when quiet: see
+// rollup.Options.Partition).
+func runRollupLoop(ctx context.Context, cfg func() *config.Config, cat func() *rewrite.Catalog, partition func() (int, int), all bool,
+	logger *slog.Logger, observe func(rollup.Stats, error)) {
 	dial := func(ctx context.Context) (*client.Conn, error) { return catalog.Connect(ctx, cfg()) }
 	start := cfg()
-	opts := rollup.Options{Batch: start.Rollup.Batch, Logger: logger}
+	opts := rollup.Options{Batch: start.Rollup.Batch, Logger: logger, Partition: partition}
 	if all {
 		opts.Batch = 1 << 30
 	}

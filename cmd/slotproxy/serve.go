@@ -181,7 +181,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				runRollupLoop(ctx, l.config, cat, false, logger, observe)
+				runRollupLoop(ctx, l.config, cat, srv.SlotPartition, false, logger, observe)
 			}()
 			defer func() { cancel(); <-done }()
 		}

@@ -47,6 +47,18 @@ type Options struct {
 	LockWait time.Duration
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
+	// Partition returns the part of the slots that increments through
+	// this proxy pick from (slot_partition: slots s with s % count =
+	// index; count <= 1, or a rule with fewer slots than count: all of
+	// them); nil means all. A pass folds that part of each record, and
+	// the other parts only where they were quiet (unchanged) since the
+	// previous pass. On a multi-primary cluster the other parts are
+	// written by increments through other nodes' proxies, whose own
+	// roll-ups fold them: a fold of them would fail certification against
+	// those increments, or abort them. A part nobody writes any more (its
+	// proxy stopped) stays quiet, and whichever roll-up finds it so folds
+	// it.
+	Partition func() (count, index int)
 }
 
 // Stats describe what a pass did.
@@ -100,6 +112,9 @@ type target struct {
 // active records than Batch none is starved. Not safe for concurrent use.
 type Roller struct {
 	cursors map[string]cursor // by slot table
+	// quiet are the other parts' slot rows of each record as the previous
+	// pass saw them (see Options.Partition).
+	quiet map[idleKey]partSeen
 	// idle are the records seen with zero slot rows only, and when first
 	// (see deletable).
 	idle map[idleKey]time.Time
@@ -112,6 +127,38 @@ type idleKey struct {
 	slots string
 	rt    int
 	id    int64
+	part  part
+}
+
+// part says which of a record's slot rows a fold takes.
+type part uint8
+
+const (
+	allSlots    part = iota
+	ownSlots         // the proxy's part (Options.Partition)
+	othersSlots      // the other parts
+)
+
+// partSeen is what a pass saw of a record's slot rows of one part: their
+// sum and how many there are.
+type partSeen struct{ sum, rows int64 }
+
+// partition is a pass's Options.Partition.
+type partition struct{ count, index int }
+
+// of reports whether a rule of n slots is split: only then has a record
+// parts other than all its slots.
+func (p partition) of(n int) bool { return p.count > 1 && n >= p.count }
+
+// where is the condition on slot rows of part k.
+func (p partition) where(k part) string {
+	switch k {
+	case ownSlots:
+		return fmt.Sprintf(" AND `slot` %% %d = %d", p.count, p.index)
+	case othersSlots:
+		return fmt.Sprintf(" AND `slot` %% %d <> %d", p.count, p.index)
+	}
+	return ""
 }
 
 type cursor struct {
@@ -188,10 +235,17 @@ func (r *Roller) Once(ctx context.Context, conn Conn, cat *rewrite.Catalog, opts
 		// milliseconds across a second's turn reads as 1.)
 		waitLeft = 0
 	}
+	var pt partition
+	if opts.Partition != nil {
+		pt.count, pt.index = opts.Partition()
+	}
+	if pt.count <= 1 {
+		pt = partition{}
+	}
 	total := Stats{Began: began}
 	var errs []error
 	for _, slots := range order {
-		st, err := r.passOne(ctx, conn, slots, bySlots[slots], opts, oldest, known, &waitLeft)
+		st, err := r.passOne(ctx, conn, slots, bySlots[slots], opts, pt, oldest, known, &waitLeft)
 		total.add(st)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("roll-up of %s: %w", slots, err))
@@ -286,7 +340,8 @@ func (r *Roller) deletable(k idleKey, now time.Time, oldest time.Duration, known
 // passOne folds up to opts.Batch records of one slot table: those whose
 // base row is free first, then the busy ones, waiting for their rows while
 // *waitLeft lasts (what it spends is taken from it).
-func (r *Roller) passOne(ctx context.Context, conn Conn, slots string, targets map[int]target, opts Options, oldest time.Duration, known bool, waitLeft *time.Duration) (Stats, error) {
+func (r *Roller) passOne(ctx context.Context, conn Conn, slots string, targets map[int]target, opts Options, pt partition,
+	oldest time.Duration, known bool, waitLeft *time.Duration) (Stats, error) {
 	var st Stats
 	types := make([]string, 0, len(targets))
 	for rt := range targets {
@@ -298,23 +353,35 @@ func (r *Roller) passOne(ctx context.Context, conn Conn, slots string, targets m
 	if resume {
 		after = fmt.Sprintf(" AND (`record_type`, `record_id`) > (%d, %d)", cur.rt, cur.id)
 	}
-	res, err := conn.Execute(fmt.Sprintf("SELECT DISTINCT `record_type`, `record_id` FROM %s WHERE `record_type` IN (%s)%s ORDER BY `record_type`, `record_id` LIMIT %d",
-		slots, strings.Join(types, ", "), after, opts.Batch))
+	// With a partition, each record's rows of the proxy's part and of
+	// the others' (their sum and number: see Options.Partition).
+	parts := ", 1, 0, 0"
+	if pt.count > 1 {
+		own := fmt.Sprintf("`slot` %% %d = %d", pt.count, pt.index)
+		parts = fmt.Sprintf(", SUM(%s), COALESCE(SUM(IF(%s, 0, `count`)), 0), SUM(NOT (%s))", own, own, own)
+	}
+	res, err := conn.Execute(fmt.Sprintf("SELECT `record_type`, `record_id`%s FROM %s WHERE `record_type` IN (%s)%s GROUP BY `record_type`, `record_id` ORDER BY `record_type`, `record_id` LIMIT %d",
+		parts, slots, strings.Join(types, ", "), after, opts.Batch))
 	if err != nil {
 		return st, err
 	}
 	type rec struct {
-		rt int
-		id int64
+		rt      int
+		id      int64
+		ownRows int64
+		others  partSeen
 	}
 	var recs []rec
 	for i := range res.Values {
-		rt, err1 := res.GetInt(i, 0)
-		id, err2 := res.GetInt(i, 1)
-		if err1 != nil || err2 != nil {
-			return st, fmt.Errorf("bad slot row: %v %v", err1, err2)
+		var vals [5]int64
+		for j := range vals {
+			v, err := res.GetInt(i, j)
+			if err != nil {
+				return st, fmt.Errorf("bad slot row: %v", err)
+			}
+			vals[j] = v
 		}
-		recs = append(recs, rec{int(rt), id})
+		recs = append(recs, rec{int(vals[0]), vals[1], vals[2], partSeen{vals[3], vals[4]}})
 	}
 	st.Pending = len(recs)
 	if len(recs) < opts.Batch {
@@ -334,7 +401,15 @@ func (r *Roller) passOne(ctx context.Context, conn Conn, slots string, targets m
 		if !ok {
 			continue // a record type with no rule now: left for an operator
 		}
-		one, err := r.fold(conn, slots, tg, rc.id, oldest, known, false)
+		k := allSlots
+		if pt.of(tg.table.Slots) {
+			k = ownSlots
+			r.foldQuiet(conn, slots, tg, rc.id, rc.others, pt, oldest, known, &st)
+			if rc.ownRows == 0 {
+				continue
+			}
+		}
+		one, err := r.fold(conn, slots, tg, rc.id, pt, k, oldest, known, false)
 		var me *mysql.MyError
 		if errors.As(err, &me) && me.Code == nowait {
 			// Base row busy: folded below, waiting for it.
@@ -356,8 +431,12 @@ func (r *Roller) passOne(ctx context.Context, conn Conn, slots string, targets m
 			continue
 		}
 		tg := targets[rc.rt]
+		k := allSlots
+		if pt.of(tg.table.Slots) {
+			k = ownSlots
+		}
 		start := time.Now()
-		one, err := r.fold(conn, slots, tg, rc.id, oldest, known, true)
+		one, err := r.fold(conn, slots, tg, rc.id, pt, k, oldest, known, true)
 		*waitLeft -= time.Since(start)
 		one, err = r.settle(opts, tg, rc.id, one, err)
 		st.add(one)
@@ -366,6 +445,33 @@ func (r *Roller) passOne(ctx context.Context, conn Conn, slots string, targets m
 		}
 	}
 	return st, nil
+}
+
+// foldQuiet folds the other parts' slot rows of a record (see
+// Options.Partition) when they are as the previous pass saw them, and
+// keeps what this pass sees for the next. Such a fold does not wait for a
+// busy base row, and one that fails is left for a later pass: those rows
+// are other roll-ups' to fold.
+func (r *Roller) foldQuiet(conn Conn, slots string, tg target, id int64, seen partSeen, pt partition, oldest time.Duration, known bool, st *Stats) {
+	key := idleKey{slots, tg.counter.RecordType, id, othersSlots}
+	if seen.rows == 0 {
+		delete(r.quiet, key)
+		return
+	}
+	before, ok := r.quiet[key]
+	if r.quiet == nil {
+		r.quiet = map[idleKey]partSeen{}
+	}
+	r.quiet[key] = seen
+	if !ok || before != seen {
+		return
+	}
+	one, err := r.fold(conn, slots, tg, id, pt, othersSlots, oldest, known, false)
+	if err != nil {
+		return
+	}
+	one.Skipped = 0
+	st.add(one)
 }
 
 // settle turns a fold's server error into its outcome: a base row that
@@ -405,7 +511,9 @@ func (r *Roller) settle(opts Options, tg target, id int64, one Stats, err error)
 // wait timeout). Increments that ask for the row meanwhile queue behind the
 // fold, as behind any writer of the row; from the lock to COMMIT the fold
 // runs three short statements and never waits.
-func (ro *Roller) fold(conn Conn, slots string, tg target, id int64, oldest time.Duration, known, wait bool) (st Stats, err error) {
+//
+// k says which of the record's slot rows it takes (see Options.Partition).
+func (ro *Roller) fold(conn Conn, slots string, tg target, id int64, pt partition, k part, oldest time.Duration, known, wait bool) (st Stats, err error) {
 	if _, err := conn.Execute("BEGIN"); err != nil {
 		return st, err
 	}
@@ -426,8 +534,8 @@ func (ro *Roller) fold(conn Conn, slots string, tg target, id int64, oldest time
 	}
 	lockStart := time.Now()
 	orphan := len(base.Values) == 0
-	r, err := conn.Execute(fmt.Sprintf("SELECT `slot`, `count` FROM %s WHERE `record_type` = %d AND `record_id` = %d FOR UPDATE SKIP LOCKED",
-		slots, tg.counter.RecordType, id))
+	r, err := conn.Execute(fmt.Sprintf("SELECT `slot`, `count` FROM %s WHERE `record_type` = %d AND `record_id` = %d%s FOR UPDATE SKIP LOCKED",
+		slots, tg.counter.RecordType, id, pt.where(k)))
 	if err != nil {
 		return st, err
 	}
@@ -467,7 +575,7 @@ func (ro *Roller) fold(conn Conn, slots string, tg target, id int64, oldest time
 			return st, err
 		}
 	}
-	key := idleKey{slots, tg.counter.RecordType, id}
+	key := idleKey{slots, tg.counter.RecordType, id, k}
 	switch {
 	case orphan:
 		// The base row is gone (deleted, or an increment raced a DELETE):

@@ -441,3 +441,58 @@ func TestWaitsForBusyRow(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestFoldPartition: with a slot partition (3 parts, this proxy's is 0:
+// slots 0, 3, 6, 9, …), a pass folds the proxy's part of each record, and
+// the others' parts only when a previous pass saw them as they are now
+// (quiet: their proxies are gone, or write elsewhere); a part that changed
+// meanwhile is left to its own proxy's roll-up. Totals never change.
+func TestFoldPartition(t *testing.T) {
+	setup(t)
+	c := connect(t)
+	part := rollup.Options{Partition: func() (int, int) { return 3, 0 }}
+	before := totals(t, c)
+	slotsOf := func(q string) string {
+		t.Helper()
+		r, err := c.Execute("SELECT GROUP_CONCAT(CONCAT(record_type, '/', record_id, '/', slot, '=', count) ORDER BY record_type, record_id, slot) FROM slotted_counters WHERE count <> 0" + q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, _ := r.GetString(0, 0)
+		return s
+	}
+	var r rollup.Roller
+	if _, err := r.Once(context.Background(), c, catalog(), part); err != nil {
+		t.Fatal(err)
+	}
+	// Slots 0, 3 and 9 of record 1's downloads and slot 6 of record 2's
+	// are folded (and the orphan's rows deleted); the others' parts stay.
+	if got, want := slotsOf(""), "1/2/5=1,2/1/1=4"; got != want {
+		t.Fatalf("after the first pass, slot rows with counts: %s, want %s", got, want)
+	}
+	if got := totals(t, c); got != before {
+		t.Fatalf("totals changed: %s -> %s", before, got)
+	}
+	// Record 2's other part changes (an increment through another
+	// proxy): not quiet, left; record 1's stars part is as it was: folded.
+	if err := testdb.Shared().Exec("UPDATE " + schema + ".slotted_counters SET count = count + 1 WHERE record_type = 1 AND record_id = 2 AND slot = 5"); err != nil {
+		t.Fatal(err)
+	}
+	before = totals(t, c)
+	if _, err := r.Once(context.Background(), c, catalog(), part); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := slotsOf(""), "1/2/5=2"; got != want {
+		t.Fatalf("after the second pass, slot rows with counts: %s, want %s", got, want)
+	}
+	// Quiet since: folded by the third pass.
+	if _, err := r.Once(context.Background(), c, catalog(), part); err != nil {
+		t.Fatal(err)
+	}
+	if got := slotsOf(""); got != "" {
+		t.Fatalf("after the third pass, slot rows with counts: %s", got)
+	}
+	if got := totals(t, c); got != before {
+		t.Fatalf("totals changed: %s -> %s", before, got)
+	}
+}
