@@ -214,7 +214,7 @@ func (s *Session) handleExecute(rw *rewrite.Rewriter, payload []byte) error {
 	case *rewrite.Read:
 		s.env.Stats.RewrittenReads.Add(1)
 		s.metrics().Statement(PathRewrittenRead, "")
-		if errPkt, err := s.foldOwn(op.Reads); err != nil || errPkt != nil {
+		if errPkt, err := s.foldOwn(op.Reads, true); err != nil || errPkt != nil {
 			if err != nil {
 				return err
 			}
@@ -316,7 +316,7 @@ func (s *Session) executeReplanned(rw *rewrite.Rewriter, st *stmtInfo, payload [
 		// Its counters read as the new catalog has them (a rule added
 		// since it was prepared: its slots count now), with the columns
 		// the client was told of.
-		if errPkt, err := s.foldOwn(op.Reads); err != nil || errPkt != nil {
+		if errPkt, err := s.foldOwn(op.Reads, true); err != nil || errPkt != nil {
 			if err != nil {
 				return true, err
 			}

@@ -461,18 +461,18 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 		}
 		switch op := p.Op.(type) {
 		case *rewrite.Read:
-			reads := op.Reads
+			reads, totals := op.Reads, true
 			if op.SQL == p.Original {
 				// Counters read rolled up only: the statement as written,
 				// once the transaction's own increments of them are
 				// folded.
-				reads = op.RolledUp
+				reads, totals = op.RolledUp, false
 				s.metrics().Statement(PathRolledUpRead, "")
 			} else {
 				s.env.Stats.RewrittenReads.Add(1)
 				s.metrics().Statement(PathRewrittenRead, "")
 			}
-			if errPkt, err := s.foldOwn(reads); err != nil || errPkt != nil {
+			if errPkt, err := s.foldOwn(reads, totals); err != nil || errPkt != nil {
 				if err != nil {
 					return err
 				}

@@ -182,7 +182,7 @@ func lockErr(errPkt []byte) bool {
 func (s *Session) execRead(p rewrite.Plan, sql string, reads []*rewrite.Table, ex *execution, seq *byte, more bool) (bool, error) {
 	s.env.Stats.RewrittenReads.Add(1)
 	s.metrics().Statement(PathRewrittenRead, "")
-	errPkt, err := s.foldOwn(reads)
+	errPkt, err := s.foldOwn(reads, true)
 	if err != nil {
 		return false, err
 	}
@@ -2052,9 +2052,24 @@ func isInteger(b []byte) bool {
 // increments of others in flight) and folds the records' slots, and the
 // read sees the latest totals. errPkt is an error to report instead of
 // running the read.
-func (s *Session) foldOwn(tables []*rewrite.Table) (errPkt []byte, err error) {
+//
+// A read of totals (base column plus every slot: totals) that makes the
+// transaction's snapshot, or one of its own (READ COMMITTED), sees the
+// latest totals once the locks are taken: then the records are locked
+// and not folded. The transaction writes no base row, which on a cluster
+// another node would have to apply (see limits.md: a fold a node applies
+// can wait for its increments while they commit).
+func (s *Session) foldOwn(tables []*rewrite.Table, totals bool) (errPkt []byte, err error) {
 	if len(s.txn.own) == 0 || !s.inTransaction() {
 		return nil, nil
+	}
+	lockOnly := false
+	if totals {
+		refresh, err := s.snapshotFolds()
+		if err != nil {
+			return nil, err
+		}
+		lockOnly = !refresh
 	}
 	for _, t := range tables {
 		keys := s.txn.own[ruleName(t)]
@@ -2080,7 +2095,7 @@ func (s *Session) foldOwn(tables []*rewrite.Table) (errPkt []byte, err error) {
 		}
 		slices.Sort(list)
 		found, errPkt, err := s.lockKeys(t, list)
-		if err == nil && errPkt == nil {
+		if err == nil && errPkt == nil && !lockOnly {
 			errPkt, err = s.foldKeysOf(t, found, true)
 		}
 		if err != nil {

@@ -29,7 +29,7 @@ import (
 // (its read running outside any transaction and COMMIT committing nothing).
 func TestClusterHandOuts(t *testing.T) {
 	c := startCluster(t)
-	nodes := clusterProxies(t, c, "downloads, stars", "downloads, stars", 48, "200ms")
+	nodes := clusterProxies(t, c, "downloads, stars", "downloads, stars", 48, "500ms")
 	t.Run("abort while idle", func(t *testing.T) { abortWhileIdle(t, c, nodes) })
 	t.Run("under load", func(t *testing.T) { handOutsUnderLoad(t, nodes) })
 }

@@ -44,15 +44,17 @@ type clusterNode struct {
 //     place among the ONLINE members): three distinct parts of three.
 //   - 32 clients, 10 or 11 per proxy, increment one hot record in autocommit and
 //     in transactions (an increment, a read of it, COMMIT: see handOut),
-//     retrying certification failures as an application would; then
-//     absolute writes, a delete and a re-insert through different nodes.
+//     retrying certification failures as an application would, then all
+//     in autocommit, while each proxy's roll-up keeps the record folded
+//     within 2 s; then absolute writes, a delete and a re-insert through
+//     different nodes.
 //   - Every total is exact through every proxy, and on every node's base
 //     rows once the roll-ups of all three proxies have folded the slots.
 func TestCluster(t *testing.T) {
 	c := startCluster(t)
 	// A counter no proxy has registered (stars): the three register it at
 	// once.
-	nodes := clusterProxies(t, c, "downloads", "downloads, stars", 48, "200ms")
+	nodes := clusterProxies(t, c, "downloads", "downloads, stars", 48, "500ms")
 	// The load: autocommit increments of downloads, transactions of stars.
 	var (
 		downloads, stars     atomic.Int64
@@ -61,7 +63,9 @@ func TestCluster(t *testing.T) {
 		wg                   sync.WaitGroup
 		stop                 = make(chan struct{})
 		errs                 = make(chan error, 32)
+		handOuts             atomic.Bool
 	)
+	handOuts.Store(true)
 	for i := range 32 {
 		db := nodes[i%3].db
 		wg.Add(1)
@@ -74,7 +78,8 @@ func TestCluster(t *testing.T) {
 				default:
 				}
 				var err error
-				if i%3 == 0 {
+				tx := i%3 == 0 && handOuts.Load()
+				if tx {
 					_, err = handOut(db)
 					if err == nil {
 						stars.Add(1)
@@ -87,7 +92,7 @@ func TestCluster(t *testing.T) {
 				}
 				if certificationFailure(err) {
 					// Certification failed: the application tries again.
-					if i%3 == 0 {
+					if tx {
 						retriedTx.Add(1)
 					} else if retriedAC.Add(1) == 1 {
 						t.Logf("an autocommit increment failed: %v", err)
@@ -111,19 +116,32 @@ func TestCluster(t *testing.T) {
 	}
 	// Meanwhile every proxy's roll-up folds its own part of the hot
 	// record's slots (the others' are written by increments through other
-	// nodes, and a fold of them would lose certification against them):
-	// each keeps slotproxy_rollup_staleness_seconds within 3 s (a
-	// max_staleness of 15 passes; seen up to 1.2 s on a quiet machine).
-	time.Sleep(3 * time.Second)
-	var staleness []float64
-	for range 5 {
-		time.Sleep(200 * time.Millisecond)
-		for _, n := range nodes {
-			staleness = append(staleness, scrape(t, n.metrics)["slotproxy_rollup_staleness_seconds"])
+	// nodes, and a fold of them would lose certification against them).
+	// After 3 s the clients of proxy 0 turn from hand-outs to autocommit
+	// increments too: with 32 writers of one record each proxy's
+	// slotproxy_rollup_staleness_seconds stays under 2 s, a max_staleness
+	// of 4 passes. (Passes every 500 ms, not faster: each fold of the hot
+	// record that a node applies may meet the Galera stall of limits.md.)
+	// (While hand-outs queue on the base row, which each
+	// holds from its read to its COMMIT, a fold waits its turn, up to a
+	// second a pass: logged, not asserted.)
+	sample := func() []float64 {
+		var out []float64
+		for range 5 {
+			time.Sleep(200 * time.Millisecond)
+			for _, n := range nodes {
+				out = append(out, scrape(t, n.metrics)["slotproxy_rollup_staleness_seconds"])
+			}
 		}
+		return out
 	}
-	if slices.Max(staleness) >= 3 {
-		clusterState(t, c) // what held the cluster up
+	time.Sleep(2 * time.Second)
+	withHandOuts := sample()
+	handOuts.Store(false)
+	time.Sleep(2 * time.Second)
+	staleness := sample()
+	if slices.Max(staleness) >= 2 {
+		clusterState(t, c) // what held the roll-up up
 	}
 	close(stop)
 	wg.Wait()
@@ -131,9 +149,10 @@ func TestCluster(t *testing.T) {
 	for err := range errs {
 		t.Fatalf("a client failed: %v", err)
 	}
-	t.Logf("slotproxy_rollup_staleness_seconds under load, every 200ms on each proxy: %v", staleness)
-	if worst := slices.Max(staleness); worst >= 3 {
-		t.Errorf("slotproxy_rollup_staleness_seconds reached %.1f s under load, want under 3 s", worst)
+	t.Logf("slotproxy_rollup_staleness_seconds every 200ms on each proxy, with hand-outs: %v", withHandOuts)
+	t.Logf("slotproxy_rollup_staleness_seconds every 200ms on each proxy, 32 writers: %v", staleness)
+	if worst := slices.Max(staleness); worst >= 2 {
+		t.Errorf("slotproxy_rollup_staleness_seconds reached %.1f s with 32 writers of one record, want under 2 s", worst)
 	}
 	t.Logf("%d autocommit increments (%d failed certification and were retried by the clients), %d transactions committed (%d failed certification)",
 		downloads.Load(), retriedAC.Load(), stars.Load(), retriedTx.Load())

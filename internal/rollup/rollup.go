@@ -409,7 +409,7 @@ func (r *Roller) passOne(ctx context.Context, conn Conn, slots string, targets m
 				continue
 			}
 		}
-		one, err := r.fold(conn, slots, tg, rc.id, pt, k, oldest, known, false)
+		one, err := r.foldAgain(conn, slots, tg, rc.id, pt, k, oldest, known, false)
 		var me *mysql.MyError
 		if errors.As(err, &me) && me.Code == nowait {
 			// Base row busy: folded below, waiting for it.
@@ -436,7 +436,7 @@ func (r *Roller) passOne(ctx context.Context, conn Conn, slots string, targets m
 			k = ownSlots
 		}
 		start := time.Now()
-		one, err := r.fold(conn, slots, tg, rc.id, pt, k, oldest, known, true)
+		one, err := r.foldAgain(conn, slots, tg, rc.id, pt, k, oldest, known, true)
 		*waitLeft -= time.Since(start)
 		one, err = r.settle(opts, tg, rc.id, one, err)
 		st.add(one)
@@ -446,6 +446,26 @@ func (r *Roller) passOne(ctx context.Context, conn Conn, slots string, targets m
 	}
 	return st, nil
 }
+
+// foldAgain is fold, tried again (up to foldAttempts in all) after a
+// deadlock or a cluster's certification failure: on a multi-primary
+// cluster every proxy's roll-up writes a hot record's base row, and two
+// folds of it through different nodes at once fail one of them. A lock
+// wait is not tried again.
+func (r *Roller) foldAgain(conn Conn, slots string, tg target, id int64, pt partition, k part, oldest time.Duration, known, wait bool) (Stats, error) {
+	for attempt := 1; ; attempt++ {
+		st, err := r.fold(conn, slots, tg, id, pt, k, oldest, known, wait)
+		var me *mysql.MyError
+		if attempt == foldAttempts || !errors.As(err, &me) ||
+			me.Code != mysql.ER_LOCK_DEADLOCK && me.Code != 3101 && me.Code != mysql.ER_ERROR_DURING_COMMIT {
+			return st, err
+		}
+		time.Sleep(time.Duration(attempt) * time.Millisecond)
+	}
+}
+
+// foldAttempts bounds foldAgain.
+const foldAttempts = 3
 
 // foldQuiet folds the other parts' slot rows of a record (see
 // Options.Partition) when they are as the previous pass saw them, and
