@@ -59,6 +59,12 @@ type Options struct {
 	// proxy stopped) stays quiet, and whichever roll-up finds it so folds
 	// it.
 	Partition func() (count, index int)
+	// QuietAfter is how long another part must stay unchanged before a
+	// pass folds it: longer than a node's applier may lag behind under
+	// load (a part that only looks unchanged from here is another
+	// proxy's, live, and a fold of it would fail certification against
+	// its increments, or abort them). Zero means 5 s.
+	QuietAfter time.Duration
 }
 
 // Stats describe what a pass did.
@@ -114,7 +120,7 @@ type Roller struct {
 	cursors map[string]cursor // by slot table
 	// quiet are the other parts' slot rows of each record as the previous
 	// pass saw them (see Options.Partition).
-	quiet map[idleKey]partSeen
+	quiet map[idleKey]quietSince
 	// idle are the records seen with zero slot rows only, and when first
 	// (see deletable).
 	idle map[idleKey]time.Time
@@ -142,6 +148,12 @@ const (
 // partSeen is what a pass saw of a record's slot rows of one part: their
 // sum and how many there are.
 type partSeen struct{ sum, rows int64 }
+
+// quietSince is a part as passes saw it, and since when.
+type quietSince struct {
+	seen  partSeen
+	since time.Time
+}
 
 // partition is a pass's Options.Partition.
 type partition struct{ count, index int }
@@ -183,6 +195,9 @@ func (r *Roller) Once(ctx context.Context, conn Conn, cat *rewrite.Catalog, opts
 	}
 	if opts.LockWait == 0 {
 		opts.LockWait = time.Second
+	}
+	if opts.QuietAfter <= 0 {
+		opts.QuietAfter = 5 * time.Second
 	}
 	began := time.Now()
 	if opts.Logger == nil {
@@ -404,7 +419,7 @@ func (r *Roller) passOne(ctx context.Context, conn Conn, slots string, targets m
 		k := allSlots
 		if pt.of(tg.table.Slots) {
 			k = ownSlots
-			r.foldQuiet(conn, slots, tg, rc.id, rc.others, pt, oldest, known, &st)
+			r.foldQuiet(conn, slots, tg, rc.id, rc.others, pt, opts.QuietAfter, oldest, known, &st)
 			if rc.ownRows == 0 {
 				continue
 			}
@@ -468,22 +483,26 @@ func (r *Roller) foldAgain(conn Conn, slots string, tg target, id int64, pt part
 const foldAttempts = 3
 
 // foldQuiet folds the other parts' slot rows of a record (see
-// Options.Partition) when they are as the previous pass saw them, and
-// keeps what this pass sees for the next. Such a fold does not wait for a
-// busy base row, and one that fails is left for a later pass: those rows
-// are other roll-ups' to fold.
-func (r *Roller) foldQuiet(conn Conn, slots string, tg target, id int64, seen partSeen, pt partition, oldest time.Duration, known bool, st *Stats) {
+// Options.Partition) when passes have seen them unchanged for quietAfter,
+// and keeps what this pass sees for the next. Such a fold does not wait
+// for a busy base row, and one that fails is left for a later pass: those
+// rows are other roll-ups' to fold.
+func (r *Roller) foldQuiet(conn Conn, slots string, tg target, id int64, seen partSeen, pt partition, quietAfter time.Duration,
+	oldest time.Duration, known bool, st *Stats) {
 	key := idleKey{slots, tg.counter.RecordType, id, othersSlots}
 	if seen.rows == 0 {
 		delete(r.quiet, key)
 		return
 	}
-	before, ok := r.quiet[key]
 	if r.quiet == nil {
-		r.quiet = map[idleKey]partSeen{}
+		r.quiet = map[idleKey]quietSince{}
 	}
-	r.quiet[key] = seen
-	if !ok || before != seen {
+	before, ok := r.quiet[key]
+	if !ok || before.seen != seen {
+		r.quiet[key] = quietSince{seen, time.Now()}
+		return
+	}
+	if time.Since(before.since) < quietAfter {
 		return
 	}
 	one, err := r.fold(conn, slots, tg, id, pt, othersSlots, oldest, known, false)

@@ -445,12 +445,13 @@ func TestWaitsForBusyRow(t *testing.T) {
 // TestFoldPartition: with a slot partition (3 parts, this proxy's is 0:
 // slots 0, 3, 6, 9, …), a pass folds the proxy's part of each record, and
 // the others' parts only when a previous pass saw them as they are now
-// (quiet: their proxies are gone, or write elsewhere); a part that changed
-// meanwhile is left to its own proxy's roll-up. Totals never change.
+// and at least Options.QuietAfter before (quiet: their proxies are gone,
+// or write elsewhere); a part that changed meanwhile is left to its own
+// proxy's roll-up. Totals never change.
 func TestFoldPartition(t *testing.T) {
 	setup(t)
 	c := connect(t)
-	part := rollup.Options{Partition: func() (int, int) { return 3, 0 }}
+	part := rollup.Options{Partition: func() (int, int) { return 3, 0 }, QuietAfter: time.Millisecond}
 	before := totals(t, c)
 	slotsOf := func(q string) string {
 		t.Helper()
@@ -460,6 +461,18 @@ func TestFoldPartition(t *testing.T) {
 		}
 		s, _ := r.GetString(0, 0)
 		return s
+	}
+	// Unchanged for less than QuietAfter: not another part's to fold yet.
+	var early rollup.Roller
+	slow := part
+	slow.QuietAfter = time.Hour
+	for range 2 {
+		if _, err := early.Once(context.Background(), c, catalog(), slow); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := slotsOf(""), "1/2/5=1,2/1/1=4"; got != want {
+		t.Fatalf("after two passes within QuietAfter, slot rows with counts: %s, want %s", got, want)
 	}
 	var r rollup.Roller
 	if _, err := r.Once(context.Background(), c, catalog(), part); err != nil {
