@@ -160,6 +160,9 @@ func readModeNotes(cfg *config.Config, set *rules.Set) []string {
 			continue
 		}
 		who := fmt.Sprintf("serve's roll-up runs every %v", rollupEvery(cfg.Rollup.Interval, set))
+		if every := rollupEvery(config.ClusterRollupInterval, set); !cfg.Rollup.IntervalSet && every != rollupEvery(cfg.Rollup.Interval, set) {
+			who += fmt.Sprintf(" (every %v in front of a multi-primary cluster)", every)
+		}
 		if !cfg.Rollup.Enabled {
 			who = "rollup.enabled is false here: run slotproxy rollup (in loop mode) beside serve, or the bound is not kept"
 		}

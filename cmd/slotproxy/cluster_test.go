@@ -18,6 +18,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/slotproxy/slotproxy/internal/config"
 	"github.com/slotproxy/slotproxy/internal/testdb"
 )
 
@@ -500,7 +501,9 @@ func syncedRows(db *sql.DB, q string) (string, error) {
 	return strings.Join(out, " "), nil
 }
 
-// TestClusterStartups: 20 times, three proxies (one per node) start at once
+// TestClusterStartups: the proxies' roll-up passes every 10 s in front of a
+// cluster when rollup.interval is not set. Then 20 times, three proxies
+// (one per node) start at once
 // while the rules name a counter that no proxy has registered yet: each
 // registers it from its own node, their inserts fail certification against
 // each other and are retried. Every proxy must start (none may exit) and
@@ -519,6 +522,18 @@ func TestClusterStartups(t *testing.T) {
 		t.Fatal(err)
 	}
 	nodes := clusterProxies(t, c, "downloads", "downloads", 48, "")
+	// rollup.interval not set: in front of a cluster, a pass every 10 s.
+	for i, n := range nodes {
+		line := ""
+		for l := range strings.SplitSeq(n.proc.stderr(), "\n") {
+			if strings.Contains(l, `msg="roll-up started"`) {
+				line = l
+			}
+		}
+		if got := logValue(t, line, "interval"); got != config.ClusterRollupInterval.String() {
+			t.Errorf("proxy %d: roll-up interval %q, want %v (%s)", i, got, config.ClusterRollupInterval, line)
+		}
+	}
 	rules := filepath.Join(filepath.Dir(nodes[0].config), "rules", "repos.yaml")
 	direct, err := sql.Open("mysql", c.Nodes[0].DSN(testdb.User, testdb.Password, clusterSchema, ""))
 	if err != nil {

@@ -230,7 +230,8 @@ func restartKeys(cur, next *config.Config) []string {
 	diff("log.format", cur.Log.Format, next.Log.Format)
 	diff("rules", cur.Rules == "", next.Rules == "")
 	diff("rollup.enabled", cur.Rollup.Enabled, next.Rollup.Enabled)
-	diff("rollup.interval", cur.Rollup.Interval, next.Rollup.Interval)
+	// Set or not: not set, serve in front of a cluster passes every 10 s.
+	diff("rollup.interval", [2]any{cur.Rollup.Interval, cur.Rollup.IntervalSet}, [2]any{next.Rollup.Interval, next.Rollup.IntervalSet})
 	diff("rollup.batch", cur.Rollup.Batch, next.Rollup.Batch)
 	diff("retries", cur.Retries, next.Retries)
 	diff("coalesce", cur.Coalesce, next.Coalesce)

@@ -89,6 +89,11 @@ func runRollupLoop(ctx context.Context, cfg func() *config.Config, cat func() *r
 		opts.Batch = 1 << 30
 	}
 	interval := start.Rollup.Interval
+	if partition != nil && !start.Rollup.IntervalSet {
+		if count, _ := partition(); count > 1 {
+			interval = config.ClusterRollupInterval
+		}
+	}
 	if b := minStaleness(cat()); b > 0 && b/2 < interval {
 		// A pass must begin and end within reads: rolled_up's bound.
 		interval = b / 2

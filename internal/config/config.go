@@ -97,12 +97,22 @@ type Metrics struct {
 // that the endpoint is not exposed unless asked for.
 const DefaultMetricsListen = "127.0.0.1:9307"
 
+// ClusterRollupInterval is serve's time between roll-up passes in front of
+// a multi-primary cluster (a slot partition of more than one part) when
+// rollup.interval is not set: every fold that another node applies aborts
+// that node's transactions holding the record, and without reads:
+// rolled_up nothing needs folds sooner.
+const ClusterRollupInterval = 10 * time.Second
+
 // Rollup configures the background roll-up.
 type Rollup struct {
 	// Enabled runs roll-up inside serve (when rules are set).
 	Enabled bool
 	// Interval is the time between passes.
 	Interval time.Duration
+	// IntervalSet says the file set Interval; otherwise serve in front of
+	// a multi-primary cluster passes every ClusterRollupInterval.
+	IntervalSet bool
 	// Batch bounds the records folded per slot table and pass.
 	Batch int
 }
