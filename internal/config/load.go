@@ -138,12 +138,12 @@ func (d *decoder) config(n *yaml.Node, c *Config) error {
 		},
 		"rollup": func(v *yaml.Node, key string) error {
 			return d.mapping(v, key, fields{
-				"enabled":  d.boolean(&c.Rollup.Enabled),
+				"enabled": d.boolean(&c.Rollup.Enabled),
 				"interval": func(v *yaml.Node, key string) error {
 					c.Rollup.IntervalSet = true
 					return d.duration(&c.Rollup.Interval)(v, key)
 				},
-				"batch":    d.integer(&c.Rollup.Batch),
+				"batch": d.integer(&c.Rollup.Batch),
 			})
 		},
 		"retries":  d.integer(&c.Retries),
