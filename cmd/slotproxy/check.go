@@ -159,8 +159,8 @@ func readModeNotes(cfg *config.Config, set *rules.Set) []string {
 		if !r.RolledUp() {
 			continue
 		}
-		who := fmt.Sprintf("serve's roll-up runs every %v", rollupEvery(cfg.Rollup.Interval, set))
-		if every := rollupEvery(config.ClusterRollupInterval, set); !cfg.Rollup.IntervalSet && every != rollupEvery(cfg.Rollup.Interval, set) {
+		who := fmt.Sprintf("serve's roll-up runs every %v", rollupEvery(cfg.Rollup.Every(false), set))
+		if every := rollupEvery(cfg.Rollup.Every(true), set); every != rollupEvery(cfg.Rollup.Every(false), set) {
 			who += fmt.Sprintf(" (every %v in front of a multi-primary cluster)", every)
 		}
 		if !cfg.Rollup.Enabled {

@@ -230,8 +230,7 @@ func restartKeys(cur, next *config.Config) []string {
 	diff("log.format", cur.Log.Format, next.Log.Format)
 	diff("rules", cur.Rules == "", next.Rules == "")
 	diff("rollup.enabled", cur.Rollup.Enabled, next.Rollup.Enabled)
-	// Set or not: not set, serve in front of a cluster passes every 10 s.
-	diff("rollup.interval", [2]any{cur.Rollup.Interval, cur.Rollup.IntervalSet}, [2]any{next.Rollup.Interval, next.Rollup.IntervalSet})
+	diff("rollup.interval", cur.Rollup.Interval, next.Rollup.Interval)
 	diff("rollup.batch", cur.Rollup.Batch, next.Rollup.Batch)
 	diff("retries", cur.Retries, next.Retries)
 	diff("coalesce", cur.Coalesce, next.Coalesce)

@@ -88,12 +88,12 @@ func runRollupLoop(ctx context.Context, cfg func() *config.Config, cat func() *r
 	if all {
 		opts.Batch = 1 << 30
 	}
-	interval := start.Rollup.Interval
-	if partition != nil && !start.Rollup.IntervalSet {
-		if count, _ := partition(); count > 1 {
-			interval = config.ClusterRollupInterval
-		}
+	cluster := false
+	if partition != nil {
+		count, _ := partition()
+		cluster = count > 1
 	}
+	interval := start.Rollup.Every(cluster)
 	if b := minStaleness(cat()); b > 0 && b/2 < interval {
 		// A pass must begin and end within reads: rolled_up's bound.
 		interval = b / 2

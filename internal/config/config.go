@@ -97,24 +97,40 @@ type Metrics struct {
 // that the endpoint is not exposed unless asked for.
 const DefaultMetricsListen = "127.0.0.1:9307"
 
-// ClusterRollupInterval is serve's time between roll-up passes in front of
-// a multi-primary cluster (a slot partition of more than one part) when
-// rollup.interval is not set: every fold that another node applies aborts
-// that node's transactions holding the record, and without reads:
-// rolled_up nothing needs folds sooner.
-const ClusterRollupInterval = 10 * time.Second
+// Roll-up intervals of rollup.interval: auto (Rollup.Interval 0).
+const (
+	// SingleRollupInterval is the time between passes in front of one
+	// server.
+	SingleRollupInterval = time.Second
+	// ClusterRollupInterval is the time between passes in front of a
+	// multi-primary cluster (a slot partition of more than one part):
+	// every fold that another node applies aborts that node's
+	// transactions holding the record, and without reads: rolled_up
+	// nothing needs folds sooner.
+	ClusterRollupInterval = 10 * time.Second
+)
 
 // Rollup configures the background roll-up.
 type Rollup struct {
 	// Enabled runs roll-up inside serve (when rules are set).
 	Enabled bool
-	// Interval is the time between passes.
+	// Interval is the time between passes; 0 is auto (see Every).
 	Interval time.Duration
-	// IntervalSet says the file set Interval; otherwise serve in front of
-	// a multi-primary cluster passes every ClusterRollupInterval.
-	IntervalSet bool
 	// Batch bounds the records folded per slot table and pass.
 	Batch int
+}
+
+// Every is the time between passes: Interval, or when it is auto
+// ClusterRollupInterval in front of a multi-primary cluster and
+// SingleRollupInterval otherwise.
+func (r Rollup) Every(cluster bool) time.Duration {
+	switch {
+	case r.Interval > 0:
+		return r.Interval
+	case cluster:
+		return ClusterRollupInterval
+	}
+	return SingleRollupInterval
 }
 
 // Admin is the proxy's own backend account.
@@ -279,7 +295,7 @@ func Default() *Config {
 		},
 		Limits: Limits{MaxUnauthenticated: 64, MaxHandshakeQueue: 10000, MaxStatementBytes: 64 << 20,
 			MaxConcurrentRewrites: 64, QueueWait: 2 * time.Second},
-		Rollup:        Rollup{Enabled: true, Interval: time.Second, Batch: 1000},
+		Rollup:        Rollup{Enabled: true, Batch: 1000},
 		Retries:       3,
 		Coalesce:      true,
 		Log:           Log{Level: slog.LevelInfo, Format: LogText},
@@ -345,11 +361,13 @@ func (c *Config) check(s *source) error {
 		{"timeouts.handshake", c.Timeouts.Handshake},
 		{"timeouts.shutdown", c.Timeouts.Shutdown},
 		{"timeouts.client_write", c.Timeouts.ClientWrite},
-		{"rollup.interval", c.Rollup.Interval},
 	} {
 		if d.val <= 0 {
 			return s.err(d.key, fmt.Errorf("must be positive, got %v", d.val))
 		}
+	}
+	if c.Rollup.Interval < 0 {
+		return s.err("rollup.interval", fmt.Errorf("must be positive or auto, got %v", c.Rollup.Interval))
 	}
 	if n := c.Rollup.Batch; n <= 0 {
 		return s.err("rollup.batch", fmt.Errorf("must be positive, got %d", n))

@@ -120,7 +120,7 @@ func TestLoadFull(t *testing.T) {
 		Rules:         filepath.Join(dir, "rules.d"),
 		SlotsTable:    "my_slots",
 		Admin:         Admin{User: "slotproxy", Password: "s3cret: yes"},
-		Rollup:        Rollup{Enabled: false, Interval: 250 * time.Millisecond, IntervalSet: true, Batch: 50},
+		Rollup:        Rollup{Enabled: false, Interval: 250 * time.Millisecond, Batch: 50},
 		Retries:       5,
 		Coalesce:      false,
 		Metrics:       Metrics{Listen: "[::1]:9400"},

@@ -138,12 +138,9 @@ func (d *decoder) config(n *yaml.Node, c *Config) error {
 		},
 		"rollup": func(v *yaml.Node, key string) error {
 			return d.mapping(v, key, fields{
-				"enabled": d.boolean(&c.Rollup.Enabled),
-				"interval": func(v *yaml.Node, key string) error {
-					c.Rollup.IntervalSet = true
-					return d.duration(&c.Rollup.Interval)(v, key)
-				},
-				"batch": d.integer(&c.Rollup.Batch),
+				"enabled":  d.boolean(&c.Rollup.Enabled),
+				"interval": d.durationOrAuto(&c.Rollup.Interval),
+				"batch":    d.integer(&c.Rollup.Batch),
 			})
 		},
 		"retries":  d.integer(&c.Retries),
@@ -341,6 +338,24 @@ func (d *decoder) integerOrAuto(dst *int) handler {
 		}
 		if *dst, err = strconv.Atoi(s); err != nil {
 			return d.errAt(v.Line, key, fmt.Errorf("want auto or a whole number, got %q", s))
+		}
+		return nil
+	}
+}
+
+// durationOrAuto stores a duration, or 0 for auto.
+func (d *decoder) durationOrAuto(dst *time.Duration) handler {
+	return func(v *yaml.Node, key string) error {
+		s, err := d.scalar(v, key)
+		if err != nil {
+			return err
+		}
+		if strings.EqualFold(s, "auto") {
+			*dst = 0
+			return nil
+		}
+		if *dst, err = time.ParseDuration(s); err != nil || *dst <= 0 {
+			return d.errAt(v.Line, key, fmt.Errorf("want auto or a positive duration such as 5s or 500ms, got %q", s))
 		}
 		return nil
 	}
