@@ -176,3 +176,34 @@ func TestUntoldWords(t *testing.T) {
 		}
 	}
 }
+
+// TestUntoldRetry: a statement that was the whole of its transaction so far
+// (autocommit, or first after BEGIN) and met a deadlock of its own is run
+// again (retry): nothing of the client's was lost, so the deadlock is not
+// the client's to hear, and the proxy's BEGIN and statement that follow
+// are sent.
+func TestUntoldRetry(t *testing.T) {
+	u := newUntoldSession(t)
+	u.s.env.MaxRetries = 3
+	got := u.serve(t, deadlockPacket)
+	if _, err := u.s.query("INSERT INTO slotted_counters SELECT 1"); err != nil {
+		t.Fatal(err)
+	}
+	<-got
+	if u.s.untold == nil {
+		t.Fatal("the deadlock was not noted")
+	}
+	if !u.s.retry(mysql.ER_LOCK_DEADLOCK, 1) {
+		t.Fatal("a deadlock at the first attempt is not retried")
+	}
+	if u.s.untold != nil {
+		t.Fatal("the retried deadlock is still to be told to the client")
+	}
+	sent := u.serve(t, okPacket(u.autocomm|mysql.SERVER_STATUS_IN_TRANS))
+	if _, err := u.s.query("BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if q := <-sent; q != "BEGIN" {
+		t.Fatalf("the backend got %q", q)
+	}
+}

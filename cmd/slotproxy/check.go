@@ -159,9 +159,10 @@ func readModeNotes(cfg *config.Config, set *rules.Set) []string {
 		if !r.RolledUp() {
 			continue
 		}
-		who := fmt.Sprintf("serve's roll-up runs every %v", rollupEvery(cfg.Rollup.Every(false), set))
-		if every := rollupEvery(cfg.Rollup.Every(true), set); every != rollupEvery(cfg.Rollup.Every(false), set) {
-			who += fmt.Sprintf(" (every %v in front of a multi-primary cluster)", every)
+		single, cluster := rollupEvery(cfg.Rollup.Every(false), set), rollupEvery(cfg.Rollup.Every(true), set)
+		who := fmt.Sprintf("serve's roll-up runs every %v", single)
+		if cluster != single {
+			who += fmt.Sprintf(" (every %v in front of a multi-primary cluster)", cluster)
 		}
 		if !cfg.Rollup.Enabled {
 			who = "rollup.enabled is false here: run slotproxy rollup (in loop mode) beside serve, or the bound is not kept"
