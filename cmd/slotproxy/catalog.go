@@ -85,22 +85,11 @@ func loadRewriter(ctx context.Context, cfg *config.Config, set *rules.Set, log *
 // cannot tell, or a part that does not fit, leaves every slot to pick
 // from, with a warning.
 func applySlotPartition(ctx context.Context, cfg *config.Config, srv *proxy.Server, log *slog.Logger) {
-	count, index := cfg.SlotPartition.Count, cfg.SlotPartition.Index
-	from := "slot_partition"
-	if count == config.Auto || index == config.Auto {
-		node, err := detectNode(ctx, cfg)
-		if err != nil {
-			log.Warn("cannot tell the backend's place in a cluster: increments pick from every slot", "err", err)
-			_ = srv.SetSlotPartition(1, 0)
-			return
-		}
-		if count == config.Auto {
-			count = node.Size
-		}
-		if index == config.Auto {
-			index = node.Index
-		}
-		from = node.String()
+	count, index, from, err := resolveSlotPartition(ctx, cfg)
+	if err != nil {
+		log.Warn("cannot tell the backend's place in a cluster: increments pick from every slot", "err", err)
+		_ = srv.SetSlotPartition(1, 0)
+		return
 	}
 	if err := srv.SetSlotPartition(count, index); err != nil {
 		log.Warn("slot partition does not fit: increments pick from every slot", "count", count, "index", index, "from", from)
@@ -109,6 +98,80 @@ func applySlotPartition(ctx context.Context, cfg *config.Config, srv *proxy.Serv
 	}
 	if count > 1 {
 		log.Info("slot partition: increments pick slots s with s % count = index", "count", count, "index", index, "from", from)
+	}
+}
+
+// resolveSlotPartition returns cfg.SlotPartition with what is auto asked of
+// the backend, and where it came from (the backend's place in its cluster,
+// or "slot_partition").
+func resolveSlotPartition(ctx context.Context, cfg *config.Config) (count, index int, from string, err error) {
+	count, index = cfg.SlotPartition.Count, cfg.SlotPartition.Index
+	if count != config.Auto && index != config.Auto {
+		return count, index, "slot_partition", nil
+	}
+	node, err := detectNode(ctx, cfg)
+	if err != nil {
+		return 0, 0, "", err
+	}
+	if count == config.Auto {
+		count = node.Size
+	}
+	if index == config.Auto {
+		index = node.Index
+	}
+	return count, index, node.String(), nil
+}
+
+// partitionRecheck is how often serve asks its backend again for its place
+// in a cluster (see watchSlotPartition).
+const partitionRecheck = 5 * time.Second
+
+// watchSlotPartition keeps an automatic slot partition (slot_partition
+// auto, the default) in step with the cluster's membership: every
+// partitionRecheck it asks the backend again for its place, and applies a
+// part that changed (a node left or joined, and the nodes' indexes moved),
+// so that the proxies of the nodes left share the slots among them again
+// instead of two of them picking from one part. A backend that cannot
+// tell (unreachable, not in the primary component) keeps the part as it
+// is. A backend found to be a single server is not asked again. It
+// returns when ctx ends; cfg gives the configuration in force (reloads may
+// change it).
+func watchSlotPartition(ctx context.Context, cfg func() *config.Config, srv *proxy.Server, log *slog.Logger) {
+	t := time.NewTicker(partitionRecheck)
+	defer t.Stop()
+	single := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		c := cfg()
+		if single || c.SlotPartition.Count != config.Auto && c.SlotPartition.Index != config.Auto {
+			continue
+		}
+		count, index, from, err := resolveSlotPartition(ctx, c)
+		if err != nil {
+			log.Debug("cannot tell the backend's place in a cluster: the slot partition stays", "err", err)
+			continue
+		}
+		single = from == cluster.KindSingle
+		if count <= 1 {
+			count, index = 1, 0
+		}
+		was, wasIndex := srv.SlotPartition()
+		if was <= 1 {
+			was, wasIndex = 1, 0
+		}
+		if count == was && index == wasIndex {
+			continue
+		}
+		if err := srv.SetSlotPartition(count, index); err != nil {
+			log.Warn("slot partition does not fit: the slot partition stays", "count", count, "index", index, "from", from)
+			continue
+		}
+		log.Info("slot partition changed: the cluster's membership changed", "count", count, "index", index,
+			"was_count", was, "was_index", wasIndex, "from", from)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -308,6 +309,22 @@ func TestCluster(t *testing.T) {
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
+	}
+	// The cluster has two nodes now: proxy 1 takes one of two parts of
+	// the slots (without a reload), so that it and a proxy of node 0 share
+	// them again.
+	changed := regexp.MustCompile(`msg="slot partition changed[^"]*" count=(\d+) index=(\d+)`)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		m := changed.FindAllStringSubmatch(nodes[1].proc.stderr(), -1)
+		if len(m) > 0 && m[len(m)-1][1] == "2" {
+			t.Logf("proxy 1 after node 2 left: part %s of %s", m[len(m)-1][2], m[len(m)-1][1])
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("proxy 1 did not take a part of two slots within 30 s of node 2's kill; its log says: %q", m)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 

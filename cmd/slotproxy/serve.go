@@ -153,6 +153,12 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		logger.Info("loaded rules", "dir", cfg.Rules, "tables", len(rw.Catalog().Tables()),
 			"backend_version", version, "dialect", dialect.Parse(version).String(), "row_alias", dialect.Parse(version).UpsertRowAlias())
 		applySlotPartition(ctx, cfg, srv, logger)
+		watched := make(chan struct{})
+		go func() {
+			defer close(watched)
+			watchSlotPartition(ctx, l.config, srv, logger)
+		}()
+		defer func() { cancel(); <-watched }()
 		srv.SetRewriter(rw)
 		l.set = set
 		ready.loaded.Store(true)
