@@ -56,6 +56,10 @@ func (s *Session) sqlPrepared(rw *rewrite.Rewriter, sql, payload []byte) (done b
 	case verb == rewrite.ExecuteVerb:
 		wop := w.Op.(*rewrite.Guarded)
 		g := *wop.Guards[0]
+		if g.Fallback != nil {
+			// (Its parameters are not bound: the probe is not run.)
+			g = *g.Fallback
+		}
 		bound, ok := rewrite.BindVars(g.KeysSQL, s.rewriteSession(), pick(using, g.KeysParams))
 		if !ok {
 			return false, nil // the server's own error for a wrong USING list

@@ -317,6 +317,17 @@ type Guard struct {
 	// then the statement writes and locks nothing, and neither does the
 	// guard.
 	ScanWhere bool
+	// Fallback, when set, is the guard to run instead when ProbeSQL finds
+	// no row: KeysSQL names rows that may not exist (an upsert's unique
+	// key values), and a locking read of a row that does not exist locks
+	// the gap where it would go, which the statement itself does not (two
+	// such upserts of one new row would deadlock, where directly one waits
+	// for the other). ProbeSQL is KeysSQL without its locks, with the same
+	// parameters. In the client's transaction, where a probe would take
+	// its snapshot early, the executor runs KeysSQL alone (see executor's
+	// probeGuard).
+	Fallback *Guard
+	ProbeSQL string
 }
 
 // An Effect is what the session does or learns once a statement
@@ -461,7 +472,9 @@ func (m *sqlMapper) guard(g *Guard) *Guard {
 	c := *g
 	m.text(&c.KeysSQL)
 	m.text(&c.ScanSQL)
+	m.text(&c.ProbeSQL)
 	c.Keys = m.keys(c.Keys)
+	c.Fallback = m.guard(c.Fallback)
 	return &c
 }
 

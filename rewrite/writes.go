@@ -1007,13 +1007,21 @@ func (r *Rewriter) upsertGuarded(s *ast.InsertStmt, t *Table, w *reads, start, e
 		return -1
 	}
 	keyCol := colIndex(t.Key)
-	if s.Select != nil || keyCol < 0 || len(s.Lists) == 0 {
+	// A statement that leaves out an AUTO_INCREMENT key inserts each row
+	// with a value the server generates, above every key in the table: it
+	// can conflict on the table's other unique keys only (unless an
+	// INSERT trigger sets the key).
+	generatedKey := keyCol < 0 && t.Inserted.KeyAutoIncrement && !t.Inserted.Trigger
+	if s.Select != nil || keyCol < 0 && !generatedKey || len(s.Lists) == 0 {
 		// The rows it may replace or update are known only once it runs.
 		return w.wideGuarded([]*Table{t}, start, end)
 	}
 	g := &Guard{}
 	var keys []string
 	for _, row := range s.Lists {
+		if generatedKey {
+			break
+		}
 		if keyCol >= len(row) || !isIntLiteralOrParam(row[keyCol]) {
 			return w.wideGuarded([]*Table{t}, start, end)
 		}
@@ -1030,7 +1038,7 @@ func (r *Rewriter) upsertGuarded(s *ast.InsertStmt, t *Table, w *reads, start, e
 	lookup := func(cond string) string {
 		return fmt.Sprintf("(SELECT %s FROM %s WHERE %s FOR UPDATE)", quoteIdent(t.Key), t.Qualified(), cond)
 	}
-	var parts []string
+	var parts, probes []string
 	for _, k := range keys {
 		parts = append(parts, lookup(quoteIdent(t.Key)+" = "+k))
 	}
@@ -1045,6 +1053,11 @@ unique:
 			}
 		}
 		uniqueKeys = append(uniqueKeys, uk)
+	}
+	if len(uniqueKeys) == 0 && generatedKey {
+		// It conflicts with no row: every row is inserted, as by a plain
+		// INSERT.
+		return w.readPlan(start, end)
 	}
 	if len(uniqueKeys) == 0 {
 		// The key is the only one it can conflict on: at READ COMMITTED
@@ -1086,10 +1099,21 @@ unique:
 				}
 			}
 			parts = append(parts, lookup(strings.Join(conds, " AND ")))
+			probes = append(probes, fmt.Sprintf("(SELECT %s FROM %s WHERE %s)", quoteIdent(t.Key), t.Qualified(), strings.Join(conds, " AND ")))
 		}
 	}
 	g.KeysSQL = strings.Join(parts, " UNION ALL ")
 	g.Table = t
+	if generatedKey {
+		// Its rows are new ones unless they meet a unique key's values:
+		// locked by those values when they exist, else as when the
+		// rows it writes were unknown (see Guard.Fallback).
+		wide, ok := w.wideGuarded([]*Table{t}, start, end).Op.(*Guarded)
+		if !ok {
+			return w.wideGuarded([]*Table{t}, start, end)
+		}
+		g.Fallback, g.ProbeSQL = wide.Guards[0], strings.Join(probes, " UNION ALL ")
+	}
 	return Plan{Op: &Guarded{SQL: apply(w.sql, start, end, w.edits), Guards: []*Guard{g}}, Table: t}
 }
 
