@@ -20,6 +20,7 @@ var liveSchema = []string{
 	"CREATE TABLE pages (page_id BIGINT NOT NULL PRIMARY KEY, views INT NOT NULL DEFAULT 0)",
 	"CREATE TABLE likes (id BIGINT NOT NULL PRIMARY KEY, n INT NOT NULL DEFAULT 0)",
 	"CREATE TABLE users (id INT NOT NULL PRIMARY KEY, name VARCHAR(50) NOT NULL DEFAULT '', downloads INT NOT NULL DEFAULT 0)",
+	"CREATE TABLE queries (id INT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY, q VARCHAR(50) NULL, store INT NOT NULL DEFAULT 0, hits INT NOT NULL DEFAULT 0, UNIQUE KEY (q, store))",
 	"CREATE TABLE slotted_counters (record_type SMALLINT UNSIGNED NOT NULL, record_id BIGINT NOT NULL, slot SMALLINT UNSIGNED NOT NULL, count BIGINT NOT NULL, PRIMARY KEY (record_type, record_id, slot))",
 }
 
@@ -202,6 +203,9 @@ func liveStatements(p Plan) []string {
 		out = append(out, liveStatements(fb)...)
 	case *Guarded:
 		for _, g := range op.Guards {
+			if g.Fallback != nil {
+				out = append(out, g.ProbeSQL, g.Fallback.KeysSQL)
+			}
 			out = append(out, g.KeysSQL, g.Table.LockSQL([]string{"1", "2"}))
 			// Both folds: in a transaction's snapshot (refresh) and not.
 			folds(g, true)

@@ -953,6 +953,10 @@ func explainGuard(b *strings.Builder, g *Guard, refresh bool) {
 		fmt.Fprintf(b, "guard (REPEATABLE READ, SERIALIZABLE): %s\n", g.ScanSQL)
 		fmt.Fprintf(b, "slotted records: %s\n", t.SlottedRowsSQL("", FoldBatch, false))
 		fmt.Fprintf(b, "guard (READ COMMITTED): %s\n", g.KeysSQL)
+	} else if g.Fallback != nil {
+		fmt.Fprintf(b, "probe (autocommit): %s\n", g.ProbeSQL)
+		fmt.Fprintf(b, "guard (a row found, or in a transaction): %s\n", g.KeysSQL)
+		fmt.Fprintf(b, "guard (autocommit, no row found): %s\n", g.Fallback.KeysSQL)
 	} else {
 		fmt.Fprintf(b, "guard: %s\n", g.KeysSQL)
 	}

@@ -40,6 +40,18 @@ func testCatalog() *Catalog {
 		Columns:    []string{"id", "n"},
 		Counters:   []Counter{{Name: "n", RecordType: 6, Min: "-2147483648", Max: "2147483647"}},
 		SlotsTable: "slotted_counters", Slots: 16, RolledUp: true, MaxStaleness: 10 * time.Second,
+	}, {
+		// An AUTO_INCREMENT key and a UNIQUE key beside it (Magento's
+		// search_query).
+		Schema: "app", Name: "queries", Key: "id",
+		Columns:    []string{"id", "q", "store", "hits"},
+		Counters:   []Counter{{Name: "hits", RecordType: 7, Min: "-2147483648", Max: "2147483647"}},
+		SlotsTable: "slotted_counters", Slots: 16,
+		UniqueKeys:  [][]string{{"q", "store"}},
+		NullDefault: []string{"q"},
+		Inserted: Inserted{KeyAutoIncrement: true, IntRanges: map[string][2]string{
+			"id": {"0", "4294967295"}, "store": {"-2147483648", "2147483647"}, "hits": {"-2147483648", "2147483647"}},
+			StrLens: map[string]int{"q": 50}},
 	}}, map[string][]string{"app.users": {"id", "name", "downloads"}})
 }
 

@@ -42,6 +42,12 @@ UPDATE repos r JOIN pages p ON p.page_id = r.id SET r.downloads = 0, p.views = 0
 INSERT INTO repos (id, name) SELECT id, name FROM users ON DUPLICATE KEY UPDATE downloads = 0
 -- case: REPLACE without the key folds the whole table
 REPLACE INTO repos (name, downloads) VALUES ('x', 1)
+-- case: upsert leaving out an AUTO_INCREMENT key: guarded by its UNIQUE key's values
+INSERT INTO queries (store, q, hits) VALUES (1, 'red shoes', 1) ON DUPLICATE KEY UPDATE hits = hits + 1
+-- case: REPLACE leaving out an AUTO_INCREMENT key, prepared: guarded by its UNIQUE key's values
+REPLACE INTO queries (q, store, hits) VALUES (?, ?, 40)
+-- case: upsert leaving out an AUTO_INCREMENT key and its UNIQUE key's NULL column: conflicts with no row
+INSERT INTO queries (store, hits) VALUES (1, 1) ON DUPLICATE KEY UPDATE hits = hits + 1
 -- case: upsert whose key is an expression folds the whole table
 INSERT INTO repos (id, name) VALUES (1 + 1, 'x') ON DUPLICATE KEY UPDATE stars = 0
 -- case: rename reloads the catalog
