@@ -149,10 +149,10 @@ var (
 		name: "jdbc", what: "JDBC PreparedStatement on MariaDB Connector/J (useServerPrepStmts=true)",
 		require: func(t testing.TB) {
 			require(t, "Java (a JDK) with MariaDB Connector/J 2.x (Debian: default-jdk-headless libmariadb-java)",
-				"java", "-cp", connectorJ, "java/Probe.java")
+				"java", "-XX:-UsePerfData", "-cp", connectorJ, "java/Probe.java")
 		},
 		argv: func(t testing.TB) []string {
-			return []string{"java", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", connectorJ,
+			return []string{"java", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData", "-cp", connectorJ,
 				testdataPath(t, "orm", "jdbc", "Counters.java")}
 		},
 	}
