@@ -98,7 +98,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		[]string{"outcome"})
 	m.coalesced = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "slotproxy_coalesced_batch_size",
-		Help:    "Autocommit increments of one record sent to the backend as one increment by their sum (performance.coalesce), per batch of two or more.",
+		Help:    "Autocommit increments of one record sent to the backend as one increment by their sum (coalesce: true), per batch of two or more.",
 		Buckets: []float64{2, 4, 8, 16, 32, 64, 128},
 	})
 	m.statementSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
