@@ -1749,21 +1749,8 @@ func (s *Session) lockAndFoldKeys(guards []*rewrite.Guard, ex *execution) (locke
 			}
 			// Every base row and gap locked, as the statement's own
 			// scan locks them; then the slotted records, read by key.
-			var r *wire.Response
-			if ex != nil && len(g.ScanParams) > 0 {
-				r, err = s.executeInternalRows(g.ScanSQL, ex.params, g.ScanParams, 1)
-			} else {
-				r, err = s.query(g.ScanSQL)
-			}
-			if err != nil {
-				var be *backendError
-				if errors.As(err, &be) {
-					return nil, be.pkt, nil
-				}
-				return nil, nil, err
-			}
-			if r.Failed() {
-				return nil, r.Err, nil
+			if _, errPkt, err := s.guardQuery(g.ScanSQL, ex, g.ScanParams); err != nil || errPkt != nil {
+				return nil, errPkt, err
 			}
 			if errPkt, err := s.foldAllSlotted(t); err != nil || errPkt != nil {
 				return nil, errPkt, err
@@ -1862,12 +1849,25 @@ func (s *Session) probeGuard(g *rewrite.Guard, ex *execution) (*rewrite.Guard, [
 	if !s.wrapping {
 		return g, nil, nil
 	}
-	var r *wire.Response
-	var err error
-	if ex != nil && len(g.KeysParams) > 0 {
-		r, err = s.executeInternalRows(g.ProbeSQL, ex.params, g.KeysParams, 1)
+	r, errPkt, err := s.guardQuery(g.ProbeSQL, ex, g.KeysParams)
+	if err != nil || errPkt != nil {
+		return nil, errPkt, err
+	}
+	if len(r.Rows) == 0 && r.Dropped == 0 {
+		return g.Fallback, nil, nil
+	}
+	return g, nil, nil
+}
+
+// guardQuery runs a guard's sql, which takes the client's parameters
+// params of a prepared statement's execution ex (nil for text), keeping
+// at most one row of its result when it runs prepared. errPkt is the
+// server's error to report.
+func (s *Session) guardQuery(sql string, ex *execution, params []int) (r *wire.Response, errPkt []byte, err error) {
+	if ex != nil && len(params) > 0 {
+		r, err = s.executeInternalRows(sql, ex.params, params, 1)
 	} else {
-		r, err = s.query(g.ProbeSQL)
+		r, err = s.query(sql)
 	}
 	if err != nil {
 		var be *backendError
@@ -1879,10 +1879,7 @@ func (s *Session) probeGuard(g *rewrite.Guard, ex *execution) (*rewrite.Guard, [
 	if r.Failed() {
 		return nil, r.Err, nil
 	}
-	if len(r.Rows) == 0 && r.Dropped == 0 {
-		return g.Fallback, nil, nil
-	}
-	return g, nil, nil
+	return r, nil, nil
 }
 
 // impossibleScan reports whether the server finds the WHERE clause of a

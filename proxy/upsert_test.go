@@ -185,19 +185,7 @@ func TestConcurrentFirstUpserts(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	c, err := client.Connect(p.addr, testdb.User, testdb.Password, ruled)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	r, err := c.Execute("SELECT COUNT(*), SUM(views), MIN(views), MAX(views) FROM daily")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, _ := r.GetInt(0, 0)
-	sum, _ := r.GetInt(0, 1)
-	lo, _ := r.GetInt(0, 2)
-	hi, _ := r.GetInt(0, 3)
+	n, sum, lo, hi := counterSpread(t, p.addr, ruled, "daily", "views")
 	if n != each || sum != clients*each || lo != clients || hi != clients {
 		t.Errorf("%d rows, total %d, per day %d..%d; want %d rows of %d each", n, sum, lo, hi, each, clients)
 	}
@@ -347,19 +335,7 @@ func TestConcurrentUniqueKeyUpserts(t *testing.T) {
 		for err := range errs {
 			t.Error(err)
 		}
-		c, err := client.Connect(addr, testdb.User, testdb.Password, db)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		r, err := c.Execute("SELECT COUNT(*), SUM(popularity), MIN(popularity), MAX(popularity) FROM search_query")
-		if err != nil {
-			t.Fatal(err)
-		}
-		n, _ := r.GetInt(0, 0)
-		sum, _ := r.GetInt(0, 1)
-		lo, _ := r.GetInt(0, 2)
-		hi, _ := r.GetInt(0, 3)
+		n, sum, lo, hi := counterSpread(t, addr, db, "search_query", "popularity")
 		if n != each || sum != round*clients*each || lo != round*clients || hi != round*clients {
 			t.Errorf("%s, round %d: %d rows, total %d, per query %d..%d; want %d rows of %d each", db, round, n, sum, lo, hi, each, round*clients)
 		}
@@ -375,4 +351,24 @@ func TestConcurrentUniqueKeyUpserts(t *testing.T) {
 			}
 		}
 	}
+}
+
+// counterSpread reads, through addr, the rows of table in db and the
+// total, least and greatest value of its column col.
+func counterSpread(t *testing.T, addr, db, table, col string) (n, sum, lo, hi int64) {
+	t.Helper()
+	c, err := client.Connect(addr, testdb.User, testdb.Password, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r, err := c.Execute(fmt.Sprintf("SELECT COUNT(*), SUM(%[1]s), MIN(%[1]s), MAX(%[1]s) FROM %[2]s", col, table))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ = r.GetInt(0, 0)
+	sum, _ = r.GetInt(0, 1)
+	lo, _ = r.GetInt(0, 2)
+	hi, _ = r.GetInt(0, 3)
+	return n, sum, lo, hi
 }
