@@ -282,6 +282,19 @@ func (s *Session) executeInternalRows(sql string, ep execParams, idx []int, maxR
 	return s.readRows(maxRows)
 }
 
+// binaryString returns the value of a binary-protocol row of one string
+// column (not NULL).
+func binaryString(row []byte) (string, bool) {
+	if len(row) < 3 || row[1]&0x04 != 0 { // header, NULL bitmap (offset 2 bits)
+		return "", false
+	}
+	v, n, ok := wire.LenEncString(row[2:])
+	if !ok || 2+n != len(row) {
+		return "", false
+	}
+	return string(v), true
+}
+
 // binaryInt decodes the first column of a binary-protocol row as an integer
 // of the type given by its column definition.
 func binaryInt(col, row []byte) (string, bool) {

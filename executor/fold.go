@@ -98,7 +98,7 @@ func (s *Session) foldStatements(t *rewrite.Table, keys []string, refresh bool, 
 		if r.Failed() {
 			return nil, r.Err, nil
 		}
-		got, err := slotRows(r)
+		got, err := slotRows(t, r)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -145,7 +145,7 @@ func (s *Session) slotRowsOf(t *rewrite.Table, keys []string) (rows []rewrite.Sl
 		if r.Failed() {
 			return nil, false, nil
 		}
-		rows, err := slotRows(r)
+		rows, err := slotRows(t, r)
 		return rows, err == nil, err
 	}
 	if s.env.SlotReader == nil {
@@ -153,7 +153,7 @@ func (s *Session) slotRowsOf(t *rewrite.Table, keys []string) (rows []rewrite.Sl
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), slotReadTimeout)
 	defer cancel()
-	rows, err = s.env.SlotReader.ReadSlotRows(ctx, t.SlotRowsSQL(keys))
+	rows, err = s.readSlotRows(ctx, t, t.SlotRowsSQL(keys))
 	if err != nil {
 		s.log.Warn("reading slot rows for a fold failed: locking them by range", "rule", ruleName(t), "err", err)
 		return nil, false, nil
@@ -178,7 +178,7 @@ func (s *Session) slottedKeys(t *rewrite.Table, after string, limit int, zero bo
 		if r.Failed() {
 			return nil, "", false, nil
 		}
-		if rows, err = slotRows(r); err != nil {
+		if rows, err = slotRows(t, r); err != nil {
 			return nil, "", false, err
 		}
 	} else {
@@ -187,7 +187,7 @@ func (s *Session) slottedKeys(t *rewrite.Table, after string, limit int, zero bo
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), slotReadTimeout)
 		defer cancel()
-		if rows, err = s.env.SlotReader.ReadSlotRows(ctx, q); err != nil {
+		if rows, err = s.readSlotRows(ctx, t, q); err != nil {
 			s.log.Warn("reading slot rows for a fold failed: locking them by range", "rule", ruleName(t), "err", err)
 			return nil, "", false, nil
 		}
@@ -224,12 +224,12 @@ func (s *Session) readsSlotsItself() bool {
 }
 
 // slotRows reads the rows of a SELECT of record_type, record_id, slot and
-// count.
-func slotRows(r *wire.Response) ([]rewrite.SlotRow, error) {
+// count of t's slot table; their keys as t.KeyOf gives them.
+func slotRows(t *rewrite.Table, r *wire.Response) ([]rewrite.SlotRow, error) {
 	out := make([]rewrite.SlotRow, 0, len(r.Rows))
 	for _, row := range r.Rows {
 		vals, err := wire.TextRow(row)
-		if err != nil || len(vals) != 4 || vals[0] == nil || vals[2] == nil || !isInteger(vals[1]) || !isInteger(vals[3]) {
+		if err != nil || len(vals) != 4 || vals[0] == nil || vals[1] == nil || vals[2] == nil || !t.Keyed() && !isInteger(vals[1]) || !isInteger(vals[3]) {
 			return nil, errSlotRow
 		}
 		rt, ok1 := atoi(vals[0])
@@ -237,9 +237,19 @@ func slotRows(r *wire.Response) ([]rewrite.SlotRow, error) {
 		if !ok1 || !ok2 {
 			return nil, errSlotRow
 		}
-		out = append(out, rewrite.SlotRow{RecordType: rt, Key: string(vals[1]), Slot: slot, Count: string(vals[3])})
+		out = append(out, rewrite.SlotRow{RecordType: rt, Key: t.KeyOf(string(vals[1])), Slot: slot, Count: string(vals[3])})
 	}
 	return out, nil
+}
+
+// readSlotRows reads slot rows of t with the Env's SlotReader (see
+// SlotReader), their keys as t.KeyOf gives them.
+func (s *Session) readSlotRows(ctx context.Context, t *rewrite.Table, query string) ([]rewrite.SlotRow, error) {
+	rows, err := s.env.SlotReader.ReadSlotRows(ctx, query)
+	for i := range rows {
+		rows[i].Key = t.KeyOf(rows[i].Key)
+	}
+	return rows, err
 }
 
 // atoi parses a small non-negative decimal integer.
@@ -257,7 +267,7 @@ func atoi(b []byte) (int, bool) {
 	return n, true
 }
 
-var errSlotRow = errors.New("slot table row is not (record_type, record_id, slot, count) of integers")
+var errSlotRow = errors.New("slot table row is not (record_type, record_id, slot, count)")
 
 // ownSlot is a slot row the transaction's increments wrote: its record
 // type, key ("" when the increment named its records by another UNIQUE

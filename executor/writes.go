@@ -1627,12 +1627,12 @@ const foldSavepoint = "`_slotproxy_fold`"
 // lockKeys locks the base rows of keys of t (FOR UPDATE) and returns the
 // keys that have one.
 func (s *Session) lockKeys(t *rewrite.Table, keys []string) (found []string, errPkt []byte, err error) {
-	return s.queryKeys(t.LockSQL(keys))
+	return s.queryKeys(t, t.LockSQL(keys))
 }
 
-// queryKeys runs a statement of the proxy's own that selects keys, and
-// returns them (or the server's ERR).
-func (s *Session) queryKeys(sql string) (found []string, errPkt []byte, err error) {
+// queryKeys runs a statement of the proxy's own that selects keys of t
+// (record ids), and returns them (or the server's ERR).
+func (s *Session) queryKeys(t *rewrite.Table, sql string) (found []string, errPkt []byte, err error) {
 	r, err := s.query(sql)
 	if err != nil {
 		return nil, nil, err
@@ -1642,17 +1642,17 @@ func (s *Session) queryKeys(sql string) (found []string, errPkt []byte, err erro
 	}
 	for _, row := range r.Rows {
 		vals, err := wire.TextRow(row)
-		if err != nil || len(vals) != 1 || vals[0] == nil || !isInteger(vals[0]) {
-			return nil, nil, errors.New("guard: key is not an integer")
+		if err != nil || len(vals) != 1 || vals[0] == nil || !t.Keyed() && !isInteger(vals[0]) {
+			return nil, nil, errors.New("guard: key is not a record id")
 		}
-		found = append(found, string(vals[0]))
+		found = append(found, t.KeyOf(string(vals[0])))
 	}
 	return found, nil, nil
 }
 
 // slotted returns the keys of t among keys that have slot rows.
 func (s *Session) slotted(t *rewrite.Table, keys []string) (found []string, errPkt []byte, err error) {
-	return s.queryKeys(t.SlottedSQL(keys))
+	return s.queryKeys(t, t.SlottedSQL(keys))
 }
 
 // lockKeysAndFold locks the base rows of keys of t and folds their slots;
@@ -1797,13 +1797,19 @@ func (s *Session) lockAndFoldKeys(guards []*rewrite.Guard, ex *execution) (locke
 		for _, row := range keysResp.Rows {
 			var k string
 			var ok bool
-			if binaryRows {
+			switch {
+			case binaryRows && t.Keyed():
+				k, ok = binaryString(row)
+				k = t.KeyOf(k)
+			case binaryRows:
 				k, ok = binaryInt(keysResp.Columns[0], row)
-			} else if vals, err := wire.TextRow(row); err == nil && len(vals) == 1 && vals[0] != nil {
-				k, ok = string(vals[0]), isInteger(vals[0])
+			default:
+				if vals, err := wire.TextRow(row); err == nil && len(vals) == 1 && vals[0] != nil {
+					k, ok = t.KeyOf(string(vals[0])), t.Keyed() || isInteger(vals[0])
+				}
 			}
 			if !ok {
-				return nil, nil, errors.New("guard: key is not an integer")
+				return nil, nil, errors.New("guard: key is not a record id")
 			}
 			keys = append(keys, k)
 		}

@@ -18,8 +18,13 @@ import (
 // Table is what the rewriter knows about one ruled table.
 type Table struct {
 	Schema, Name string
-	// Key is the single-column integer primary key.
+	// Key is the single-column integer primary key; "" when KeyColumns
+	// name the records instead.
 	Key string
+	// KeyColumns are the columns of any other primary key (several
+	// columns, or strings), in key order: records are named by an
+	// encoding of their values (see recordkey.go).
+	KeyColumns []KeyColumn
 	// Columns lists every column in table order (for SELECT * expansion).
 	Columns []string
 	// Counters are the ruled counter columns.
@@ -185,22 +190,28 @@ func (c *Counter) FitsShare(base, delta *big.Int) bool {
 
 // BaseValuesSQL selects the base values of columns (counters of t) of the
 // records with keys, shaped as slot rows for a SlotReader: record_type is
-// the column's index in columns, record_id the key, slot 1 for a NULL
-// value (else 0) and count the value.
+// the column's index in columns, record_id the record id, slot 1 for a
+// NULL value (else 0) and count the value.
 func (t *Table) BaseValuesSQL(columns []string, keys []string) string {
 	var parts []string
 	for i, c := range columns {
-		col := quoteIdent(c)
-		parts = append(parts, fmt.Sprintf("SELECT %d, %s, %s IS NULL, COALESCE(%s, 0) FROM %s WHERE %s IN (%s)",
-			i, quoteIdent(t.Key), col, col, t.Qualified(), quoteIdent(t.Key), strings.Join(keys, ", ")))
+		if !t.Keyed() {
+			col := quoteIdent(c)
+			parts = append(parts, fmt.Sprintf("SELECT %d, %s, %s IS NULL, COALESCE(%s, 0) FROM %s WHERE %s IN (%s)",
+				i, quoteIdent(t.Key), col, col, t.Qualified(), quoteIdent(t.Key), strings.Join(keys, ", ")))
+			continue
+		}
+		col := qualify("`_t`", c)
+		parts = append(parts, fmt.Sprintf("SELECT %d, %s, %s IS NULL, COALESCE(%s, 0) FROM %s",
+			i, t.RecordID("`_t`"), col, col, t.keysJoin(keys, "`_t`")))
 	}
 	return strings.Join(parts, " UNION ALL ")
 }
 
 // ExistsSQL selects, for a SlotReader, one row shaped as a slot row when
-// t has a row with key (a decimal integer), none otherwise.
+// t has a row with key, none otherwise.
 func (t *Table) ExistsSQL(key string) string {
-	return fmt.Sprintf("SELECT 0, %s, 0, 0 FROM %s WHERE %s = %s", quoteIdent(t.Key), t.Qualified(), quoteIdent(t.Key), key)
+	return fmt.Sprintf("SELECT 0, %s, 0, 0 FROM %s WHERE %s", t.RecordID(""), t.Qualified(), t.keyCond("", key))
 }
 
 func (t *Table) counter(col string) *Counter {
@@ -218,7 +229,7 @@ func (t *Table) hasColumn(col string) bool {
 			return true
 		}
 	}
-	return strings.EqualFold(t.Key, col) || t.counter(col) != nil
+	return t.isKey(col) || t.counter(col) != nil
 }
 
 // QualifiedSlots is the slot table's name, quoted and schema-qualified.

@@ -177,11 +177,14 @@ func (t *Table) FoldRowsSQL(keys []string, rows []SlotRow, refresh bool) []strin
 	}
 	var stmts []string
 	if len(written) > 0 {
-		key := "`_t`." + quoteIdent(t.Key)
+		key := t.RecordID("`_t`")
 		var set []string
 		for i := range t.Counters {
 			c := &t.Counters[i]
 			col := quoteIdent(c.Name)
+			if t.Keyed() {
+				col = "`_t`." + col // beside `_k`'s columns
+			}
 			var cases strings.Builder
 			found := false
 			for _, k := range written {
@@ -200,7 +203,7 @@ func (t *Table) FoldRowsSQL(keys []string, rows []SlotRow, refresh bool) []strin
 				continue
 			}
 			if c.Touch {
-				set = append(set, fmt.Sprintf("%s = %s", col, c.TouchLatest("`_t`."+col, "CASE "+key+cases.String()+" ELSE NULL END")))
+				set = append(set, fmt.Sprintf("%s = %s", col, c.TouchLatest("`_t`."+quoteIdent(c.Name), "CASE "+key+cases.String()+" ELSE NULL END")))
 				continue
 			}
 			// DECIMAL arithmetic, as SUM's: the total is in the column's
@@ -208,8 +211,7 @@ func (t *Table) FoldRowsSQL(keys []string, rows []SlotRow, refresh bool) []strin
 			set = append(set, fmt.Sprintf("%s = %s + CAST(CASE %s%s ELSE 0 END AS DECIMAL(21,0))", col, col, key, cases.String()))
 		}
 		if len(set) > 0 {
-			stmts = append(stmts, fmt.Sprintf("UPDATE %s STRAIGHT_JOIN %s AS `_t` FORCE INDEX (PRIMARY) ON %s = `_k`.`k` SET %s",
-				keysTable(written), t.Qualified(), key, strings.Join(set, ", ")))
+			stmts = append(stmts, fmt.Sprintf("UPDATE %s SET %s", t.keysJoin(written, "`_t`"), strings.Join(set, ", ")))
 		}
 	}
 	if refresh && len(keys) > 0 {
@@ -248,5 +250,5 @@ func (t *Table) SlottedRowsSQL(after string, limit int, zero bool) string {
 // integer), as it is now (FOR UPDATE: a current read of a row the
 // transaction has locked already).
 func (t *Table) ValuesSQL(columns []string, key string) string {
-	return fmt.Sprintf("SELECT %s FROM %s WHERE %s = %s FOR UPDATE", strings.Join(columns, ", "), t.Qualified(), quoteIdent(t.Key), key)
+	return fmt.Sprintf("SELECT %s FROM %s WHERE %s FOR UPDATE", strings.Join(columns, ", "), t.Qualified(), t.keyCond("", key))
 }

@@ -435,7 +435,7 @@ func (w *reads) column(c *ast.ColumnNameExpr) {
 func (w *reads) total(base string, ref *tableRef, ctr *Counter) string {
 	if ctr.Touch {
 		w.sps++
-		return ctr.touchRead(base, ref.qual+"."+quoteIdent(ref.table.Key), ref.table.QualifiedSlots(), spAlias(w.sps-1))
+		return ctr.touchRead(base, ref.table.RecordID(ref.qual), ref.table.QualifiedSlots(), spAlias(w.sps-1))
 	}
 	cast := "SIGNED"
 	if ctr.Unsigned {
@@ -445,7 +445,7 @@ func (w *reads) total(base string, ref *tableRef, ctr *Counter) string {
 	w.sps++
 	return "CAST(" + base + " + COALESCE((SELECT SUM(" + sp + ".`count`) FROM " + ref.table.QualifiedSlots() +
 		" AS " + sp + " WHERE " + sp + ".`record_type` = " + itoa(ctr.RecordType) +
-		" AND " + sp + ".`record_id` = " + ref.qual + "." + quoteIdent(ref.table.Key) + "), 0) AS " + cast + ")"
+		" AND " + sp + ".`record_id` = " + ref.table.RecordID(ref.qual) + "), 0) AS " + cast + ")"
 }
 
 // resolve finds the table source a column reference belongs to, innermost

@@ -46,30 +46,39 @@ func (t *Table) SlottedSQL(keys []string) string {
 // would directly.
 func (t *Table) FoldSQL(keys []string, refresh bool) []string {
 	in := strings.Join(keys, ", ")
+	id := t.RecordID("`_t`")
 	var set strings.Builder
 	for i, c := range t.Counters {
 		if i > 0 {
 			set.WriteString(", ")
 		}
 		col := quoteIdent(c.Name)
+		if t.Keyed() {
+			col = "`_t`." + col
+		}
 		sp := spAlias(i)
 		if c.Touch {
-			fmt.Fprintf(&set, "%s = (SELECT %s FROM %s AS %s WHERE %s.`record_type` = %d AND %s.`record_id` = `_t`.%s)",
-				col, c.TouchLatest("`_t`."+col, "MAX("+sp+".`count`)"), t.QualifiedSlots(), sp, sp, c.RecordType, sp, quoteIdent(t.Key))
+			fmt.Fprintf(&set, "%s = (SELECT %s FROM %s AS %s WHERE %s.`record_type` = %d AND %s.`record_id` = %s)",
+				col, c.TouchLatest("`_t`."+quoteIdent(c.Name), "MAX("+sp+".`count`)"), t.QualifiedSlots(), sp, sp, c.RecordType, sp, id)
 			continue
 		}
-		fmt.Fprintf(&set, "%s = %s + COALESCE((SELECT SUM(%s.`count`) FROM %s AS %s WHERE %s.`record_type` = %d AND %s.`record_id` = `_t`.%s), 0)",
-			col, col, sp, t.QualifiedSlots(), sp, sp, c.RecordType, sp, quoteIdent(t.Key))
+		fmt.Fprintf(&set, "%s = %s + COALESCE((SELECT SUM(%s.`count`) FROM %s AS %s WHERE %s.`record_type` = %d AND %s.`record_id` = %s), 0)",
+			col, col, sp, t.QualifiedSlots(), sp, sp, c.RecordType, sp, id)
 	}
 	// Only rows with non-zero slot rows are written, and only those slot
 	// rows zeroed: an UPDATE of the other rows would change nothing but
 	// still fire the table's UPDATE triggers. (An alias of its own: LOCK
 	// TABLES locks each alias once per statement.)
 	sp := spAlias(len(t.Counters))
-	stmts := []string{
-		fmt.Sprintf("UPDATE %s AS `_t` SET %s WHERE `_t`.%s IN (%s) AND EXISTS (SELECT 1 FROM %s AS %s WHERE %s.`record_type` IN (%s) AND %s.`record_id` = `_t`.%s AND %s.`count` <> 0)",
-			t.Qualified(), set.String(), quoteIdent(t.Key), in, t.QualifiedSlots(), sp, sp, t.recordTypes(), sp, quoteIdent(t.Key), sp),
+	exists := fmt.Sprintf("EXISTS (SELECT 1 FROM %s AS %s WHERE %s.`record_type` IN (%s) AND %s.`record_id` = %s AND %s.`count` <> 0)",
+		t.QualifiedSlots(), sp, sp, t.recordTypes(), sp, id, sp)
+	update := fmt.Sprintf("UPDATE %s AS `_t` SET %s WHERE `_t`.%s IN (%s) AND %s", t.Qualified(), set.String(), quoteIdent(t.Key), in, exists)
+	if t.Keyed() {
+		// By key (see keysJoin): a WHERE clause of every key's columns
+		// could scan the table, locking rows the client never named.
+		update = fmt.Sprintf("UPDATE %s SET %s WHERE %s", t.keysJoin(keys, "`_t`"), set.String(), exists)
 	}
+	stmts := []string{update}
 	if refresh {
 		stmts = append(stmts, t.refreshSQL(keys)...)
 	}
@@ -123,7 +132,7 @@ func (t *Table) refreshFlips(keys []string) []string {
 	if len(set) == 0 {
 		return nil
 	}
-	flip := fmt.Sprintf("UPDATE %s STRAIGHT_JOIN %s AS `_t` FORCE INDEX (PRIMARY) ON `_t`.%s = `_k`.`k` SET %s", keysTable(keys), t.Qualified(), quoteIdent(t.Key), strings.Join(set, ", "))
+	flip := fmt.Sprintf("UPDATE %s SET %s", t.keysJoin(keys, "`_t`"), strings.Join(set, ", "))
 	return []string{flip, flip}
 }
 
@@ -149,8 +158,7 @@ func (t *Table) inUniqueKey(col string) bool {
 // every row, where the client's own statement locks the rows of its keys
 // only.
 func (t *Table) LockSQL(keys []string) string {
-	key := t.Qualified() + "." + quoteIdent(t.Key)
-	return fmt.Sprintf("SELECT %s FROM %s STRAIGHT_JOIN %s FORCE INDEX (PRIMARY) ON %s = `_k`.`k` FOR UPDATE", key, keysTable(keys), t.Qualified(), key)
+	return fmt.Sprintf("SELECT %s FROM %s FOR UPDATE", t.RecordID(t.Qualified()), t.keysJoin(keys, ""))
 }
 
 // WideLockSQL locks the slot rows of every record of the table, and the

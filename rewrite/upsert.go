@@ -84,9 +84,23 @@ func (r *Rewriter) upsertIncrement(s *ast.InsertStmt, t *Table, ref *tableRef, w
 		}
 		values[name] = v
 	}
-	key := values[strings.ToLower(t.Key)]
-	if key == "" {
-		return Plan{}, false
+	// The record: the row with the key the VALUES row names.
+	key, match := "", ""
+	if t.Keyed() {
+		var conds []string
+		for _, kc := range t.KeyColumns {
+			i := slices.IndexFunc(s.Columns, func(c *ast.ColumnName) bool { return strings.EqualFold(c.Name.O, kc.Name) })
+			if i < 0 {
+				return Plan{}, false
+			}
+			conds = append(conds, quoteIdent(kc.Name)+" = "+r.restore(unparen(row[i]), w.sess))
+		}
+		match = strings.Join(conds, " AND ")
+	} else {
+		if key = values[strings.ToLower(t.Key)]; key == "" {
+			return Plan{}, false
+		}
+		match = quoteIdent(t.Key) + " = " + key
 	}
 	for _, c := range t.Inserted.Required {
 		if _, named := values[strings.ToLower(c)]; !named {
@@ -95,6 +109,9 @@ func (r *Rewriter) upsertIncrement(s *ast.InsertStmt, t *Table, ref *tableRef, w
 	}
 unique:
 	for _, uk := range t.UniqueKeys {
+		if t.coversKey(uk) {
+			continue // a row it meets there has its key: the same row
+		}
 		for _, c := range uk {
 			_, named := values[strings.ToLower(c)]
 			if !named && slices.ContainsFunc(t.NullDefault, func(n string) bool { return strings.EqualFold(n, c) }) {
@@ -139,13 +156,13 @@ unique:
 		sets = append(sets, fmt.Sprintf("%s = %s %s (%s)", col, col, op, d))
 		probes = append(probes, fmt.Sprintf("%s = %s %s NULL", col, col, op))
 	}
-	update := fmt.Sprintf("UPDATE %s SET %s WHERE %s = %s", t.Qualified(), strings.Join(sets, ", "), quoteIdent(t.Key), key)
+	update := fmt.Sprintf("UPDATE %s SET %s WHERE %s", t.Qualified(), strings.Join(sets, ", "), match)
 	plans, err := r.rewriteUTF8(update, w.sess)
 	if err != nil || len(plans) != 1 {
 		return Plan{}, false
 	}
 	inc, ok := plans[0].Op.(*Increment)
-	if !ok || inc.Zero || len(inc.Keys) != 1 {
+	if !ok || inc.Zero || len(inc.Keys) != 1 && !(t.Keyed() && len(inc.Keys) == 0) {
 		return Plan{}, false
 	}
 	// The privileges the upsert needs (INSERT of its columns, UPDATE and

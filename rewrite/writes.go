@@ -364,7 +364,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 		var assigned []*Table
 		for _, a := range s.List {
 			for _, ref := range sc.refs {
-				if ref.table != nil && (ref.table.counter(a.Column.Name.O) != nil || strings.EqualFold(a.Column.Name.O, ref.table.Key)) &&
+				if ref.table != nil && (ref.table.counter(a.Column.Name.O) != nil || ref.table.isKey(a.Column.Name.O)) &&
 					(a.Column.Table.O == "" || a.Column.Table.L == ref.match) && !slices.Contains(assigned, ref.table) {
 					assigned = append(assigned, ref.table)
 				}
@@ -407,7 +407,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 			continue
 		}
 		ctr := t.counter(a.Column.Name.O)
-		if ctr == nil && strings.EqualFold(a.Column.Name.O, t.Key) {
+		if ctr == nil && t.isKey(a.Column.Name.O) {
 			// A key change: the record's slots must not stay behind (or be
 			// inherited by the new key), so they are folded first.
 			absolute = true
@@ -479,7 +479,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 		byUnique := false
 		if keys = keyConjunct(s.Where, t, ref); keys == nil {
 			if byUnique = uniqueConjuncts(s.Where, t, ref); !byUnique {
-				why = "the WHERE clause does not require " + t.Key + " = value or " + t.Key + " IN (values), or a UNIQUE key's columns = values"
+				why = "the WHERE clause does not require " + t.KeyDescription() + " = value or " + t.KeyDescription() + " IN (values), or a UNIQUE key's columns = values"
 				break
 			}
 			if s.Limit != nil {
@@ -566,7 +566,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 			inc.PrivKey = maskInts(maskSentinels(inc.ProbeSQL), w.sess)
 			inc.Guard = &Guard{
 				Table:      t,
-				KeysSQL:    fmt.Sprintf("SELECT %s.%s FROM %s WHERE %s FOR UPDATE", ref.qual, quoteIdent(t.Key), ref.from, parenthesize(where)),
+				KeysSQL:    fmt.Sprintf("SELECT %s FROM %s WHERE %s FOR UPDATE", t.RecordID(ref.qual), ref.from, parenthesize(where)),
 				KeysParams: w.paramsIn(s.Where),
 				Keys:       slices.Clone(inc.Keys),
 			}
@@ -653,7 +653,7 @@ func (w *reads) restricted(where ast.ExprNode, ref *tableRef, t *Table, start, e
 	// The opening parenthesis goes first, before any edit at ws (apply's
 	// sort is stable); the closing one after any edit that ends at we.
 	edits := append([]edit{{start: ws, end: ws, text: "("}}, foldedEdits(w.edits)...)
-	edits = append(edits, edit{start: we, end: we, text: ") AND " + ref.qual + "." + quoteIdent(t.Key) + " IN (" + RestrictKeys + ")"})
+	edits = append(edits, edit{start: we, end: we, text: ") AND " + t.RecordID(ref.qual) + " IN (" + RestrictKeys + ")"})
 	return apply(w.sql, start, end, edits)
 }
 
@@ -821,7 +821,7 @@ func (w *reads) guardFor(t *Table, ref *tableRef, where ast.ExprNode, lock strin
 		// slotted ones are folded, and no slot row can appear meanwhile.
 		return w.scanGuard(t, ref, nil, lock)
 	}
-	q := fmt.Sprintf("SELECT %s.%s FROM %s", ref.qual, quoteIdent(t.Key), ref.from)
+	q := fmt.Sprintf("SELECT %s FROM %s", t.RecordID(ref.qual), ref.from)
 	g := &Guard{Table: t}
 	if where != nil {
 		ws := where.OriginTextPosition()
@@ -925,7 +925,7 @@ func (r *Rewriter) insert(s *ast.InsertStmt, w *reads, start, end int) Plan {
 	w.skip = map[*ast.ColumnNameExpr]bool{}
 	for _, a := range s.OnDuplicate {
 		if c := t.counter(a.Column.Name.O); c == nil || c.Touch {
-			if c != nil || w.readsCounter(a.Expr) || strings.EqualFold(a.Column.Name.O, t.Key) {
+			if c != nil || w.readsCounter(a.Expr) || t.isKey(a.Column.Name.O) {
 				needsFold = true // a touch column, a counter read, a key change
 			}
 			continue
@@ -1006,21 +1006,24 @@ func (r *Rewriter) upsertGuarded(s *ast.InsertStmt, t *Table, w *reads, start, e
 		}
 		return -1
 	}
-	keyCol := colIndex(t.Key)
+	keyCol := -1
+	if !t.Keyed() {
+		keyCol = colIndex(t.Key)
+	}
 	// A statement that leaves out an AUTO_INCREMENT key inserts each row
 	// with a value the server generates, above every key in the table: it
 	// can conflict on the table's other unique keys only (unless an
 	// INSERT trigger sets the key).
-	generatedKey := keyCol < 0 && t.Inserted.KeyAutoIncrement && !t.Inserted.Trigger
-	if s.Select != nil || keyCol < 0 && !generatedKey || len(s.Lists) == 0 {
+	generatedKey := !t.Keyed() && keyCol < 0 && t.Inserted.KeyAutoIncrement && !t.Inserted.Trigger
+	if s.Select != nil || keyCol < 0 && !generatedKey && !t.Keyed() || len(s.Lists) == 0 {
 		// The rows it may replace or update are known only once it runs.
 		return w.wideGuarded([]*Table{t}, start, end)
 	}
 	g := &Guard{}
 	var keys []string
 	for _, row := range s.Lists {
-		if generatedKey {
-			break
+		if generatedKey || t.Keyed() {
+			break // (a keyed table's key is looked up as a unique key, below)
 		}
 		if keyCol >= len(row) || !isIntLiteralOrParam(row[keyCol]) {
 			return w.wideGuarded([]*Table{t}, start, end)
@@ -1036,7 +1039,7 @@ func (r *Rewriter) upsertGuarded(s *ast.InsertStmt, t *Table, w *reads, start, e
 	// alone (a WHERE of IN lists and ORs leaves the access path to the
 	// optimizer, which may scan a small table and lock every row).
 	lookup := func(cond string) string {
-		return fmt.Sprintf("(SELECT %s FROM %s WHERE %s FOR UPDATE)", quoteIdent(t.Key), t.Qualified(), cond)
+		return fmt.Sprintf("(SELECT %s FROM %s WHERE %s FOR UPDATE)", t.RecordID(""), t.Qualified(), cond)
 	}
 	var parts, probes []string
 	for _, k := range keys {
@@ -1045,6 +1048,9 @@ func (r *Rewriter) upsertGuarded(s *ast.InsertStmt, t *Table, w *reads, start, e
 	// A unique key with a column the statement leaves to a NULL default
 	// conflicts with no row: NULLs are distinct in a unique key.
 	var uniqueKeys [][]string
+	if t.Keyed() {
+		uniqueKeys = append(uniqueKeys, t.KeyNames())
+	}
 unique:
 	for _, uk := range t.UniqueKeys {
 		for _, c := range uk {
@@ -1099,7 +1105,7 @@ unique:
 				}
 			}
 			parts = append(parts, lookup(strings.Join(conds, " AND ")))
-			probes = append(probes, fmt.Sprintf("(SELECT %s FROM %s WHERE %s)", quoteIdent(t.Key), t.Qualified(), strings.Join(conds, " AND ")))
+			probes = append(probes, fmt.Sprintf("(SELECT %s FROM %s WHERE %s)", t.RecordID(""), t.Qualified(), strings.Join(conds, " AND ")))
 		}
 	}
 	g.KeysSQL = strings.Join(parts, " UNION ALL ")
@@ -1152,7 +1158,7 @@ func (r *Rewriter) slottedIncrement(t *Table, ref *tableRef, ctrs []*Counter, va
 			fmt.Fprintf(&rows, " UNION ALL SELECT %d, %s", c.RecordType, v)
 		}
 	}
-	key := ref.qual + "." + quoteIdent(t.Key)
+	key := t.RecordID(ref.qual)
 	share := func(c *Counter) (lo, hi string) {
 		if c.Touch {
 			return c.touchBounds()
@@ -1267,7 +1273,11 @@ func uniqueConjuncts(where ast.ExprNode, t *Table, ref *tableRef) bool {
 		}
 	}
 	walk(where)
-	for _, uk := range t.UniqueKeys {
+	keys := t.UniqueKeys
+	if t.Keyed() {
+		keys = append([][]string{t.KeyNames()}, keys...)
+	}
+	for _, uk := range keys {
 		if len(uk) == 0 {
 			continue
 		}

@@ -130,7 +130,24 @@ func (p *parser) rule() *Rule {
 	}
 	keyOK := false
 	if v := values["key"]; v != nil {
-		if s, ok := p.scalar(v, "key", "the primary key column (a single column)"); ok {
+		if v.Kind == yaml.SequenceNode {
+			// key: [user_id, day]: a primary key of several columns.
+			if cols, ok := p.columns(v, "key", "the primary key's columns, such as [user_id, day]"); ok && len(cols) == 0 {
+				p.errorf(v.Line, "key: empty list; want the primary key's columns")
+			} else if ok {
+				for _, c := range cols {
+					r.Keys = append(r.Keys, c.Name)
+				}
+				if len(r.Keys) == 1 {
+					r.Key, r.Keys = r.Keys[0], nil
+				}
+				if e := r.checkKey(); e != nil {
+					p.errs = append(p.errs, e...)
+				} else {
+					keyOK = true
+				}
+			}
+		} else if s, ok := p.scalar(v, "key", "the primary key column, or a list of its columns"); ok {
 			var err error
 			if r.Key, err = parseColumn(s); err != nil {
 				p.errorf(v.Line, "key: %v", err)

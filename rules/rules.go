@@ -101,8 +101,13 @@ type Rule struct {
 	// "`my.schema`.repos" gives Schema "my.schema" and Table "repos". Both
 	// are valid MySQL names (see the package comment).
 	Schema, Table string
-	// Key is the table's primary key column.
+	// Key is the table's primary key column, when the key is one column;
+	// "" when it has several.
 	Key string
+	// Keys are the columns of a primary key of several, in file order
+	// (key: [user_id, day]); nil for a key of one column (Key). See
+	// KeyColumns.
+	Keys []string
 	// Counters are the counter columns, in file order; at least one, none
 	// equal to Key or to each other (ignoring case).
 	Counters []Counter
@@ -195,12 +200,49 @@ func (r *Rule) checkTable(line int) []*Error {
 	return errs
 }
 
-// checkKey checks the key column name.
+// checkKey checks the key column names, and that none repeats.
 func (r *Rule) checkKey() []*Error {
-	if err := checkName("column name", r.Key); err != nil {
-		return []*Error{r.errAt(r.KeyLine, "key: %v", err)}
+	keys := r.KeyColumns()
+	if len(keys) == 0 {
+		return []*Error{r.errAt(r.KeyLine, "key: empty list; want the primary key's columns")}
+	}
+	for i, k := range keys {
+		if err := checkName("column name", k); err != nil {
+			return []*Error{r.errAt(r.KeyLine, "key: %v", err)}
+		}
+		for _, o := range keys[:i] {
+			if strings.EqualFold(o, k) {
+				return []*Error{r.errAt(r.KeyLine, "key: %q is listed twice", k)}
+			}
+		}
 	}
 	return nil
+}
+
+// KeyColumns are the key's columns: [Key], or Keys.
+func (r *Rule) KeyColumns() []string {
+	if len(r.Keys) == 0 {
+		return []string{r.Key}
+	}
+	return r.Keys
+}
+
+// keyColumnNoun is "the key column", or "a key column" of a key of several.
+func (r *Rule) keyColumnNoun() string {
+	if len(r.KeyColumns()) > 1 {
+		return "a key column"
+	}
+	return "the key column"
+}
+
+// IsKey reports whether col is one of the key's columns (ignoring case).
+func (r *Rule) IsKey(col string) bool {
+	for _, k := range r.KeyColumns() {
+		if strings.EqualFold(k, col) {
+			return true
+		}
+	}
+	return false
 }
 
 // checkCounters checks the counter names, that none repeats, and, if
@@ -216,8 +258,8 @@ func (r *Rule) checkCounters(withKey bool) []*Error {
 			errs = append(errs, r.errAt(c.Line, "counters: %v", err))
 			continue
 		}
-		if withKey && strings.EqualFold(c.Name, r.Key) {
-			errs = append(errs, r.errAt(c.Line, "counters: %q is the key column, it cannot also be a counter", c.Name))
+		if withKey && r.IsKey(c.Name) {
+			errs = append(errs, r.errAt(c.Line, "counters: %q is %s, it cannot also be a counter", c.Name, r.keyColumnNoun()))
 			continue
 		}
 		if j, dup := seen[fold(c.Name)]; dup {
@@ -244,8 +286,8 @@ func (r *Rule) checkTouch(withKey, withCounters bool) []*Error {
 			errs = append(errs, r.errAt(c.Line, "touch: %v", err))
 			continue
 		}
-		if withKey && strings.EqualFold(c.Name, r.Key) {
-			errs = append(errs, r.errAt(c.Line, "touch: %q is the key column, it cannot also be a touch column", c.Name))
+		if withKey && r.IsKey(c.Name) {
+			errs = append(errs, r.errAt(c.Line, "touch: %q is %s, it cannot also be a touch column", c.Name, r.keyColumnNoun()))
 			continue
 		}
 		if withCounters && r.HasCounter(c.Name) {

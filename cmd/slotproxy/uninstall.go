@@ -16,6 +16,7 @@ import (
 	"github.com/slotproxy/slotproxy/internal/catalog"
 	"github.com/slotproxy/slotproxy/internal/config"
 	"github.com/slotproxy/slotproxy/internal/rollup"
+	"github.com/slotproxy/slotproxy/rewrite"
 	"github.com/slotproxy/slotproxy/rules"
 )
 
@@ -94,8 +95,12 @@ func runUninstall(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("uninstall: schema %s has both %s and %s (an interrupted uninstall, then migrate?): fold one into the other by hand or drop the empty one, then run uninstall again",
 				quoteIdent(st.schema), cfg.SlotsTable, retired)
 		}
+		if st.keyedLive && st.keyedRetired {
+			return fmt.Errorf("uninstall: schema %s has both %s and %s (an interrupted uninstall, then migrate?): fold one into the other by hand or drop the empty one, then run uninstall again",
+				quoteIdent(st.schema), cfg.SlotsTable+rewrite.KeyedSlotsSuffix, retired+rewrite.KeyedSlotsSuffix)
+		}
 		renamed = renamed || st.retired
-		slotTables = slotTables || st.live || st.retired
+		slotTables = slotTables || st.live || st.retired || st.keyedLive || st.keyedRetired
 	}
 	if slotTables {
 		if err := foldAway(ctx, conn, cfg, set, states, renamed, retired, stdout, stderr); err != nil {
@@ -107,7 +112,7 @@ func runUninstall(args []string, stdout, stderr io.Writer) error {
 		for _, t := range []struct {
 			name string
 			drop bool
-		}{{retired, s.live || s.retired}, {config.RecordTypesTable, s.registry}} {
+		}{{retired, s.live || s.retired}, {retired + rewrite.KeyedSlotsSuffix, s.keyedLive || s.keyedRetired}, {config.RecordTypesTable, s.registry}} {
 			if !t.drop {
 				continue
 			}
@@ -137,6 +142,17 @@ func foldAway(ctx context.Context, conn *client.Conn, cfg *config.Config, set *r
 		return fmt.Errorf("uninstall: %w", err)
 	}
 	for i, st := range states {
+		if st.keyedLive {
+			// The keyed slot table first: the slot table's rename is what
+			// an interrupted run takes up from.
+			q := fmt.Sprintf("RENAME TABLE %s.%s TO %s.%s", quoteIdent(st.schema), quoteIdent(cfg.SlotsTable+rewrite.KeyedSlotsSuffix),
+				quoteIdent(st.schema), quoteIdent(retired+rewrite.KeyedSlotsSuffix))
+			if _, err := conn.Execute(q); err != nil {
+				return fmt.Errorf("uninstall: %s: %w (open transactions hold the slot table: run uninstall again once they end)", q, err)
+			}
+			states[i].keyedLive, states[i].keyedRetired = false, true
+			fmt.Fprintf(stdout, "%s: from now on counter statements of tables keyed by several columns or strings through a proxy with these rules fail (error 1146)\n", q)
+		}
 		if !st.live {
 			continue
 		}
@@ -159,17 +175,22 @@ func foldAway(ctx context.Context, conn *client.Conn, cfg *config.Config, set *r
 	}
 	// 3. Nothing may be left that holds a count.
 	for _, s := range states {
-		if !s.retired {
-			continue
-		}
-		left, err := countsLeft(conn, s.schema, retired)
-		if err != nil {
-			return fmt.Errorf("uninstall: %w", err)
-		}
-		if len(left) > 0 {
-			return fmt.Errorf("uninstall: %s.%s still holds counts after the fold (%s): the rules do not name these counters, or their totals are out of range; "+
-				"put their rules back (mode: shadow) or repair them (slotproxy check), then run uninstall again; nothing was dropped",
-				quoteIdent(s.schema), quoteIdent(retired), strings.Join(left, "; "))
+		for _, t := range []struct {
+			name string
+			ok   bool
+		}{{retired, s.retired}, {retired + rewrite.KeyedSlotsSuffix, s.keyedRetired}} {
+			if !t.ok {
+				continue
+			}
+			left, err := countsLeft(conn, s.schema, t.name)
+			if err != nil {
+				return fmt.Errorf("uninstall: %w", err)
+			}
+			if len(left) > 0 {
+				return fmt.Errorf("uninstall: %s.%s still holds counts after the fold (%s): the rules do not name these counters, or their totals are out of range; "+
+					"put their rules back (mode: shadow) or repair them (slotproxy check), then run uninstall again; nothing was dropped",
+					quoteIdent(s.schema), quoteIdent(t.name), strings.Join(left, "; "))
+			}
 		}
 	}
 	return nil
@@ -192,7 +213,10 @@ func ruledSchemas(set *rules.Set) []string {
 // schemaState is what uninstall finds in one schema.
 type schemaState struct {
 	schema                  string
-	live, retired, registry bool  // the slot table, the renamed one, the registry exist
+	live, retired, registry bool // the slot table, the renamed one, the registry exist
+	// keyedLive, keyedRetired: the keyed slot table (of tables whose key is
+	// not one integer column), and the renamed one, exist.
+	keyedLive, keyedRetired bool
 	rows, counts            int64 // slot rows, and those holding a count, in the one that exists
 }
 
@@ -208,6 +232,12 @@ func (s schemaState) describe(slots, retired string) string {
 	}
 	if s.live || s.retired {
 		parts[0] += fmt.Sprintf(" with %d slot rows, %d holding counts to fold", s.rows, s.counts)
+	}
+	switch {
+	case s.keyedLive:
+		parts = append(parts, "keyed slot table "+slots+rewrite.KeyedSlotsSuffix)
+	case s.keyedRetired:
+		parts = append(parts, "keyed slot table "+retired+rewrite.KeyedSlotsSuffix+" (renamed by an interrupted uninstall)")
 	}
 	if s.registry {
 		parts = append(parts, "record-type registry "+config.RecordTypesTable)
@@ -235,6 +265,10 @@ func readSchemaState(conn *client.Conn, schema, slots, retired string) (schemaSt
 			st.retired = true
 		case strings.EqualFold(name, config.RecordTypesTable):
 			st.registry = true
+		case strings.EqualFold(name, slots+rewrite.KeyedSlotsSuffix):
+			st.keyedLive = true
+		case strings.EqualFold(name, retired+rewrite.KeyedSlotsSuffix):
+			st.keyedRetired = true
 		}
 	}
 	table := ""

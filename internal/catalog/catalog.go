@@ -40,6 +40,29 @@ type column struct {
 	// required: NOT NULL with no default, not generated, not
 	// AUTO_INCREMENT: an INSERT in strict mode must name it.
 	required bool
+	// charset and collation of a string column ("" for others and for
+	// binary strings); octets its longest value's length in bytes.
+	charset, collation string
+	octets             int
+}
+
+// keyable reports whether c can be a column of a key that names records by
+// an encoding (rewrite.KeyColumn): an integer, or a CHAR, VARCHAR, BINARY
+// or VARBINARY column.
+func (c *column) keyable() bool {
+	switch strings.ToLower(c.dataType) {
+	case "char", "varchar", "binary", "varbinary":
+		return true
+	}
+	return c.integer()
+}
+
+// encodedLen is the longest encoding of c's values in a keyed record id.
+func (c *column) encodedLen() int {
+	if c.integer() {
+		return 20 // -9223372036854775808
+	}
+	return 2 * c.octets
 }
 
 func (c *column) integer() bool { return integerTypes[strings.ToLower(c.dataType)] }
@@ -102,6 +125,8 @@ type table struct {
 	engine       string   // ENGINE ("" for a view)
 	columns      []column // in ORDINAL_POSITION order
 	primary      []string // PRIMARY KEY columns in key order; nil if none
+	// primaryPrefix: the primary key indexes a prefix of a column.
+	primaryPrefix bool
 	// updateTriggers are the names of its BEFORE and AFTER UPDATE triggers.
 	updateTriggers []string
 	// insertTriggers: it has an INSERT trigger (BEFORE INSERT triggers fire
@@ -200,6 +225,7 @@ func load(ctx context.Context, conn *client.Conn, set *rules.Set, slotsTable str
 		s := schemas[i]
 		checkSchema(s, g.rules, slotsTable, &problems)
 		ruled := map[*table]bool{}
+		var keyed []*rules.Rule // rules of tables with keyed record ids
 		for _, r := range g.rules {
 			var bypass []*rules.Error
 			side := &problems
@@ -216,10 +242,17 @@ func load(ctx context.Context, conn *client.Conn, set *rules.Set, slotsTable str
 					}
 				}
 				tables[i] = append(tables[i], nt)
+				if nt.Keyed() {
+					keyed = append(keyed, r)
+				}
 			}
 		}
+		if len(keyed) > 0 {
+			checkKeyedSlots(s, keyed, slotsTable, &problems)
+		}
 		for _, t := range s.tables {
-			if ruled[t] || strings.EqualFold(t.name, slotsTable) || strings.EqualFold(t.name, RecordTypesTable) {
+			if ruled[t] || strings.EqualFold(t.name, slotsTable) || strings.EqualFold(t.name, slotsTable+rewrite.KeyedSlotsSuffix) ||
+				strings.EqualFold(t.name, RecordTypesTable) {
 				continue
 			}
 			names := make([]string, len(t.columns))
@@ -295,10 +328,25 @@ func newTable(t *table, r *rules.Rule, slotsTable string) *rewrite.Table {
 	rt := &rewrite.Table{
 		Schema:     t.schema,
 		Name:       t.name,
-		Key:        t.primary[0],
 		SlotsTable: slotsTable,
 		Slots:      r.Slots,
 		Shadow:     r.Mode == rules.ModeShadow,
+	}
+	if t.keyed() {
+		rt.SlotsTable = slotsTable + rewrite.KeyedSlotsSuffix
+		for _, k := range t.primary {
+			c := t.column(k)
+			rt.KeyColumns = append(rt.KeyColumns, rewrite.KeyColumn{
+				Name:      c.name,
+				Integer:   c.integer(),
+				Unsigned:  c.unsigned(),
+				Char:      strings.EqualFold(c.dataType, "char"),
+				Charset:   c.charset,
+				Collation: c.collation,
+			})
+		}
+	} else {
+		rt.Key = t.primary[0]
 	}
 	if r.RolledUp() {
 		rt.RolledUp, rt.MaxStaleness = true, r.MaxStaleness
@@ -411,6 +459,48 @@ func checkSchema(s *schema, rs []*rules.Rule, slotsTable string, problems *[]*ru
 	}
 }
 
+// checkKeyedSlots checks that s holds the keyed slot table of the rules
+// keyed (rules of tables whose records have keyed record ids), reporting
+// problems at the first of them.
+func checkKeyedSlots(s *schema, keyed []*rules.Rule, slotsTable string, problems *[]*rules.Error) {
+	first := keyed[0]
+	name := slotsTable + rewrite.KeyedSlotsSuffix
+	report := func(format string, args ...any) {
+		*problems = append(*problems, &rules.Error{File: first.File, Line: first.KeyLine, Msg: "key: " + fmt.Sprintf(format, args...)})
+	}
+	if len(name) > 64 {
+		report("the keyed slot table's name %s is longer than 64 characters; set slots_table to a shorter name", name)
+		return
+	}
+	t, _ := s.lookup(name)
+	if t == nil {
+		report("schema %s has no keyed slot table %s (for tables whose key is not one integer column); run slotproxy migrate to create it",
+			quoteName(s.name), name)
+		return
+	}
+	id := t.column("record_id")
+	ints := !slices.ContainsFunc([]string{"record_type", "slot", "count"}, func(n string) bool { return t.column(n) == nil || !t.column(n).integer() })
+	if t.kind != "BASE TABLE" || !ints || !slices.EqualFunc(t.primary, []string{"record_type", "record_id", "slot"}, strings.EqualFold) ||
+		id == nil || !strings.EqualFold(id.dataType, "varbinary") || id.octets < rewrite.KeyedIDBytes {
+		report("%s.%s is not a keyed slot table (want integer columns record_type, slot and count, record_id VARBINARY(%d), with PRIMARY KEY (record_type, record_id, slot)); "+
+			"drop it and run slotproxy migrate, or set slots_table to another name", quoteName(s.name), quoteName(name), rewrite.KeyedIDBytes)
+	}
+}
+
+// keyed reports whether t's records are named by an encoding of their key
+// (rewrite.Table.KeyColumns): its primary key is not one integer column.
+func (t *table) keyed() bool {
+	return len(t.primary) != 1 || t.column(t.primary[0]) == nil || !t.column(t.primary[0]).integer()
+}
+
+// keyText is a rule's key for messages: "id" or "[a, b]".
+func keyText(keys []string) string {
+	if len(keys) == 1 {
+		return keys[0]
+	}
+	return "[" + strings.Join(keys, ", ") + "]"
+}
+
 // hasShape reports whether t is a base table whose primary key is the
 // integer columns key, in order, and which has the integer columns more.
 func hasShape(t *table, key []string, more ...string) bool {
@@ -462,18 +552,33 @@ func checkRule(s *schema, r *rules.Rule, slotsTable string, problems, side *[]*r
 	}
 
 	pk := t.primary
+	keys := r.KeyColumns()
 	switch {
 	case len(pk) == 0:
-		report(r.KeyLine, "key: %s has no primary key; the key must be a single-column integer primary key", name)
-	case len(pk) > 1:
-		report(r.KeyLine, "key: %s has no single-column integer primary key (PRIMARY KEY is (%s))", name, strings.Join(pk, ", "))
-	case t.column(pk[0]) == nil: // dropped between the queries
+		report(r.KeyLine, "key: %s has no primary key; the key must be its primary key", name)
+	case slices.ContainsFunc(pk, func(k string) bool { return t.column(k) == nil }): // dropped between the queries
 		report(r.KeyLine, "key: %s changed while being read; try again", name)
-	case !t.column(pk[0]).integer():
-		report(r.KeyLine, "key: %s has no single-column integer primary key (PRIMARY KEY is (%s), of type %s)",
-			name, pk[0], t.column(pk[0]).columnType)
-	case !strings.EqualFold(pk[0], r.Key):
-		report(r.KeyLine, "key: %s is not the primary key of %s (PRIMARY KEY is (%s))", r.Key, name, pk[0])
+	case len(pk) != len(keys) || slices.ContainsFunc(keys, func(k string) bool {
+		return !slices.ContainsFunc(pk, func(p string) bool { return strings.EqualFold(p, k) })
+	}):
+		report(r.KeyLine, "key: %s is not the primary key of %s (PRIMARY KEY is (%s))", keyText(keys), name, strings.Join(pk, ", "))
+	case len(pk) == 1 && t.column(pk[0]).integer():
+		// One integer column: the record id is its value.
+	case t.primaryPrefix:
+		report(r.KeyLine, "key: %s's primary key (%s) indexes a prefix of a column; slotproxy needs a key of whole columns", name, strings.Join(pk, ", "))
+	default:
+		width := len(pk) - 1
+		for _, k := range pk {
+			c := t.column(k)
+			if !c.keyable() {
+				report(r.KeyLine, "key: %s.%s is %s; a key column must be an integer, CHAR, VARCHAR, BINARY or VARBINARY column", name, c.name, c.columnType)
+			}
+			width += c.encodedLen()
+		}
+		if width > rewrite.KeyedIDBytes {
+			report(r.KeyLine, "key: %s's primary key (%s) may take %d bytes in a record id; slotproxy's keyed slot table takes %d at most",
+				name, strings.Join(pk, ", "), width, rewrite.KeyedIDBytes)
+		}
 	}
 	for _, rc := range r.Counters {
 		c := t.column(rc.Name)
@@ -653,14 +758,15 @@ func describe(ctx context.Context, conn *client.Conn, groups []schemaRules) ([]*
 	}
 
 	rows, err = exec(ctx, conn, "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, EXTRA, COALESCE(GENERATION_EXPRESSION, ''), "+
-		"IS_NULLABLE = 'NO' AND COLUMN_DEFAULT IS NULL "+
+		"IS_NULLABLE = 'NO' AND COLUMN_DEFAULT IS NULL, COALESCE(CHARACTER_SET_NAME, ''), COALESCE(COLLATION_NAME, ''), COALESCE(CHARACTER_OCTET_LENGTH, 0) "+
 		"FROM information_schema.COLUMNS WHERE TABLE_SCHEMA IN "+in+" ORDER BY TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION", names...)
 	if err != nil {
 		return nil, fmt.Errorf("reading the schema: %w", err)
 	}
 	for _, row := range rows {
 		if t := tables[[2]string{row[0], row[1]}]; t != nil {
-			c := column{name: row[2], dataType: row[3], columnType: row[4], extra: row[5], generation: row[6]}
+			c := column{name: row[2], dataType: row[3], columnType: row[4], extra: row[5], generation: row[6], charset: row[8], collation: row[9]}
+			c.octets, _ = strconv.Atoi(row[10])
 			extra := strings.ToLower(c.extra)
 			c.required = row[7] == "1" && c.generation == "" && !strings.Contains(extra, "generated") && !strings.Contains(extra, "auto_increment")
 			t.columns = append(t.columns, c)
@@ -708,7 +814,7 @@ func describe(ctx context.Context, conn *client.Conn, groups []schemaRules) ([]*
 		return nil, err
 	}
 
-	rows, err = exec(ctx, conn, "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA IN "+in+
+	rows, err = exec(ctx, conn, "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, SUB_PART IS NOT NULL FROM information_schema.STATISTICS WHERE TABLE_SCHEMA IN "+in+
 		" AND INDEX_NAME = 'PRIMARY' ORDER BY TABLE_SCHEMA, TABLE_NAME, SEQ_IN_INDEX", names...)
 	if err != nil {
 		return nil, fmt.Errorf("reading the schema: %w", err)
@@ -716,6 +822,7 @@ func describe(ctx context.Context, conn *client.Conn, groups []schemaRules) ([]*
 	for _, row := range rows {
 		if t := tables[[2]string{row[0], row[1]}]; t != nil {
 			t.primary = append(t.primary, row[2])
+			t.primaryPrefix = t.primaryPrefix || row[3] == "1"
 		}
 	}
 	return out, nil

@@ -556,7 +556,8 @@ func waitForLockWait(t *testing.T, conn *client.Conn) {
 func TestLoadErrors(t *testing.T) {
 	s := newSchema(t, reposTable,
 		"CREATE TABLE composite (a INT, b INT, c INT, PRIMARY KEY (a, b))",
-		"CREATE TABLE strpk (id VARCHAR(20) PRIMARY KEY, c INT)",
+		"CREATE TABLE prefixpk (id VARCHAR(200), c INT, PRIMARY KEY (id(10)))",
+		"CREATE TABLE widepk (a VARCHAR(380), b VARCHAR(380), c INT, PRIMARY KEY (a, b)) DEFAULT CHARSET=utf8mb4",
 		"CREATE TABLE nopk (id INT, c INT)",
 		"CREATE TABLE decpk (id DECIMAL(10,0) PRIMARY KEY, c INT)",
 		"CREATE VIEW v AS SELECT id, downloads FROM repos",
@@ -565,7 +566,8 @@ func TestLoadErrors(t *testing.T) {
 	set := ruleSet(t, s,
 		"rules/a_unknown.yaml", "# no such table\ntable: SCHEMA.nope\nkey: id\ncounters: [c]\n",
 		"rules/b_composite.yaml", "table: SCHEMA.composite\n\nkey: a\ncounters: [c]\n",
-		"rules/c_strpk.yaml", "table: SCHEMA.strpk\nkey: id\ncounters: [c]\n",
+		"rules/c_prefixpk.yaml", "table: SCHEMA.prefixpk\nkey: id\ncounters: [c]\n",
+		"rules/c_widepk.yaml", "table: SCHEMA.widepk\nkey: [b, a]\ncounters: [c]\n",
 		"rules/d_nopk.yaml", "table: SCHEMA.nopk\nkey: id\ncounters: [c]\n",
 		"rules/e_repos.yaml", "table: SCHEMA.repos\nkey: id\ncounters:\n  - downloads\n  - name\n  - missing\n",
 		"rules/f_decpk.yaml", "table: SCHEMA.decpk\nkey: id\ncounters: [c]\n",
@@ -578,12 +580,13 @@ func TestLoadErrors(t *testing.T) {
 	}
 	want := []string{
 		"rules/a_unknown.yaml:2: table: SCHEMA.nope does not exist (or the admin user has no privileges on it)",
-		"rules/b_composite.yaml:3: key: SCHEMA.composite has no single-column integer primary key (PRIMARY KEY is (a, b))",
-		"rules/c_strpk.yaml:2: key: SCHEMA.strpk has no single-column integer primary key (PRIMARY KEY is (id), of type varchar(20))",
-		"rules/d_nopk.yaml:2: key: SCHEMA.nopk has no primary key; the key must be a single-column integer primary key",
+		"rules/b_composite.yaml:3: key: a is not the primary key of SCHEMA.composite (PRIMARY KEY is (a, b))",
+		"rules/c_prefixpk.yaml:2: key: SCHEMA.prefixpk's primary key (id) indexes a prefix of a column; slotproxy needs a key of whole columns",
+		"rules/c_widepk.yaml:2: key: SCHEMA.widepk's primary key (a, b) may take 6081 bytes in a record id; slotproxy's keyed slot table takes 3000 at most",
+		"rules/d_nopk.yaml:2: key: SCHEMA.nopk has no primary key; the key must be its primary key",
 		"rules/e_repos.yaml:5: counters: SCHEMA.repos.name is varchar(100), not an integer column",
 		"rules/e_repos.yaml:6: counters: SCHEMA.repos has no column missing",
-		"rules/f_decpk.yaml:2: key: SCHEMA.decpk has no single-column integer primary key (PRIMARY KEY is (id), of type decimal(10,0))",
+		"rules/f_decpk.yaml:2: key: SCHEMA.decpk.id is decimal(10,0); a key column must be an integer, CHAR, VARCHAR, BINARY or VARBINARY column",
 		"rules/g_view.yaml:1: table: SCHEMA.v is a view, not a base table",
 	}
 	for i := range want {
@@ -1034,5 +1037,71 @@ func TestLoadSideEffects(t *testing.T) {
 	}
 	if got := strings.Split(err.Error(), "\n"); !reflect.DeepEqual(got, want) {
 		t.Errorf("Load errors:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestLoadKeyed: a rule whose table's primary key is not one integer column
+// (several columns, or a string) names its records by an encoding of the
+// key, in the keyed slot table migrate creates beside the slot table.
+func TestLoadKeyed(t *testing.T) {
+	s := newSchema(t,
+		"CREATE TABLE members (channel VARCHAR(26) NOT NULL, user_id INT UNSIGNED NOT NULL, n BIGINT, PRIMARY KEY (channel, user_id)) DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci",
+		"CREATE TABLE config (name CHAR(20) CHARACTER SET latin1 NOT NULL PRIMARY KEY, v INT NOT NULL)",
+		"CREATE TABLE blobs (h VARBINARY(32) NOT NULL PRIMARY KEY, v INT NOT NULL)",
+	)
+	conn := connect(t)
+	set := ruleSet(t, s,
+		"rules/members.yaml", "table: SCHEMA.members\nkey: [user_id, channel]\ncounters: [n]\n",
+		"rules/config.yaml", "table: SCHEMA.config\nkey: name\ncounters: [v]\n",
+		"rules/blobs.yaml", "table: SCHEMA.blobs\nkey: [h]\ncounters: [v]\n",
+	)
+	var out strings.Builder
+	if err := catalog.Migrate(t.Context(), conn, set, "slotted_counters", &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "CREATE TABLE IF NOT EXISTS `"+s+"`.`slotted_counters_keyed` (") {
+		t.Errorf("Migrate did not create the keyed slot table:\n%s", out.String())
+	}
+	cat, err := catalog.Load(t.Context(), conn, set, "slotted_counters")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]rewrite.KeyColumn{
+		"members": {{Name: "channel", Charset: "utf8mb4", Collation: "utf8mb4_general_ci"}, {Name: "user_id", Integer: true, Unsigned: true}},
+		"config":  {{Name: "name", Char: true, Charset: "latin1", Collation: "latin1_swedish_ci"}},
+		"blobs":   {{Name: "h"}},
+	}
+	for name, cols := range want {
+		var tb *rewrite.Table
+		for _, x := range cat.Tables() {
+			if x.Name == name {
+				tb = x
+			}
+		}
+		if tb == nil {
+			t.Fatalf("no table %s", name)
+		}
+		if !tb.Keyed() || tb.Key != "" || !reflect.DeepEqual(tb.KeyColumns, cols) || tb.SlotsTable != "slotted_counters_keyed" {
+			t.Errorf("%s: Keyed %v, Key %q, KeyColumns %+v, SlotsTable %s; want KeyColumns %+v in slotted_counters_keyed",
+				name, tb.Keyed(), tb.Key, tb.KeyColumns, tb.SlotsTable, cols)
+		}
+	}
+
+	// A table of that name that is not a keyed slot table.
+	if err := testdb.Shared().Exec("DROP TABLE `"+s+"`.slotted_counters_keyed",
+		"CREATE TABLE `"+s+"`.slotted_counters_keyed (record_type SMALLINT UNSIGNED, record_id BIGINT, slot SMALLINT UNSIGNED, count BIGINT, PRIMARY KEY (record_type, record_id, slot))"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = catalog.Load(t.Context(), conn, set, "slotted_counters")
+	if err == nil || !strings.Contains(err.Error(), "rules/blobs.yaml:2: key: "+s+".slotted_counters_keyed is not a keyed slot table") {
+		t.Errorf("Load with a foreign slotted_counters_keyed = %v", err)
+	}
+	// None.
+	if err := testdb.Shared().Exec("DROP TABLE `" + s + "`.slotted_counters_keyed"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = catalog.Load(t.Context(), conn, set, "slotted_counters")
+	if want := "rules/blobs.yaml:2: key: schema " + s + " has no keyed slot table slotted_counters_keyed (for tables whose key is not one integer column); run slotproxy migrate to create it"; err == nil || err.Error() != want {
+		t.Errorf("Load without the keyed slot table = %v\nwant %s", err, want)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/slotproxy/slotproxy/internal/config"
+	"github.com/slotproxy/slotproxy/rewrite"
 	"github.com/slotproxy/slotproxy/rules"
 )
 
@@ -48,6 +50,21 @@ func DDL(schema, slotsTable string) []string {
 	}
 }
 
+// KeyedDDL returns the statement that creates the keyed slot table of
+// schema (slotsTable with rewrite.KeyedSlotsSuffix), for the records of
+// tables whose key is not one integer column: the same columns as the
+// slot table's, but record_id, an encoding of the record's key (see
+// rewrite.Table.RecordID).
+func KeyedDDL(schema, slotsTable string) string {
+	return "CREATE TABLE IF NOT EXISTS " + qualified(schema, slotsTable+rewrite.KeyedSlotsSuffix) + ` (
+  ` + "`record_type`" + ` SMALLINT UNSIGNED NOT NULL,
+  ` + "`record_id`" + `   VARBINARY(` + strconv.Itoa(rewrite.KeyedIDBytes) + `) NOT NULL,
+  ` + "`slot`" + `        SMALLINT UNSIGNED NOT NULL,
+  ` + "`count`" + `       BIGINT NOT NULL,
+  PRIMARY KEY (` + "`record_type`, `record_id`, `slot`" + `)
+) ENGINE=InnoDB`
+}
+
 // Migrate creates the slot table slotsTable and the record-type registry in
 // every schema that has rules in set, printing each statement to out before
 // running it (CREATE TABLE IF NOT EXISTS, so it is printed and run even
@@ -56,8 +73,17 @@ func DDL(schema, slotsTable string) []string {
 // and safe to run while proxies are serving. It does not check the rules
 // against the schema; Load does.
 func Migrate(ctx context.Context, conn *client.Conn, set *rules.Set, slotsTable string, out io.Writer) error {
-	for _, g := range bySchema(set) {
-		for _, stmt := range DDL(g.schema, slotsTable) {
+	groups := bySchema(set)
+	schemas, err := describe(ctx, conn, groups)
+	if err != nil {
+		return err
+	}
+	for i, g := range groups {
+		stmts := DDL(g.schema, slotsTable)
+		if keyedRules(schemas[i], g.rules) {
+			stmts = append(stmts, KeyedDDL(g.schema, slotsTable))
+		}
+		for _, stmt := range stmts {
 			fmt.Fprintf(out, "%s;\n\n", stmt)
 			if _, err := exec(ctx, conn, stmt); err != nil {
 				return err
@@ -83,6 +109,20 @@ func Migrate(ctx context.Context, conn *client.Conn, set *rules.Set, slotsTable 
 		}
 	}
 	return nil
+}
+
+// keyedRules reports whether a rule of rs names a table of s whose key is
+// not one integer column, or a key of several columns.
+func keyedRules(s *schema, rs []*rules.Rule) bool {
+	for _, r := range rs {
+		if len(r.KeyColumns()) > 1 {
+			return true
+		}
+		if t, _ := s.lookup(r.Table); t != nil && len(t.primary) > 0 && t.keyed() {
+			return true
+		}
+	}
+	return false
 }
 
 // pair is a registry entry's (table_name, column_name), in lower case.

@@ -15,6 +15,7 @@ package rollup
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -132,7 +133,7 @@ type Roller struct {
 type idleKey struct {
 	slots string
 	rt    int
-	id    int64
+	id    string // the record's key (rewrite.Table.KeyOf)
 	part  part
 }
 
@@ -175,7 +176,7 @@ func (p partition) where(k part) string {
 
 type cursor struct {
 	rt int
-	id int64
+	id string // a key (rewrite.Table.KeyOf)
 }
 
 // Once runs one pass over every slot table of cat: up to Batch records per
@@ -366,7 +367,7 @@ func (r *Roller) passOne(ctx context.Context, conn Conn, slots string, targets m
 	cur, resume := r.cursors[slots]
 	after := ""
 	if resume {
-		after = fmt.Sprintf(" AND (`record_type`, `record_id`) > (%d, %d)", cur.rt, cur.id)
+		after = fmt.Sprintf(" AND (`record_type`, `record_id`) > (%d, %s)", cur.rt, cur.id)
 	}
 	// With a partition, each record's rows of the proxy's part and of
 	// the others' (their sum and number: see Options.Partition).
@@ -382,7 +383,7 @@ func (r *Roller) passOne(ctx context.Context, conn Conn, slots string, targets m
 	}
 	type rec struct {
 		rt      int
-		id      int64
+		id      string // its key (rewrite.Table.KeyOf)
 		ownRows int64
 		others  partSeen
 	}
@@ -390,13 +391,26 @@ func (r *Roller) passOne(ctx context.Context, conn Conn, slots string, targets m
 	for i := range res.Values {
 		var vals [5]int64
 		for j := range vals {
+			if j == 1 {
+				continue
+			}
 			v, err := res.GetInt(i, j)
 			if err != nil {
 				return st, fmt.Errorf("bad slot row: %v", err)
 			}
 			vals[j] = v
 		}
-		recs = append(recs, rec{int(vals[0]), vals[1], vals[2], partSeen{vals[3], vals[4]}})
+		raw, err := res.GetString(i, 1)
+		if err != nil {
+			return st, fmt.Errorf("bad slot row: %v", err)
+		}
+		id := raw
+		if tg, ok := targets[int(vals[0])]; ok {
+			id = tg.table.KeyOf(raw)
+		} else if _, err := strconv.ParseInt(raw, 10, 64); err != nil {
+			id = "X'" + hex.EncodeToString([]byte(raw)) + "'" // (skipped below; the cursor passes it)
+		}
+		recs = append(recs, rec{int(vals[0]), id, vals[2], partSeen{vals[3], vals[4]}})
 	}
 	st.Pending = len(recs)
 	if len(recs) < opts.Batch {
@@ -467,7 +481,7 @@ func (r *Roller) passOne(ctx context.Context, conn Conn, slots string, targets m
 // cluster every proxy's roll-up writes a hot record's base row, and two
 // folds of it through different nodes at once fail one of them. A lock
 // wait is not tried again.
-func (r *Roller) foldAgain(conn Conn, slots string, tg target, id int64, pt partition, k part, oldest time.Duration, known, wait bool) (Stats, error) {
+func (r *Roller) foldAgain(conn Conn, slots string, tg target, id string, pt partition, k part, oldest time.Duration, known, wait bool) (Stats, error) {
 	for attempt := 1; ; attempt++ {
 		st, err := r.fold(conn, slots, tg, id, pt, k, oldest, known, wait)
 		var me *mysql.MyError
@@ -487,7 +501,7 @@ const foldAttempts = 3
 // and keeps what this pass sees for the next. Such a fold does not wait
 // for a busy base row, and one that fails is left for a later pass: those
 // rows are other roll-ups' to fold.
-func (r *Roller) foldQuiet(conn Conn, slots string, tg target, id int64, seen partSeen, pt partition, quietAfter time.Duration,
+func (r *Roller) foldQuiet(conn Conn, slots string, tg target, id string, seen partSeen, pt partition, quietAfter time.Duration,
 	oldest time.Duration, known bool, st *Stats) {
 	key := idleKey{slots, tg.counter.RecordType, id, othersSlots}
 	if seen.rows == 0 {
@@ -517,7 +531,7 @@ func (r *Roller) foldQuiet(conn Conn, slots string, tg target, id int64, seen pa
 // stayed busy (a lock wait timeout, a deadlock with increments in flight,
 // a cluster's certification failure) is skipped, to be folded later; a fold the server refused is logged and
 // counted as unfoldable, and the pass goes on with the other records.
-func (r *Roller) settle(opts Options, tg target, id int64, one Stats, err error) (Stats, error) {
+func (r *Roller) settle(opts Options, tg target, id string, one Stats, err error) (Stats, error) {
 	var me *mysql.MyError
 	if !errors.As(err, &me) {
 		return one, err
@@ -552,7 +566,7 @@ func (r *Roller) settle(opts Options, tg target, id int64, one Stats, err error)
 // runs three short statements and never waits.
 //
 // k says which of the record's slot rows it takes (see Options.Partition).
-func (ro *Roller) fold(conn Conn, slots string, tg target, id int64, pt partition, k part, oldest time.Duration, known, wait bool) (st Stats, err error) {
+func (ro *Roller) fold(conn Conn, slots string, tg target, id string, pt partition, k part, oldest time.Duration, known, wait bool) (st Stats, err error) {
 	if _, err := conn.Execute("BEGIN"); err != nil {
 		return st, err
 	}
@@ -567,13 +581,13 @@ func (ro *Roller) fold(conn Conn, slots string, tg target, id int64, pt partitio
 	if wait {
 		lock = " FOR UPDATE"
 	}
-	base, err := conn.Execute(fmt.Sprintf("SELECT 1 FROM %s WHERE %s = %d%s", tg.table.Qualified(), quote(tg.table.Key), id, lock))
+	base, err := conn.Execute(fmt.Sprintf("SELECT 1 FROM %s WHERE %s%s", tg.table.Qualified(), tg.table.KeyCond(id), lock))
 	if err != nil {
 		return st, err
 	}
 	lockStart := time.Now()
 	orphan := len(base.Values) == 0
-	r, err := conn.Execute(fmt.Sprintf("SELECT `slot`, `count` FROM %s WHERE `record_type` = %d AND `record_id` = %d%s FOR UPDATE SKIP LOCKED",
+	r, err := conn.Execute(fmt.Sprintf("SELECT `slot`, `count` FROM %s WHERE `record_type` = %d AND `record_id` = %s%s FOR UPDATE SKIP LOCKED",
 		slots, tg.counter.RecordType, id, pt.where(k)))
 	if err != nil {
 		return st, err
@@ -600,7 +614,7 @@ func (ro *Roller) fold(conn Conn, slots string, tg target, id int64, pt partitio
 		}
 	}
 	where := func(ids []string) string {
-		return fmt.Sprintf("`record_type` = %d AND `record_id` = %d AND `slot` IN (%s)", tg.counter.RecordType, id, strings.Join(ids, ", "))
+		return fmt.Sprintf("`record_type` = %d AND `record_id` = %s AND `slot` IN (%s)", tg.counter.RecordType, id, strings.Join(ids, ", "))
 	}
 	if len(counted) > 0 && !orphan {
 		col := quote(tg.counter.Name)
@@ -609,8 +623,8 @@ func (ro *Roller) fold(conn Conn, slots string, tg target, id int64, pt partitio
 			// The later of the base row's time and the slots'.
 			set = col + " = " + tg.counter.TouchLatest(col, strconv.FormatInt(latest, 10))
 		}
-		if _, err := conn.Execute(fmt.Sprintf("UPDATE %s SET %s WHERE %s = %d",
-			tg.table.Qualified(), set, quote(tg.table.Key), id)); err != nil {
+		if _, err := conn.Execute(fmt.Sprintf("UPDATE %s SET %s WHERE %s",
+			tg.table.Qualified(), set, tg.table.KeyCond(id))); err != nil {
 			return st, err
 		}
 	}
