@@ -302,6 +302,12 @@ type txnState struct {
 	// ("" for a key the proxy could not tell): reading one of their
 	// counters takes their lock first (foldOwn).
 	own map[string]map[string]bool
+	// ownGuards are, by rule name, the guards of its increments whose
+	// records the proxy could not tell (named by a UNIQUE key, or a key of
+	// several columns or a string), each with the records it matched: they
+	// find those records again when the transaction reads (foldOwn). A nil
+	// guard (a prepared increment's) cannot be run again.
+	ownGuards map[string][]ownGuard
 	// isolation is its level, kept when a statement in it may have set the
 	// session's level (the session variable then tells the next
 	// transaction's, not this one's): see Session.isolation.
@@ -311,6 +317,14 @@ type txnState struct {
 	// ownRows are the slot rows its slotted increments wrote, by rule
 	// name (see noteOwnRows).
 	ownRows map[string][]ownSlot
+}
+
+// ownGuard is an increment's guard and the records the increment matched
+// (see txnState.ownGuards).
+type ownGuard struct {
+	guard   *rewrite.Guard
+	params  *execParams // a prepared increment's parameters (a copy)
+	matched uint64
 }
 
 // ErrAnswered marks a failure after the client already has its command's

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -379,4 +380,20 @@ func (ep execParams) executePacketWith(stmtID uint32, at int, v uint64) ([]byte,
 		}
 	}
 	return b, nil
+}
+
+// clone returns a copy of ep that shares no memory with the payload it
+// was parsed from, or nil when a parameter sent as long data was not kept.
+func (ep execParams) clone() *execParams {
+	c := execParams{n: ep.n, null: slices.Clone(ep.null), types: slices.Clone(ep.types), long: slices.Clone(ep.long)}
+	for _, v := range ep.values {
+		c.values = append(c.values, slices.Clone(v))
+	}
+	for i, v := range ep.longVals {
+		if i < len(ep.long) && ep.long[i] && v == nil {
+			return nil
+		}
+		c.longVals = append(c.longVals, slices.Clone(v))
+	}
+	return &c
 }

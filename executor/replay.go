@@ -84,7 +84,7 @@ func (s *Session) replayTxn() (bool, error) {
 	}
 	steps := s.txn.replay
 	s.txn.replay = nil
-	s.txn.own = nil
+	s.txn.own, s.txn.ownGuards = nil, nil
 	s.releaseSlots()
 	for attempt := 1; ; attempt++ {
 		same, deadlocked, err := s.replayOnce(steps)

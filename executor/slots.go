@@ -148,7 +148,7 @@ func (s *Session) endTransaction() {
 	if len(s.txn.held) > 0 {
 		s.releaseSlots()
 	}
-	if s.txn.begin != nil || s.txn.own != nil || s.txn.replay != nil || s.txn.ownRows != nil || s.txn.isolation != "" {
+	if s.txn.begin != nil || s.txn.own != nil || s.txn.ownGuards != nil || s.txn.replay != nil || s.txn.ownRows != nil || s.txn.isolation != "" {
 		s.txn = txnState{held: s.txn.held[:0]}
 	}
 }

@@ -548,6 +548,7 @@ func (s *Session) execIncrementOf(p rewrite.Plan, inc *rewrite.Increment, up *re
 		if r.Status&mysql.SERVER_STATUS_IN_TRANS != 0 {
 			if len(keys) == 0 {
 				keys = []string{""} // named by a UNIQUE key: any record
+				s.noteOwnGuard(p.Table, inc, ex, matched)
 			}
 			s.noteOwnIncrement(p.Table, keys)
 			slot := s.slotFor(p.Table)
@@ -865,6 +866,77 @@ func (s *Session) noteOwnIncrement(t *rewrite.Table, keys []string) {
 	for _, k := range keys {
 		s.txn.own[name][k] = true // "" marks an unknown key
 	}
+}
+
+// noteOwnGuard records inc's guard (txnState.ownGuards), an increment of
+// records of t whose keys the proxy could not tell, which matched matched
+// records: a read in the transaction locks them by running it again (a
+// prepared increment's with a copy of its parameters).
+func (s *Session) noteOwnGuard(t *rewrite.Table, inc *rewrite.Increment, ex *execution, matched uint64) {
+	o := ownGuard{guard: inc.Guard, matched: matched}
+	switch {
+	case o.guard == nil || len(o.guard.KeysParams) > 0 && ex == nil:
+		o.guard = nil
+	case len(o.guard.KeysParams) > 0:
+		o.params = ex.params.clone()
+		if o.params == nil {
+			o.guard = nil // long data it did not keep
+		}
+	}
+	if s.txn.ownGuards == nil {
+		s.txn.ownGuards = map[string][]ownGuard{}
+	}
+	name := ruleName(t)
+	s.txn.ownGuards[name] = append(s.txn.ownGuards[name], o)
+}
+
+// ownKeys returns the keys of the records of t the transaction
+// incremented, found again by the guards of its increments that named them
+// by a UNIQUE key or a key of several columns (noteOwnGuard), and locks them
+// (FOR UPDATE); ok is false when a guard cannot run or finds other records
+// than its increment matched: every slotted record is folded then.
+func (s *Session) ownKeys(t *rewrite.Table, known map[string]bool) (keys []string, ok bool, errPkt []byte, err error) {
+	for k := range known {
+		if k != "" {
+			keys = append(keys, k)
+		}
+	}
+	for _, o := range s.txn.ownGuards[ruleName(t)] {
+		if o.guard == nil {
+			return nil, false, nil, nil
+		}
+		var found []string
+		if o.params == nil {
+			if found, errPkt, err = s.queryKeys(t, o.guard.KeysSQL); err != nil || errPkt != nil {
+				return nil, false, errPkt, err
+			}
+		} else {
+			r, err := s.executeInternalRows(o.guard.KeysSQL, *o.params, o.guard.KeysParams, s.maxGuardKeys())
+			var be *backendError
+			switch {
+			case errors.As(err, &be):
+				return nil, false, be.pkt, nil
+			case err != nil:
+				return nil, false, nil, err
+			case r.Failed():
+				return nil, false, r.Err, nil
+			case r.Dropped > 0:
+				return nil, false, nil, nil
+			}
+			if found, err = guardKeys(t, r, true); err != nil {
+				return nil, false, nil, err
+			}
+		}
+		if uint64(len(found)) != o.matched {
+			return nil, false, nil, nil
+		}
+		for _, k := range found {
+			if !slices.Contains(keys, k) {
+				keys = append(keys, k)
+			}
+		}
+	}
+	return keys, true, nil, nil
 }
 
 // privilegeTTL bounds how long a session trusts a privilege check of its
@@ -1713,6 +1785,32 @@ func (s *Session) snapshotFolds() (bool, error) {
 	return !strings.HasPrefix(s.isolation(), "READ"), nil
 }
 
+// guardKeys returns the keys of t in r, the rows of a guard's KeysSQL (as
+// text, or with binaryRows in the binary protocol).
+func guardKeys(t *rewrite.Table, r *wire.Response, binaryRows bool) ([]string, error) {
+	keys := make([]string, 0, len(r.Rows))
+	for _, row := range r.Rows {
+		var k string
+		var ok bool
+		switch {
+		case binaryRows && t.Keyed():
+			k, ok = binaryString(row)
+			k = t.KeyOf(k)
+		case binaryRows:
+			k, ok = binaryInt(r.Columns[0], row)
+		default:
+			if vals, err := wire.TextRow(row); err == nil && len(vals) == 1 && vals[0] != nil {
+				k, ok = t.KeyOf(string(vals[0])), t.Keyed() || isInteger(vals[0])
+			}
+		}
+		if !ok {
+			return nil, errors.New("guard: key is not a record id")
+		}
+		keys = append(keys, k)
+	}
+	return keys, nil
+}
+
 // lockAndFold runs guards: each locks the records its statement may touch
 // and their slots are folded into their base rows. errPkt is the error to
 // report (the statement must not run).
@@ -1793,25 +1891,9 @@ func (s *Session) lockAndFoldKeys(guards []*rewrite.Guard, ex *execution) (locke
 		if keysResp.Failed() {
 			return nil, keysResp.Err, nil
 		}
-		keys := make([]string, 0, len(keysResp.Rows))
-		for _, row := range keysResp.Rows {
-			var k string
-			var ok bool
-			switch {
-			case binaryRows && t.Keyed():
-				k, ok = binaryString(row)
-				k = t.KeyOf(k)
-			case binaryRows:
-				k, ok = binaryInt(keysResp.Columns[0], row)
-			default:
-				if vals, err := wire.TextRow(row); err == nil && len(vals) == 1 && vals[0] != nil {
-					k, ok = t.KeyOf(string(vals[0])), t.Keyed() || isInteger(vals[0])
-				}
-			}
-			if !ok {
-				return nil, nil, errors.New("guard: key is not a record id")
-			}
-			keys = append(keys, k)
+		keys, err := guardKeys(t, keysResp, binaryRows)
+		if err != nil {
+			return nil, nil, err
 		}
 		if keysResp.Dropped > 0 {
 			// More rows than the proxy keeps keys of: every slotted
@@ -2119,6 +2201,32 @@ func (s *Session) foldOwn(tables []*rewrite.Table, totals bool) (errPkt []byte, 
 	}
 	for _, t := range tables {
 		keys := s.txn.own[ruleName(t)]
+		if len(keys) == 0 {
+			continue
+		}
+		if keys[""] {
+			// Keys the proxy could not tell when the increments ran:
+			// their guards find them again.
+			found, ok, errPkt, err := s.ownKeys(t, keys)
+			if err != nil {
+				return nil, err
+			}
+			if errPkt != nil {
+				if isDeadlock(errPkt) {
+					s.env.noteReadAfterIncrement(t, s.log)
+					if again, err := s.replayTxn(); again || err != nil {
+						return nil, err
+					}
+				}
+				return errPkt, nil
+			}
+			if ok {
+				keys = map[string]bool{}
+				for _, k := range found {
+					keys[k] = true
+				}
+			}
+		}
 		if len(keys) == 0 {
 			continue
 		}

@@ -1,10 +1,14 @@
 package proxy_test
 
 import (
+	"context"
+	"database/sql"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/slotproxy/slotproxy/internal/testdb"
+	"github.com/slotproxy/slotproxy/proxy"
 )
 
 // keyedDDL are tables whose records are named by a key that is not one
@@ -138,5 +142,97 @@ func TestKeyedRecords(t *testing.T) {
 	}
 	if n, _ := r.GetInt(0, 0); n != 1 {
 		t.Errorf("%d keyed slot rows hold counts after the roll-up and one increment, want 1", n)
+	}
+}
+
+// TestKeyedHandOuts is issue 22's hand-out on a key of several strings,
+// as Zabbix reserves blocks of ids: 4 clients × 5 transactions, each BEGIN;
+// update ids set nextid=nextid+5 where table_name=? and field_name=?;
+// select nextid …; COMMIT. Directly all 20 commit with distinct values
+// (each waits for the one before); through the proxy too, with text and
+// prepared statements, and the total is exact.
+func TestKeyedHandOuts(t *testing.T) {
+	for _, params := range []string{"", "interpolateParams=true"} {
+		name := "prepared"
+		if params != "" {
+			name = "text"
+		}
+		t.Run(name, func(t *testing.T) {
+			const plain, ruled = "kho_plain", "kho_ruled"
+			cat := loadedSetup(t, plain, ruled, []string{
+				"CREATE TABLE ids (table_name VARCHAR(64) DEFAULT '' NOT NULL, field_name VARCHAR(64) DEFAULT '' NOT NULL, nextid BIGINT UNSIGNED NOT NULL, " +
+					"PRIMARY KEY (table_name, field_name)) ENGINE=InnoDB",
+				"INSERT INTO ids VALUES ('items', 'itemid', 100000), ('hosts', 'hostid', 7)",
+			}, "table: "+ruled+".ids\nkey: [table_name, field_name]\ncounters: [nextid]\nslots: 16\n")
+			p := startProxy(t, func(c *proxy.Config) { c.Rewriter = newRewriter(cat) })
+			reserve := func(db *sql.DB) (int64, error) {
+				ctx := context.Background()
+				conn, err := db.Conn(ctx)
+				if err != nil {
+					return 0, err
+				}
+				defer conn.Close()
+				if _, err := conn.ExecContext(ctx, "BEGIN"); err != nil {
+					return 0, err
+				}
+				var v int64
+				_, err = conn.ExecContext(ctx, "update ids set nextid=nextid+5 where table_name=? and field_name=?", "items", "itemid")
+				if err == nil {
+					err = conn.QueryRowContext(ctx, "select nextid from ids where table_name=? and field_name=?", "items", "itemid").Scan(&v)
+				}
+				if err != nil {
+					_, _ = conn.ExecContext(ctx, "ROLLBACK")
+					return 0, err
+				}
+				_, err = conn.ExecContext(ctx, "COMMIT")
+				return v, err
+			}
+			direct := openDSN(t, testdb.Shared().DSN(testdb.User, testdb.Password, plain, params))
+			proxied := openDSN(t, p.dsn(testdb.User, testdb.Password, ruled, params))
+			for _, side := range []struct {
+				name string
+				db   *sql.DB
+			}{{"direct", direct}, {"proxy", proxied}} {
+				var mu sync.Mutex
+				var wg sync.WaitGroup
+				var values []int64
+				var failures []string
+				for range 4 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for range 5 {
+							v, err := reserve(side.db)
+							mu.Lock()
+							if err != nil {
+								failures = append(failures, err.Error())
+							} else {
+								values = append(values, v)
+							}
+							mu.Unlock()
+						}
+					}()
+				}
+				wg.Wait()
+				if len(failures) > 0 {
+					t.Errorf("%s: %d of 20 reservations failed: %v", side.name, len(failures), failures)
+				}
+				seen := map[int64]bool{}
+				for _, v := range values {
+					if seen[v] {
+						t.Errorf("%s: block %d handed out twice", side.name, v)
+					}
+					seen[v] = true
+				}
+				var total, other int64
+				if err := side.db.QueryRow("SELECT (SELECT nextid FROM ids WHERE table_name = 'items'), (SELECT nextid FROM ids WHERE table_name = 'hosts')").Scan(&total, &other); err != nil {
+					t.Fatal(err)
+				}
+				if want := 100000 + 5*int64(len(values)); total != want || other != 7 {
+					t.Errorf("%s: nextid %d and %d after %d reservations, want %d and 7", side.name, total, other, len(values), want)
+				}
+				t.Logf("%s: %d committed, %d failed", side.name, len(values), len(failures))
+			}
+		})
 	}
 }
