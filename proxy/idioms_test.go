@@ -22,11 +22,12 @@ import (
 
 // idiomRules are the rules a user would write for the survey's tables
 // (testdata/idioms/real-apps.sql, counter statements of real applications,
-// classes A–G): every table with a single integer primary key whose
-// integer columns its statements increment, with the integer or DATETIME
-// columns assigned alongside the increments under touch. Tables keyed by
-// strings or several columns, and counters in DECIMAL or text columns,
-// cannot have a rule yet (issue 22).
+// classes A–G): every table with a primary key (of one integer column,
+// several columns or a string) whose integer columns its statements
+// increment, with the integer or DATETIME columns assigned alongside the
+// increments under touch. Counters in DECIMAL or text columns, and tables
+// keyed by a prefix of a column or by no unique key, cannot have a rule
+// yet (issue 22).
 var idiomRules = map[string]string{
 	"phpbb.phpbb_topics":           "key: topic_id\ncounters: [topic_views, topic_posts_approved]\ntouch: [topic_last_view_time]",
 	"phpbb.phpbb_attachments":      "key: attach_id\ncounters: [download_count]",
@@ -41,6 +42,25 @@ var idiomRules = map[string]string{
 	"django.dtable_external_links": "key: id\ncounters: [view_cnt]",
 	"longtail.posts":               "key: id\ncounters: [view_count]\ntouch: [updated_at]",
 	"longtail.invoice_counters":    "key: year\ncounters: [counter]",
+	// Keys of several columns or strings.
+	"wordpress.wp_post_views":        "key: [type, period, id]\ncounters: [count]",
+	"zabbix.ids":                     "key: [table_name, field_name]\ncounters: [nextid]",
+	"mattermost.Channels":            "key: Id\ncounters: [TotalMsgCount, TotalMsgCountRoot]",
+	"mattermost.ChannelMembers":      "key: [ChannelId, UserId]\ncounters: [MsgCount, MentionCount, MentionCountRoot]",
+	"magento.salesrule_coupon_usage": "key: [coupon_id, customer_id]\ncounters: [times_used]",
+	"longtail.trending_topics":       "key: topic\ncounters: [count]",
+}
+
+// idiomSeeds are the rows of the tables of idiomRules whose keys are not
+// one integer column, for the keys their statements name (the others get
+// rows for a list of integers).
+var idiomSeeds = map[string]string{
+	"wordpress.wp_post_views":        "",
+	"zabbix.ids":                     "",
+	"mattermost.Channels":            "INSERT INTO Channels (Id, TotalMsgCount, TotalMsgCountRoot) VALUES ('kq8w9y3ujtbpmyq1r6f9x3ab7e', 10, 2)",
+	"mattermost.ChannelMembers":      "INSERT INTO ChannelMembers VALUES ('kq8w9y3ujtbpmyq1r6f9x3ab7e', 'u1x9w8y3ujtbpmyq1r6f9x3ab7', 0, 0, 0, 0)",
+	"magento.salesrule_coupon_usage": "",
+	"longtail.trending_topics":       "INSERT INTO trending_topics VALUES ('mysql', 0), ('proxy', 3)",
 }
 
 // idiomStatement is one statement of the survey: its app's database, its
@@ -134,7 +154,14 @@ func TestRealAppIdioms(t *testing.T) {
 			// sides.
 			key := strings.TrimPrefix(strings.SplitN(rule, "\n", 2)[0], "key: ")
 			for _, schema := range []string{plainDB(app), ruledDB(app)} {
-				if err := db.Exec("SET SESSION sql_mode = ''", fmt.Sprintf("INSERT IGNORE INTO %s.%s (`%s`) VALUES (2), (3), (5), (7), (11), (12), (13), (42), (77), (123), (1234), (2025)", schema, name, key)); err != nil {
+				seed, keyed := idiomSeeds[app+"."+name]
+				if !keyed {
+					seed = fmt.Sprintf("INSERT IGNORE INTO %s.%s (`%s`) VALUES (2), (3), (5), (7), (11), (12), (13), (42), (77), (123), (1234), (2025)", schema, name, key)
+				}
+				if seed == "" {
+					continue // its statements insert its rows
+				}
+				if err := db.Exec("SET SESSION sql_mode = ''", "USE "+schema, seed); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -196,12 +223,15 @@ func TestRealAppIdioms(t *testing.T) {
 				byClass[c] = &tally{}
 			}
 			byClass[c].increments++
-			if pl.Kind() == rewrite.KindIncrement {
+			if pl.Kind() == rewrite.KindIncrement && !narrowPlan(pl) {
 				byClass[c].slotted++
 			}
 		}
-		if pl.Kind() != rewrite.KindIncrement {
+		switch {
+		case pl.Kind() != rewrite.KindIncrement:
 			notSlotted = append(notSlotted, fmt.Sprintf("[%s] %s: %s (%s)", st.classes, st.sql, pl.Kind(), pl.Reason))
+		case narrowPlan(pl):
+			notSlotted = append(notSlotted, fmt.Sprintf("[%s] %s: on the base row (a counter too narrow for slots)", st.classes, st.sql))
 		}
 	}
 	// Roll-up, then every ruled table the same on both sides.
@@ -232,12 +262,33 @@ func TestRealAppIdioms(t *testing.T) {
 	t.Logf("%d statements replayed, identical; writes of ruled tables slotted by class:%s (%d of %d class memberships)", len(stmts), report.String(), slotted, total)
 	t.Logf("not slotted:\n%s", strings.Join(notSlotted, "\n"))
 	// What is slotted today, per class: a floor.
-	floor := map[string]int{"A": 9, "B": 1, "D": 3, "E": 1, "F": 2}
+	floor := map[string]int{"A": 10, "B": 2, "D": 4, "E": 2, "F": 5}
 	for c, n := range floor {
 		if byClass[c] == nil || byClass[c].slotted < n {
 			t.Errorf("class %s: fewer increments slotted than before (%v, want at least %d)", c, byClass[c], n)
 		}
 	}
+}
+
+// narrowPlan reports whether p increments a counter too narrow for any
+// slot to take a delta (rewrite.Counter.Narrow): the executor runs it on
+// the base row.
+func narrowPlan(p rewrite.Plan) bool {
+	var deltas []rewrite.Delta
+	switch op := p.Op.(type) {
+	case *rewrite.Increment:
+		deltas = op.Deltas
+	case *rewrite.UpsertIncrement:
+		deltas = op.Increment.Deltas
+	}
+	for _, d := range deltas {
+		for i := range p.Table.Counters {
+			if c := &p.Table.Counters[i]; strings.EqualFold(c.Name, d.Column) && c.Narrow() {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // isWriteOthers reports whether p writes a ruled table's other columns.

@@ -22,11 +22,18 @@ var liveSchema = []string{
 	"CREATE TABLE users (id INT NOT NULL PRIMARY KEY, name VARCHAR(50) NOT NULL DEFAULT '', downloads INT NOT NULL DEFAULT 0)",
 	"CREATE TABLE queries (id INT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY, q VARCHAR(50) NULL, store INT NOT NULL DEFAULT 0, hits INT NOT NULL DEFAULT 0, UNIQUE KEY (q, store))",
 	"CREATE TABLE slotted_counters (record_type SMALLINT UNSIGNED NOT NULL, record_id BIGINT NOT NULL, slot SMALLINT UNSIGNED NOT NULL, count BIGINT NOT NULL, PRIMARY KEY (record_type, record_id, slot))",
+	"CREATE TABLE members (channel VARCHAR(26) NOT NULL, user_id INT UNSIGNED NOT NULL, msgs BIGINT NULL, note VARCHAR(20) NULL, PRIMARY KEY (channel, user_id)) " +
+		"DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci",
+	"CREATE TABLE slotted_counters_keyed (record_type SMALLINT UNSIGNED NOT NULL, record_id VARBINARY(3000) NOT NULL, slot SMALLINT UNSIGNED NOT NULL, count BIGINT NOT NULL, " +
+		"PRIMARY KEY (record_type, record_id, slot))",
 }
 
 // liveSeed resets the data before each case.
 var liveSeed = []string{
 	"DELETE FROM repos", "DELETE FROM pages", "DELETE FROM likes", "DELETE FROM users", "DELETE FROM slotted_counters",
+	"DELETE FROM members", "DELETE FROM slotted_counters_keyed",
+	"INSERT INTO members VALUES ('a', 1, 10, NULL), ('b', 2, 20, 'x'), ('A-long-channel-name', 1, NULL, NULL)",
+	"INSERT INTO slotted_counters_keyed VALUES (8, '61,1', 0, 3), (8, '62,2', 1, 4)",
 	"INSERT INTO repos VALUES (1, 'a', 1, 10, 1, '2024-01-01 00:00:00', '2024-01-01 00:00:00'), (2, 'b', 1, 20, 2, NULL, NULL), " +
 		"(3, 'c', 2, 0, 0, NULL, NULL), (7, 'x', 3, 5, 5, '2025-01-01 00:00:00.5', NULL), (99, 'y', 3, 1, 1, NULL, NULL), (8, 'z', 3, 0, 4000000000, NULL, NULL)",
 	"INSERT INTO pages VALUES (1, 1), (3, 3)",
@@ -174,9 +181,9 @@ func liveStatements(p Plan) []string {
 	var out []string
 	folds := func(g *Guard, refresh bool) {
 		t := g.Table
-		keys := []string{"1", "2"}
+		keys := liveKeys(t)
 		if g.ScanSQL != "" {
-			out = append(out, g.ScanSQL, t.SlottedRowsSQL("", FoldBatch, false), t.SlottedRowsSQL("1", FoldBatch, true))
+			out = append(out, g.ScanSQL, t.SlottedRowsSQL("", FoldBatch, false), t.SlottedRowsSQL(keys[0], FoldBatch, true))
 		}
 		out = append(out, t.FoldSQL(keys, refresh)...)
 		out = append(out, t.SlotRowsSQL(keys))
@@ -194,7 +201,7 @@ func liveStatements(p Plan) []string {
 		}
 		out = append(out, op.SQL)
 	case *Increment:
-		out = append(out, op.ProbeSQL, op.SQL, op.Guard.KeysSQL, op.Guard.Table.LockSQL([]string{"1", "2"}))
+		out = append(out, op.ProbeSQL, op.SQL, op.Guard.KeysSQL, op.Guard.Table.LockSQL(liveKeys(op.Guard.Table)))
 		folds(op.Guard, false)
 	case *UpsertIncrement:
 		out = append(out, op.Increment.ProbeSQL, op.Increment.SQL)
@@ -206,7 +213,7 @@ func liveStatements(p Plan) []string {
 			if g.Fallback != nil {
 				out = append(out, g.ProbeSQL, g.Fallback.KeysSQL)
 			}
-			out = append(out, g.KeysSQL, g.Table.LockSQL([]string{"1", "2"}))
+			out = append(out, g.KeysSQL, g.Table.LockSQL(liveKeys(g.Table)))
 			// Both folds: in a transaction's snapshot (refresh) and not.
 			folds(g, true)
 			folds(g, false)
@@ -231,10 +238,20 @@ func liveStatements(p Plan) []string {
 	return out
 }
 
-// liveSlotRows are the slot rows of t's records 1 and 2 that liveSeed
+// liveKeys are the keys of t's records that liveSeed gives slot rows: 1
+// and 2, or the members ('a', 1) and ('b', 2).
+func liveKeys(t *Table) []string {
+	if t.Keyed() {
+		return []string{"'61,1'", "'62,2'"}
+	}
+	return []string{"1", "2"}
+}
+
+// liveSlotRows are the slot rows of t's records (liveKeys) that liveSeed
 // inserts (with their counts).
 func liveSlotRows(t *Table) []SlotRow {
-	seeded := []SlotRow{{1, "1", 0, "5"}, {2, "1", 1, "1"}, {1, "2", 3, "4"}, {3, "1", 0, "2"}, {4, "1", 3, "63853185600000001"}, {5, "1", 3, "1717243200000000"}}
+	seeded := []SlotRow{{1, "1", 0, "5"}, {2, "1", 1, "1"}, {1, "2", 3, "4"}, {3, "1", 0, "2"}, {4, "1", 3, "63853185600000001"}, {5, "1", 3, "1717243200000000"},
+		{8, "'61,1'", 0, "3"}, {8, "'62,2'", 1, "4"}}
 	var rows []SlotRow
 	for _, r := range seeded {
 		for _, c := range t.Counters {

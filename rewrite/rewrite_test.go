@@ -52,6 +52,18 @@ func testCatalog() *Catalog {
 		Inserted: Inserted{KeyAutoIncrement: true, IntRanges: map[string][2]string{
 			"id": {"0", "4294967295"}, "store": {"-2147483648", "2147483647"}, "hits": {"-2147483648", "2147483647"}},
 			StrLens: map[string]int{"q": 50}},
+	}, {
+		// A key of a string and an integer (Mattermost's ChannelMembers):
+		// records named by an encoding of the key, in the keyed slot
+		// table.
+		Schema: "app", Name: "members",
+		KeyColumns: []KeyColumn{{Name: "channel", Charset: "utf8mb4", Collation: "utf8mb4_general_ci"}, {Name: "user_id", Integer: true, Unsigned: true}},
+		Columns:    []string{"channel", "user_id", "msgs", "note"},
+		Counters:   []Counter{{Name: "msgs", RecordType: 8, Min: "-9223372036854775808", Max: "9223372036854775807"}},
+		SlotsTable: "slotted_counters_keyed", Slots: 16,
+		Inserted: Inserted{Required: []string{"channel", "user_id"}, IntRanges: map[string][2]string{
+			"user_id": {"0", "4294967295"}, "msgs": {"-9223372036854775808", "9223372036854775807"}},
+			StrLens: map[string]int{"channel": 26, "note": 20}},
 	}}, map[string][]string{"app.users": {"id", "name", "downloads"}})
 }
 

@@ -479,7 +479,10 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 		byUnique := false
 		if keys = keyConjunct(s.Where, t, ref); keys == nil {
 			if byUnique = uniqueConjuncts(s.Where, t, ref); !byUnique {
-				why = "the WHERE clause does not require " + t.KeyDescription() + " = value or " + t.KeyDescription() + " IN (values), or a UNIQUE key's columns = values"
+				why = "the WHERE clause does not require " + t.Key + " = value or " + t.Key + " IN (values), or a UNIQUE key's columns = values"
+				if t.Keyed() {
+					why = "the WHERE clause does not name every column of the key " + t.KeyDescription() + ", or of a UNIQUE key, by column = value"
+				}
 				break
 			}
 			if s.Limit != nil {
