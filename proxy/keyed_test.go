@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -235,4 +236,75 @@ func TestKeyedHandOuts(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestKeyedCoalescedIncrements: 16 clients send autocommit increments of
+// one channel's message count (a string key, as Mattermost counts posts),
+// directly and through a proxy: each gets 1 affected row, the totals are
+// exact, and the proxy sent them in batches, as for an integer key.
+func TestKeyedCoalescedIncrements(t *testing.T) {
+	const plain, ruled = "kco_plain", "kco_ruled"
+	cat := loadedSetup(t, plain, ruled, []string{
+		"CREATE TABLE Channels (Id VARCHAR(26) NOT NULL, TotalMsgCount BIGINT, PRIMARY KEY (Id)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+		"INSERT INTO Channels VALUES ('kq8w9y3ujtbpmyq1r6f9x3ab7e', 5), ('town-square', 0)",
+	}, "table: "+ruled+".Channels\nkey: Id\ncounters: [TotalMsgCount]\nslots: 16\n")
+	p := startProxy(t, func(c *proxy.Config) { c.Rewriter = newRewriter(cat) })
+	const clients, each = 16, 60
+	for _, side := range []struct {
+		name string
+		db   *sql.DB
+	}{
+		{"direct", openDSN(t, testdb.Shared().DSN(testdb.User, testdb.Password, plain, ""))},
+		{"proxy", openDSN(t, p.dsn(testdb.User, testdb.Password, ruled, ""))},
+	} {
+		side.db.SetMaxOpenConns(clients)
+		var wg sync.WaitGroup
+		errs := make(chan error, clients)
+		for w := range clients {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range each {
+					q := "UPDATE Channels SET TotalMsgCount = TotalMsgCount + 1 WHERE Id = 'kq8w9y3ujtbpmyq1r6f9x3ab7e'"
+					if (w+i)%7 == 0 {
+						q = "UPDATE Channels SET TotalMsgCount = TotalMsgCount + 2 WHERE Id = 'town-square'"
+					}
+					res, err := side.db.Exec(q)
+					if err != nil {
+						errs <- err
+						return
+					}
+					if n, _ := res.RowsAffected(); n != 1 {
+						errs <- fmt.Errorf("%s: %d affected rows, want 1", q, n)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatalf("%s: %v", side.name, err)
+		}
+		var hot, other int64
+		if err := side.db.QueryRow("SELECT (SELECT TotalMsgCount FROM Channels WHERE Id = 'kq8w9y3ujtbpmyq1r6f9x3ab7e'), (SELECT TotalMsgCount FROM Channels WHERE Id = 'town-square')").Scan(&hot, &other); err != nil {
+			t.Fatal(err)
+		}
+		n2 := 0
+		for w := range clients {
+			for i := range each {
+				if (w+i)%7 == 0 {
+					n2++
+				}
+			}
+		}
+		if want1, want2 := int64(5+clients*each-n2), int64(2*n2); hot != want1 || other != want2 {
+			t.Errorf("%s: totals %d and %d, want %d and %d", side.name, hot, other, want1, want2)
+		}
+	}
+	st := p.srv.Stats()
+	if st.Batches == 0 {
+		t.Fatalf("no increments of the keyed record were coalesced: %+v", st)
+	}
+	t.Logf("%d of %d increments sent in %d batches", st.Coalesced, clients*each, st.Batches)
 }

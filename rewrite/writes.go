@@ -461,6 +461,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 	// records a key equality in the WHERE clause names.
 	why := ""
 	var keys []ast.ExprNode
+	oneRecord := false // named by a UNIQUE key's equalities: at most one record
 	switch {
 	case absolute || counters == 0:
 	case other:
@@ -478,7 +479,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 	default:
 		byUnique := false
 		if keys = keyConjunct(s.Where, t, ref); keys == nil {
-			if byUnique = uniqueConjuncts(s.Where, t, ref); !byUnique {
+			if byUnique, oneRecord = uniqueConjuncts(s.Where, t, ref); !byUnique {
 				why = "the WHERE clause does not require " + t.Key + " = value or " + t.Key + " IN (values), or a UNIQUE key's columns = values"
 				if t.Keyed() {
 					why = "the WHERE clause does not name every column of the key " + t.KeyDescription() + ", or of a UNIQUE key, by column = value"
@@ -564,7 +565,8 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 				return inc.Slot
 			})
 			inc.Coalescable = len(ctrs) == 1 && !ctrs[0].Touch && len(inc.Deltas) == 1 && inc.Deltas[0].Literal != "" &&
-				len(inc.Keys) == 1 && inc.Keys[0].Param < 0 && !implied.compares && len(implied.spans) == 0 && len(w.params) == 0
+				(len(inc.Keys) == 1 && inc.Keys[0].Param < 0 || len(inc.Keys) == 0 && oneRecord) &&
+				!implied.compares && len(implied.spans) == 0 && len(w.params) == 0
 			inc.ProbeSQL = w.probe(start, end, ws, we)
 			inc.PrivKey = maskInts(maskSentinels(inc.ProbeSQL), w.sess)
 			inc.Guard = &Guard{
@@ -1234,12 +1236,13 @@ func (w *reads) probe(start, end, ws, we int) string {
 // one of its top-level AND operands), each v a literal or a placeholder:
 // the keys of the records an increment may write.
 // uniqueConjuncts reports whether where's top-level conjuncts name every
-// column of one of t's UNIQUE keys (other than the primary key) by
-// equality with a literal or placeholder (col = v), or a single-column one
-// by col IN (v, …): the rows it matches are at most one per value, found
-// by that key's index (Django's .filter(token=…).update(), phpBB's
-// word_text IN (…)).
-func uniqueConjuncts(where ast.ExprNode, t *Table, ref *tableRef) bool {
+// column of one of t's UNIQUE keys (other than the primary key, unless t
+// is Keyed) by equality with a literal or placeholder (col = v), or a
+// single-column one by col IN (v, …): the rows it matches are at most one
+// per value, found by that key's index (Django's .filter(token=…).update(),
+// phpBB's word_text IN (…)). one: a key named by equalities alone, so that
+// at most one row matches.
+func uniqueConjuncts(where ast.ExprNode, t *Table, ref *tableRef) (ok, one bool) {
 	eq := map[string]bool{} // lower-case columns named by col = v
 	in := map[string]bool{} // by col IN (v, …)
 	column := func(e ast.ExprNode) string {
@@ -1284,15 +1287,16 @@ func uniqueConjuncts(where ast.ExprNode, t *Table, ref *tableRef) bool {
 		if len(uk) == 0 {
 			continue
 		}
-		all := true
+		all, byEq := true, true
 		for _, c := range uk {
 			all = all && (eq[strings.ToLower(c)] || len(uk) == 1 && in[strings.ToLower(c)])
+			byEq = byEq && eq[strings.ToLower(c)]
 		}
 		if all {
-			return true
+			ok, one = true, one || byEq
 		}
 	}
-	return false
+	return ok, one
 }
 
 func keyConjunct(where ast.ExprNode, t *Table, ref *tableRef) []ast.ExprNode {
