@@ -1366,7 +1366,7 @@ func keyName(p rewrite.Plan) string {
 	if p.Table == nil {
 		return "key"
 	}
-	return p.Table.Key
+	return p.Table.KeyDescription()
 }
 
 // guardedOnce runs one attempt of a guarded write: the statement's whole

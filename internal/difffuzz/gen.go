@@ -318,10 +318,12 @@ func (g *gen) incExpr(c *Column, n *big.Int) string {
 	return fmt.Sprintf("%s = %s + %s", c.Name, c.Name, n)
 }
 
-func joinInts(ks []int64) string {
+// keyList is a list of two or three keys of t, as its statements name
+// them.
+func (g *gen) keyList(t *Table) string {
 	var s []string
-	for _, k := range ks {
-		s = append(s, fmt.Sprint(k))
+	for _, k := range g.keys2(t) {
+		s = append(s, t.KeyLiteral(k))
 	}
 	return strings.Join(s, ", ")
 }
@@ -331,11 +333,11 @@ func (g *gen) step(c Class) Step {
 	col := g.counter(t)
 	switch c {
 	case IncKey:
-		return Step{SQL: fmt.Sprintf("UPDATE %s SET %s WHERE id = %d", t.Name, g.incExpr(col, g.delta(col, false)), g.key(t))}
+		return Step{SQL: fmt.Sprintf("UPDATE %s SET %s WHERE id = %s", t.Name, g.incExpr(col, g.delta(col, false)), t.KeyLiteral(g.key(t)))}
 	case IncRange:
-		return Step{SQL: fmt.Sprintf("UPDATE %s SET %s WHERE id = %d", t.Name, g.incExpr(col, g.delta(col, true)), g.key(t))}
+		return Step{SQL: fmt.Sprintf("UPDATE %s SET %s WHERE id = %s", t.Name, g.incExpr(col, g.delta(col, true)), t.KeyLiteral(g.key(t)))}
 	case IncIn:
-		return Step{SQL: fmt.Sprintf("UPDATE %s SET %s WHERE id IN (%s)", t.Name, g.incExpr(col, g.delta(col, g.r.IntN(4) == 0)), joinInts(g.keys2(t)))}
+		return Step{SQL: fmt.Sprintf("UPDATE %s SET %s WHERE id IN (%s)", t.Name, g.incExpr(col, g.delta(col, g.r.IntN(4) == 0)), g.keyList(t))}
 	case IncMulti:
 		var sets []string
 		for _, cc := range t.Counters {
@@ -343,14 +345,14 @@ func (g *gen) step(c Class) Step {
 				sets = append(sets, g.incExpr(cc, g.delta(cc, g.r.IntN(5) == 0)))
 			}
 		}
-		return Step{SQL: fmt.Sprintf("UPDATE %s SET %s WHERE id = %d", t.Name, strings.Join(sets, ", "), g.key(t))}
+		return Step{SQL: fmt.Sprintf("UPDATE %s SET %s WHERE id = %s", t.Name, strings.Join(sets, ", "), t.KeyLiteral(g.key(t)))}
 	case IncPrepared:
 		n := g.delta(col, g.r.IntN(4) == 0)
 		if g.r.IntN(3) == 0 {
-			return Step{SQL: fmt.Sprintf("UPDATE %s SET %s = %s + ? WHERE id IN (?, ?)", t.Name, col.Name, col.Name), Args: []any{arg(n), g.key(t), g.key(t)}}
+			return Step{SQL: fmt.Sprintf("UPDATE %s SET %s = %s + ? WHERE id IN (?, ?)", t.Name, col.Name, col.Name), Args: []any{arg(n), t.KeyArg(g.key(t)), t.KeyArg(g.key(t))}}
 		}
 		op := pick(g.r, []string{"+", "-"})
-		return Step{SQL: fmt.Sprintf("UPDATE %s SET %s = %s %s ? WHERE id = ?", t.Name, col.Name, col.Name, op), Args: []any{arg(n), g.key(t)}}
+		return Step{SQL: fmt.Sprintf("UPDATE %s SET %s = %s %s ? WHERE id = ?", t.Name, col.Name, col.Name, op), Args: []any{arg(n), t.KeyArg(g.key(t))}}
 	case IncSpelling:
 		n := g.delta(col, false)
 		form := pick(g.r, []string{
@@ -361,22 +363,22 @@ func (g *gen) step(c Class) Step {
 			"`%[2]s`=`%[2]s`+ %[3]s",
 		})
 		set := fmt.Sprintf(form, t.Name, col.Name, n)
-		return Step{SQL: fmt.Sprintf("UPDATE `%s` SET %s WHERE `%s`.`id` = %d", t.Name, set, t.Name, g.key(t))}
+		return Step{SQL: fmt.Sprintf("UPDATE `%s` SET %s WHERE `%s`.`id` = %s", t.Name, set, t.Name, t.KeyLiteral(g.key(t)))}
 	case IncCond:
 		cond := pick(g.r, []string{col.Name + " < 100", col.Name + " IS NOT NULL", col.Name + " > 0", "name IS NULL",
 			"0 < " + col.Name, col.Name + " >= 2", col.Name + " <= 1000000"})
 		if !t.HasName && strings.HasPrefix(cond, "name") {
 			cond = col.Name + " IS NOT NULL"
 		}
-		return Step{SQL: fmt.Sprintf("UPDATE %s SET %s WHERE id = %d AND %s", t.Name, g.incExpr(col, g.delta(col, false)), g.key(t), cond)}
+		return Step{SQL: fmt.Sprintf("UPDATE %s SET %s WHERE id = %s AND %s", t.Name, g.incExpr(col, g.delta(col, false)), t.KeyLiteral(g.key(t)), cond)}
 	case ReadPoint:
 		if g.r.IntN(2) == 0 {
-			return Step{SQL: fmt.Sprintf("SELECT id, %s FROM %s WHERE id = ?", col.Name, t.Name), Args: []any{g.key(t)}}
+			return Step{SQL: fmt.Sprintf("SELECT id, %s FROM %s WHERE id = ?", col.Name, t.Name), Args: []any{t.KeyArg(g.key(t))}}
 		}
-		return Step{SQL: fmt.Sprintf("SELECT %s, id FROM %s WHERE id = %d", col.Name, t.Name, g.key(t))}
+		return Step{SQL: fmt.Sprintf("SELECT %s, id FROM %s WHERE id = %s", col.Name, t.Name, t.KeyLiteral(g.key(t)))}
 	case ReadStar:
 		if g.r.IntN(3) == 0 {
-			return Step{SQL: fmt.Sprintf("SELECT * FROM %s WHERE id IN (%s) ORDER BY id", t.Name, joinInts(g.keys2(t)))}
+			return Step{SQL: fmt.Sprintf("SELECT * FROM %s WHERE id IN (%s) ORDER BY id", t.Name, g.keyList(t))}
 		}
 		return Step{SQL: fmt.Sprintf("SELECT * FROM %s ORDER BY id", t.Name)}
 	case ReadAgg:
@@ -384,7 +386,7 @@ func (g *gen) step(c Class) Step {
 			fmt.Sprintf("SELECT SUM(%[1]s), MAX(%[1]s), MIN(%[1]s), COUNT(%[1]s), COUNT(*) FROM %[2]s", col.Name, t.Name),
 			fmt.Sprintf("SELECT id %% 2 AS g, SUM(%[1]s) AS s, MAX(%[1]s), COUNT(*) FROM %[2]s GROUP BY id %% 2 ORDER BY g", col.Name, t.Name),
 			fmt.Sprintf("SELECT %[1]s, COUNT(*) FROM %[2]s GROUP BY %[1]s ORDER BY %[1]s", col.Name, t.Name),
-			fmt.Sprintf("SELECT AVG(%[1]s), SUM(%[1]s) + 1 FROM %[2]s WHERE id <= %[3]d", col.Name, t.Name, g.key(t)),
+			fmt.Sprintf("SELECT AVG(%[1]s), SUM(%[1]s) + 1 FROM %[2]s WHERE id <= %[3]s", col.Name, t.Name, t.KeyLiteral(g.key(t))),
 		})}
 	case ReadOrder:
 		return Step{SQL: fmt.Sprintf("SELECT id, %[1]s FROM %[2]s ORDER BY %[1]s %[3]s, id LIMIT %[4]d", col.Name, t.Name, pick(g.r, []string{"ASC", "DESC"}), 1+g.r.IntN(4))}
@@ -412,17 +414,17 @@ func (g *gen) step(c Class) Step {
 		return Step{SQL: pick(g.r, []string{
 			fmt.Sprintf("SELECT * FROM %s ORDER BY id", t.View()),
 			fmt.Sprintf("SELECT SUM(%s) FROM %s", t.Counters[0].Name, t.View()),
-			fmt.Sprintf("SELECT * FROM %s WHERE id = %d", t.View(), g.key(t)),
+			fmt.Sprintf("SELECT * FROM %s WHERE id = %s", t.View(), t.KeyLiteral(g.key(t))),
 		})}
 	case ReadLock:
-		return Step{SQL: fmt.Sprintf("SELECT id, %s FROM %s WHERE id = %d %s", col.Name, t.Name, g.key(t), pick(g.r, []string{"FOR UPDATE", "LOCK IN SHARE MODE"}))}
+		return Step{SQL: fmt.Sprintf("SELECT id, %s FROM %s WHERE id = %s %s", col.Name, t.Name, t.KeyLiteral(g.key(t)), pick(g.r, []string{"FOR UPDATE", "LOCK IN SHARE MODE"}))}
 	case WriteAbs:
 		lo, hi := col.Bounds()
 		v := nearValue(g.r, lo, hi)
 		if g.r.IntN(8) == 0 {
 			return Step{SQL: fmt.Sprintf("UPDATE %s SET %s = %s", t.Name, col.Name, v)}
 		}
-		return Step{SQL: fmt.Sprintf("UPDATE %s SET %s = %s WHERE id = %d", t.Name, col.Name, v, g.key(t))}
+		return Step{SQL: fmt.Sprintf("UPDATE %s SET %s = %s WHERE id = %s", t.Name, col.Name, v, t.KeyLiteral(g.key(t)))}
 	case Insert:
 		ks := g.keys[t.Name]
 		k := ks.next
@@ -447,7 +449,7 @@ func (g *gen) step(c Class) Step {
 			ks.live = slices.Delete(ks.live, i, i+1)
 			ks.deleted = append(ks.deleted, k)
 		}
-		return Step{SQL: fmt.Sprintf("DELETE FROM %s WHERE id = %d", t.Name, k)}
+		return Step{SQL: fmt.Sprintf("DELETE FROM %s WHERE id = %s", t.Name, t.KeyLiteral(k))}
 	case DeleteCond:
 		return Step{SQL: fmt.Sprintf("DELETE FROM %s WHERE %s %s", t.Name, col.Name, pick(g.r, []string{"> 10", "< 0", "IS NULL", "= 0"}))}
 	case Truncate:
@@ -512,7 +514,7 @@ func (g *gen) step(c Class) Step {
 func (g *gen) insertSQL(verb string, t *Table, col *Column, k int64) string {
 	lo, hi := col.Bounds()
 	cols := []string{"id", col.Name}
-	vals := []string{fmt.Sprint(k), nearValue(g.r, lo, hi).String()}
+	vals := []string{t.KeyLiteral(k), nearValue(g.r, lo, hi).String()}
 	if t.HasName && g.r.IntN(2) == 0 {
 		cols = append(cols, "name")
 		vals = append(vals, fmt.Sprintf("'n%d'", 1+g.r.IntN(8)))

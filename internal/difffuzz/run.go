@@ -939,8 +939,8 @@ func (r *run) checkOrphans() error {
 		for _, c := range tb.Counters {
 			types = append(types, fmt.Sprint(c.RecordType))
 		}
-		q := fmt.Sprintf("SELECT s.record_type, s.record_id, s.slot, s.count FROM %[1]s.%[2]s s WHERE s.record_type IN (%[3]s) AND s.count <> 0 AND NOT EXISTS (SELECT 1 FROM %[1]s.%[4]s b WHERE b.id = s.record_id) ORDER BY 1, 2, 3",
-			r.env.ruled(), slotsTable, strings.Join(types, ", "), tb.Name)
+		q := fmt.Sprintf("SELECT s.record_type, s.record_id, s.slot, s.count FROM %[1]s.%[2]s s WHERE s.record_type IN (%[3]s) AND s.count <> 0 AND NOT EXISTS (SELECT 1 FROM %[1]s.%[4]s b WHERE %[5]s = s.record_id) ORDER BY 1, 2, 3",
+			r.env.ruled(), tb.SlotsTable, strings.Join(types, ", "), tb.Name, tb.RecordID("b"))
 		res, err := r.admin.Execute(q)
 		if err != nil {
 			return fmt.Errorf("orphan check: %w", err)

@@ -103,7 +103,7 @@ func (c *Column) ddl() string {
 // unique key on it and a view.
 type Table struct {
 	Name     string
-	KeyType  string // BIGINT or INT
+	KeyType  string // BIGINT, INT, or VARCHAR(20) (a string key: records named by an encoding of it)
 	Counters []*Column
 	// Ruled are the counters the table's rule names (at least one).
 	Ruled      []string
@@ -114,6 +114,26 @@ type Table struct {
 	// Rows are the seed rows: the key, then one literal per counter, then
 	// the name when HasName.
 	Rows [][]string
+}
+
+// StringKey reports whether the table's key is a string column.
+func (t *Table) StringKey() bool { return strings.HasPrefix(t.KeyType, "VARCHAR") }
+
+// KeyLiteral is key k as the table's statements name it: a decimal
+// integer, or a quoted one for a string key.
+func (t *Table) KeyLiteral(k int64) string {
+	if t.StringKey() {
+		return fmt.Sprintf("'%d'", k)
+	}
+	return fmt.Sprint(k)
+}
+
+// KeyArg is key k as a prepared statement's parameter.
+func (t *Table) KeyArg(k int64) any {
+	if t.StringKey() {
+		return fmt.Sprint(k)
+	}
+	return k
 }
 
 // View is the name of the table's plain view.
@@ -140,7 +160,7 @@ func GenSchema(r *rand.Rand) *Schema {
 }
 
 func genTable(r *rand.Rand, name string) *Table {
-	t := &Table{Name: name, KeyType: pick(r, []string{"BIGINT", "INT"}), Slots: 4 + r.IntN(13)}
+	t := &Table{Name: name, KeyType: pick(r, []string{"BIGINT", "INT", "BIGINT", "VARCHAR(20)"}), Slots: 4 + r.IntN(13)}
 	nc := 1 + r.IntN(3)
 	for i := range nc {
 		c := &Column{
@@ -171,7 +191,7 @@ func genTable(r *rand.Rand, name string) *Table {
 	t.HasView = r.IntN(3) == 0
 	nrows := 2 + r.IntN(5)
 	for i := range nrows {
-		row := []string{fmt.Sprint(i + 1)}
+		row := []string{t.KeyLiteral(int64(i + 1))}
 		for _, c := range t.Counters {
 			row = append(row, seedValue(r, c))
 		}
