@@ -60,7 +60,7 @@ func touchSetup(t *testing.T) *rewrite.Catalog {
 // ---) and returns its
 // catalog as slotproxy serve loads it: a differential test's setup with
 // the real catalog.
-func loadedSetup(t *testing.T, plain, ruled string, ddl []string, rule string) *rewrite.Catalog {
+func loadedSetup(t testing.TB, plain, ruled string, ddl []string, rule string) *rewrite.Catalog {
 	t.Helper()
 	db := testdb.Shared()
 	for _, schema := range []string{plain, ruled} {
@@ -77,7 +77,7 @@ func loadedSetup(t *testing.T, plain, ruled string, ddl []string, rule string) *
 }
 
 // ruleSet parses rule files' texts, separated by lines of ---.
-func ruleSet(t *testing.T, rule string) *rules.Set {
+func ruleSet(t testing.TB, rule string) *rules.Set {
 	t.Helper()
 	var rs []*rules.Rule
 	for i, text := range strings.Split(rule, "\n---\n") {
@@ -96,7 +96,7 @@ func ruleSet(t *testing.T, rule string) *rules.Set {
 
 // loadCatalog loads the catalog of rule (see ruleSet) as serve does, at
 // start or at a reload: new tables each time.
-func loadCatalog(t *testing.T, rule string) *rewrite.Catalog {
+func loadCatalog(t testing.TB, rule string) *rewrite.Catalog {
 	t.Helper()
 	cat, err := catalog.Load(t.Context(), touchAdmin(t), ruleSet(t, rule), "slotted_counters")
 	if err != nil {
@@ -165,7 +165,7 @@ func runDifferentialWith(t *testing.T, cat *rewrite.Catalog, plain, ruled string
 	return p.srv.Stats(), folded
 }
 
-func touchAdmin(t *testing.T) *client.Conn {
+func touchAdmin(t testing.TB) *client.Conn {
 	t.Helper()
 	db := testdb.Shared()
 	c, err := client.Connect(db.Addr, db.RootUser, db.RootPassword, "")

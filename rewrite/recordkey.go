@@ -67,6 +67,9 @@ func (t *Table) KeyDescription() string {
 	if !t.Keyed() {
 		return t.Key
 	}
+	if len(t.KeyColumns) == 1 {
+		return t.KeyColumns[0].Name
+	}
 	return "(" + strings.Join(t.KeyNames(), ", ") + ")"
 }
 
