@@ -3,6 +3,9 @@ package main
 import (
 	"database/sql"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -256,5 +259,56 @@ func TestBypassRunbook(t *testing.T) {
 		}
 	case <-time.After(15 * time.Second):
 		t.Errorf("serve still running 15 s after SIGTERM")
+	}
+}
+
+// TestUninstallKeyed: a rule whose table's key is several columns has its
+// slot rows in the keyed slot table, which migrate creates and uninstall
+// renames, folds and drops with the slot table; the base columns then hold
+// every total.
+func TestUninstallKeyed(t *testing.T) {
+	listen := freeAddr(t)
+	schema, path := schemaConfig(t, listen)
+	if err := testdb.Shared().Exec(
+		"CREATE TABLE "+schema+".members (channel VARCHAR(26) NOT NULL, user_id INT NOT NULL, msgs BIGINT NOT NULL DEFAULT 0, PRIMARY KEY (channel, user_id)) DEFAULT CHARSET=utf8mb4",
+		"INSERT INTO "+schema+".members VALUES ('town', 1, 10), ('town', 2, 0), ('Ünï', 1, 5)",
+	); err != nil {
+		t.Fatal(err)
+	}
+	rule := fmt.Sprintf("table: %s.members\nkey: [user_id, channel]\ncounters: [msgs]\n", schema)
+	if err := os.WriteFile(filepath.Join(filepath.Dir(path), "rules", "members.yaml"), []byte(rule), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	migrateSchema(t, path)
+	if got := slotproxyTables(t, schema); strings.Join(got, ",") != "slotproxy_record_types,slotted_counters,slotted_counters_keyed" {
+		t.Fatalf("tables after migrate: %v", got)
+	}
+	direct, err := sql.Open("mysql", testdb.Shared().RootDSN(schema, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	// Slot rows as increments through a proxy leave them: 3 + 4 for
+	// ('town', 1), 6 for ('Ünï', 1); the record ids are the server's.
+	if _, err := direct.Exec(`INSERT INTO slotted_counters_keyed (record_type, record_id, slot, count)
+		SELECT r.record_type, CONCAT_WS(',', HEX(m.channel), m.user_id), v.slot, v.n FROM slotproxy_record_types r, members m
+		JOIN (SELECT 'town' AS ch, 1 AS u, 0 AS slot, 3 AS n UNION ALL SELECT 'town', 1, 5, 4 UNION ALL SELECT 'Ünï', 1, 2, 6) v
+		ON v.ch = m.channel AND v.u = m.user_id WHERE r.table_name = 'members'`); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := runCLI(t, "uninstall", "--config", path, "--yes")
+	if code != 0 || !strings.Contains(stdout, "keyed slot table slotted_counters_keyed") || !strings.Contains(stdout, "done: no slot table is left") {
+		t.Fatalf("uninstall: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	if got := slotproxyTables(t, schema); len(got) != 0 {
+		t.Fatalf("tables left after uninstall: %v", got)
+	}
+	var a, b, c int64
+	if err := direct.QueryRow("SELECT (SELECT msgs FROM members WHERE channel = 'town' AND user_id = 1), (SELECT msgs FROM members WHERE channel = 'town' AND user_id = 2), " +
+		"(SELECT msgs FROM members WHERE channel = 'Ünï')").Scan(&a, &b, &c); err != nil {
+		t.Fatal(err)
+	}
+	if a != 17 || b != 0 || c != 11 {
+		t.Fatalf("after uninstall: msgs %d, %d and %d; want 17, 0 and 11", a, b, c)
 	}
 }
