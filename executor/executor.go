@@ -327,6 +327,15 @@ type ownGuard struct {
 	matched uint64
 }
 
+// execution is the execution o's parameters stand for (nil when it has
+// none).
+func (o ownGuard) execution() *execution {
+	if o.params == nil {
+		return nil
+	}
+	return &execution{params: *o.params}
+}
+
 // ErrAnswered marks a failure after the client already has its command's
 // whole response (the backend broke while the proxy prepared its own
 // statement for the client's, or cleared slots after a TRUNCATE): the

@@ -116,6 +116,30 @@ func paramSize(t byte, b []byte) (int, error) {
 	return size, nil
 }
 
+// stringParam returns parameter i when the client sent it as a string
+// (not NULL, not long data the proxy did not keep).
+func (ep execParams) stringParam(i int) (string, bool) {
+	if i < 0 || i >= ep.n || ep.null[i] {
+		return "", false
+	}
+	if ep.long[i] {
+		if i < len(ep.longVals) && ep.longVals[i] != nil {
+			return string(ep.longVals[i]), true
+		}
+		return "", false
+	}
+	switch ep.types[2*i] {
+	case mysql.MYSQL_TYPE_VARCHAR, mysql.MYSQL_TYPE_VAR_STRING, mysql.MYSQL_TYPE_STRING:
+		v := ep.values[i]
+		l, n, ok := wire.LenEnc(v)
+		if !ok || uint64(len(v)-n) < l {
+			return "", false
+		}
+		return string(v[n : n+int(l)]), true
+	}
+	return "", false
+}
+
 // intParam returns parameter i as a decimal integer string, or false when
 // it is NULL, long data the proxy did not keep, or not an integer written
 // the way the server would print it. A string such as ' 1', '01', '-0' or

@@ -761,7 +761,7 @@ func incKeysDeltas(t *rewrite.Table, inc *rewrite.Increment, ex *execution, minK
 	if len(inc.Keys) < minKeys || len(inc.Deltas) == 0 || t == nil {
 		return nil, nil, false
 	}
-	keys, ok = resolveKeys(inc.Keys, ex)
+	keys, ok = resolveKeys(t, inc.Keys, ex)
 	if !ok || len(keys) < minKeys {
 		return nil, nil, false
 	}
@@ -906,7 +906,12 @@ func (s *Session) ownKeys(t *rewrite.Table, known map[string]bool) (keys []strin
 			return nil, false, nil, nil
 		}
 		var found []string
-		if o.params == nil {
+		if byKey, ok := resolveKeys(t, o.guard.Keys, o.execution()); ok && len(byKey) > 0 {
+			// By key (a locking read of the WHERE clause may scan).
+			if found, errPkt, err = s.lockKeys(t, byKey); err != nil || errPkt != nil {
+				return nil, false, errPkt, err
+			}
+		} else if o.params == nil {
 			if found, errPkt, err = s.queryKeys(t, o.guard.KeysSQL); err != nil || errPkt != nil {
 				return nil, false, errPkt, err
 			}
@@ -1331,21 +1336,56 @@ func (s *Session) guardModeFor(p rewrite.Plan, op *rewrite.Guarded, inc *rewrite
 	if len(g.Keys) == 0 {
 		return guardMode{restrict: true}, "", nil
 	}
-	keys, ok := resolveKeys(g.Keys, ex)
+	keys, ok := resolveKeys(g.Table, g.Keys, ex)
 	if !ok {
 		return guardMode{}, refusal, nil
 	}
 	return guardMode{keys: keys, table: g.Table}, "", nil
 }
 
+// recordKey returns the key (rewrite.Table.KeyOf) of a record of t, a
+// keyed table, named by parts (see rewrite.KeyValue.Parts), or "" when a
+// parameter's value cannot be encoded exactly.
+func recordKey(t *rewrite.Table, parts []rewrite.KeyValue, ex *execution) string {
+	if len(parts) != len(t.KeyColumns) {
+		return ""
+	}
+	enc := make([]string, len(parts))
+	for i, p := range parts {
+		if p.Param < 0 {
+			enc[i] = p.Literal
+			continue
+		}
+		if ex == nil {
+			return ""
+		}
+		v := rewrite.KeyPart{}
+		if t.KeyColumns[i].Integer {
+			d, _ := ex.params.intParam(p.Param)
+			v = rewrite.IntKeyPart(d)
+		} else if str, ok := ex.params.stringParam(p.Param); ok {
+			v = rewrite.StrKeyPart(str)
+		}
+		e, ok := rewrite.EncodeKeyPart(v, t.KeyColumns[i])
+		if !ok {
+			return ""
+		}
+		enc[i] = e
+	}
+	return "'" + strings.Join(enc, ",") + "'"
+}
+
 // resolveKeys returns the values of keys (literals, or the execution's
-// parameters) as canonical decimal integers without repeats, or false when
-// one is not exactly an integer.
-func resolveKeys(kvs []rewrite.KeyValue, ex *execution) ([]string, bool) {
+// parameters) as canonical decimal integers without repeats (a keyed
+// table's record keys as they are), or false when one is not exactly an
+// integer.
+func resolveKeys(t *rewrite.Table, kvs []rewrite.KeyValue, ex *execution) ([]string, bool) {
 	keys := make([]string, 0, len(kvs))
 	for _, k := range kvs {
 		v := ""
 		switch {
+		case k.Parts != nil:
+			v = recordKey(t, k.Parts, ex) // a keyed table's record
 		case k.Param < 0:
 			v = literalKey(k.Literal)
 		case ex != nil:
@@ -1855,7 +1895,7 @@ func (s *Session) lockAndFoldKeys(guards []*rewrite.Guard, ex *execution) (locke
 			}
 			continue
 		}
-		if byKey, ok := resolveKeys(g.Keys, ex); ok && len(byKey) > 0 {
+		if byKey, ok := resolveKeys(t, g.Keys, ex); ok && len(byKey) > 0 {
 			// The statement touches rows of these keys only: they are
 			// locked by key, as the statement itself locks them (its
 			// WHERE clause's other conditions never unlock a row it read).

@@ -277,6 +277,11 @@ type KeyValue struct {
 	Literal string
 	// Param is the placeholder's index, or -1.
 	Param int
+	// Parts, when set, make this a record's key of a Keyed table: one
+	// value per key column, each a Literal (its part of the record id,
+	// see Table.RecordID) or a Param (encoded as the execution gives it).
+	// See guardRecordKeys.
+	Parts []KeyValue
 }
 
 // Guard finds the records a write (or a locking read) may touch, so their

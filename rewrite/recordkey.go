@@ -6,6 +6,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/pingcap/tidb/pkg/parser/ast"
+	"github.com/pingcap/tidb/pkg/parser/opcode"
+	driver "github.com/pingcap/tidb/pkg/parser/test_driver"
 )
 
 // Records and their keys.
@@ -247,3 +251,132 @@ func (t *Table) coversKey(cols []string) bool {
 	}
 	return true
 }
+
+// guardRecordKeys returns the keys of the records of t, a Keyed table,
+// that where names by its key's columns (col = v for each, or col IN (v, …)
+// for a key of one column), each as the values of its key's columns
+// (KeyValue.Parts), for a guard that locks them by key (Table.LockSQL,
+// which returns the keys of the rows it finds as the server stores them: a
+// literal 'A' finds the row 'a' of a case-insensitive key): nil when a
+// value is neither a placeholder nor a literal the encoding names exactly
+// (an integer for an integer column, a printable ASCII string for a string
+// column), or the key is named otherwise. The keys only lock: a locking
+// read of the statement's own WHERE clause may scan a table of a few rows
+// and lock rows the statement never reads.
+func (w *reads) guardRecordKeys(where ast.ExprNode, t *Table, ref *tableRef) []KeyValue {
+	if !t.Keyed() {
+		return nil
+	}
+	values := map[string][]ast.ExprNode{} // lower-case key column → its values
+	column := func(e ast.ExprNode) string {
+		c, ok := unparen(e).(*ast.ColumnNameExpr)
+		if !ok || c.Name.Schema.O != "" || c.Name.Table.O != "" && c.Name.Table.L != ref.match || !t.isKey(c.Name.Name.O) {
+			return ""
+		}
+		return c.Name.Name.L
+	}
+	var walk func(e ast.ExprNode)
+	walk = func(e ast.ExprNode) {
+		switch x := unparen(e).(type) {
+		case *ast.BinaryOperationExpr:
+			switch {
+			case x.Op == opcode.LogicAnd:
+				walk(x.L)
+				walk(x.R)
+			case x.Op != opcode.EQ:
+			case column(x.L) != "" && values[column(x.L)] == nil:
+				values[column(x.L)] = []ast.ExprNode{unparen(x.R)}
+			case column(x.R) != "" && values[column(x.R)] == nil:
+				values[column(x.R)] = []ast.ExprNode{unparen(x.L)}
+			}
+		case *ast.PatternInExpr:
+			if !x.Not && x.Sel == nil && len(t.KeyColumns) == 1 && column(x.Expr) != "" && values[column(x.Expr)] == nil {
+				values[column(x.Expr)] = x.List
+			}
+		}
+	}
+	walk(where)
+	var keys []KeyValue
+	parts := make([]KeyValue, len(t.KeyColumns))
+	var build func(i int) bool
+	build = func(i int) bool {
+		if i == len(t.KeyColumns) {
+			keys = append(keys, KeyValue{Param: -1, Parts: slices.Clone(parts)})
+			return true
+		}
+		c := t.KeyColumns[i]
+		vs := values[strings.ToLower(c.Name)]
+		if len(vs) == 0 {
+			return false
+		}
+		for _, v := range vs {
+			v = unparen(v)
+			if p := w.paramIndex(v); p >= 0 {
+				parts[i] = KeyValue{Param: p}
+			} else if lit, ok := EncodeKeyPart(literalValue(v), c); ok {
+				parts[i] = KeyValue{Literal: lit, Param: -1}
+			} else {
+				return false
+			}
+			if !build(i + 1) {
+				return false
+			}
+		}
+		return true
+	}
+	if !build(0) {
+		return nil
+	}
+	return keys
+}
+
+// KeyPart is a value EncodeKeyPart encodes: an integer as its decimal
+// digits (Int), or a string's bytes (Str, IsStr); OK when it is either.
+type KeyPart struct {
+	Int, Str  string
+	IsStr, OK bool
+}
+
+func literalValue(v ast.ExprNode) KeyPart {
+	if s := intLiteral(v); s != "" {
+		return KeyPart{Int: s, OK: true}
+	}
+	if val, ok := v.(*driver.ValueExpr); ok && val.Kind() == driver.KindString {
+		return KeyPart{Str: val.GetString(), IsStr: true, OK: true}
+	}
+	return KeyPart{}
+}
+
+// EncodeKeyPart is a value's part of a record id in key column c (see
+// RecordID), when the encoding of the value is that of the value c stores
+// for it: an integer (its decimal digits) for an integer
+// column; a printable ASCII string for a string column (the same bytes in
+// every ASCII-compatible character set; a CHAR column's without trailing
+// spaces).
+func EncodeKeyPart(v KeyPart, c KeyColumn) (string, bool) {
+	switch {
+	case !v.OK:
+		return "", false
+	case c.Integer:
+		return v.Int, !v.IsStr && v.Int != ""
+	case !v.IsStr:
+		return "", false // compared as a number: '5', '05' and ' 5' all match
+	}
+	for i := 0; i < len(v.Str); i++ {
+		if v.Str[i] < 0x20 || v.Str[i] > 0x7e {
+			return "", false
+		}
+	}
+	str := v.Str
+	if c.Char {
+		str = strings.TrimRight(str, " ")
+	}
+	return strings.ToUpper(hex.EncodeToString([]byte(str))), true
+}
+
+// IntKeyPart and StrKeyPart make the value EncodeKeyPart takes of a
+// parameter: an integer's decimal digits, or a string's bytes.
+func IntKeyPart(digits string) KeyPart { return KeyPart{Int: digits, OK: digits != ""} }
+
+// StrKeyPart: see IntKeyPart.
+func StrKeyPart(s string) KeyPart { return KeyPart{Str: s, IsStr: true, OK: true} }

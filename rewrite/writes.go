@@ -462,6 +462,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 	why := ""
 	var keys []ast.ExprNode
 	oneRecord := false // named by a UNIQUE key's equalities: at most one record
+	byPrimary := false // a keyed table's records named by its primary key
 	switch {
 	case absolute || counters == 0:
 	case other:
@@ -479,7 +480,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 	default:
 		byUnique := false
 		if keys = keyConjunct(s.Where, t, ref); keys == nil {
-			if byUnique, oneRecord = uniqueConjuncts(s.Where, t, ref); !byUnique {
+			if byUnique, oneRecord, byPrimary = uniqueConjuncts(s.Where, t, ref); !byUnique {
 				why = "the WHERE clause does not require " + t.Key + " = value or " + t.Key + " IN (values), or a UNIQUE key's columns = values"
 				if t.Keyed() {
 					why = "the WHERE clause does not name every column of the key " + t.KeyDescription() + ", or of a UNIQUE key, by column = value"
@@ -567,13 +568,23 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 			inc.Coalescable = len(ctrs) == 1 && !ctrs[0].Touch && len(inc.Deltas) == 1 && inc.Deltas[0].Literal != "" &&
 				(len(inc.Keys) == 1 && inc.Keys[0].Param < 0 || len(inc.Keys) == 0 && oneRecord) &&
 				!implied.compares && len(implied.spans) == 0 && len(w.params) == 0
+			// The records by their key's index, as the UPDATE reads them:
+			// a locking read of a few rows' table may otherwise scan it and
+			// lock rows the UPDATE never touches.
+			from := ref.from
+			if byPrimary {
+				from += " FORCE INDEX (PRIMARY)"
+			}
 			inc.ProbeSQL = w.probe(start, end, ws, we)
 			inc.PrivKey = maskInts(maskSentinels(inc.ProbeSQL), w.sess)
 			inc.Guard = &Guard{
 				Table:      t,
-				KeysSQL:    fmt.Sprintf("SELECT %s FROM %s WHERE %s FOR UPDATE", t.RecordID(ref.qual), ref.from, parenthesize(where)),
+				KeysSQL:    fmt.Sprintf("SELECT %s FROM %s WHERE %s FOR UPDATE", t.RecordID(ref.qual), from, parenthesize(where)),
 				KeysParams: w.paramsIn(s.Where),
 				Keys:       slices.Clone(inc.Keys),
+			}
+			if byPrimary {
+				inc.Guard.Keys = w.guardRecordKeys(s.Where, t, ref)
 			}
 			return p
 		}
@@ -1242,7 +1253,7 @@ func (w *reads) probe(start, end, ws, we int) string {
 // per value, found by that key's index (Django's .filter(token=…).update(),
 // phpBB's word_text IN (…)). one: a key named by equalities alone, so that
 // at most one row matches.
-func uniqueConjuncts(where ast.ExprNode, t *Table, ref *tableRef) (ok, one bool) {
+func uniqueConjuncts(where ast.ExprNode, t *Table, ref *tableRef) (ok, one, primary bool) {
 	eq := map[string]bool{} // lower-case columns named by col = v
 	in := map[string]bool{} // by col IN (v, …)
 	column := func(e ast.ExprNode) string {
@@ -1283,7 +1294,7 @@ func uniqueConjuncts(where ast.ExprNode, t *Table, ref *tableRef) (ok, one bool)
 	if t.Keyed() {
 		keys = append([][]string{t.KeyNames()}, keys...)
 	}
-	for _, uk := range keys {
+	for i, uk := range keys {
 		if len(uk) == 0 {
 			continue
 		}
@@ -1294,9 +1305,10 @@ func uniqueConjuncts(where ast.ExprNode, t *Table, ref *tableRef) (ok, one bool)
 		}
 		if all {
 			ok, one = true, one || byEq
+			primary = primary || t.Keyed() && i == 0
 		}
 	}
-	return ok, one
+	return ok, one, primary
 }
 
 func keyConjunct(where ast.ExprNode, t *Table, ref *tableRef) []ast.ExprNode {

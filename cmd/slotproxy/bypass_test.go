@@ -304,7 +304,7 @@ func TestUninstallKeyed(t *testing.T) {
 		t.Fatalf("tables left after uninstall: %v", got)
 	}
 	var a, b, c int64
-	if err := direct.QueryRow("SELECT (SELECT msgs FROM members WHERE channel = 'town' AND user_id = 1), (SELECT msgs FROM members WHERE channel = 'town' AND user_id = 2), " +
+	if err := direct.QueryRow("SELECT (SELECT msgs FROM members WHERE channel = 'town' AND user_id = 1), (SELECT msgs FROM members WHERE channel = 'town' AND user_id = 2), "+
 		"(SELECT msgs FROM members WHERE channel = 'Ünï')").Scan(&a, &b, &c); err != nil {
 		t.Fatal(err)
 	}

@@ -136,7 +136,17 @@ func (s Step) String() string {
 		out = fmt.Sprintf("[admin] -- roll-up pass of the ruled schema")
 	}
 	if s.Args != nil {
-		out += fmt.Sprintf("  -- prepared, args %v", s.Args)
+		// A string parameter quoted (a key of a string key), others as
+		// they are.
+		args := make([]string, len(s.Args))
+		for i, a := range s.Args {
+			if str, ok := a.(string); ok {
+				args[i] = "'" + str + "'"
+			} else {
+				args[i] = fmt.Sprint(a)
+			}
+		}
+		out += "  -- prepared, args [" + strings.Join(args, " ") + "]"
 	}
 	if s.Multi {
 		out += "  -- one COM_QUERY (multi-statement)"

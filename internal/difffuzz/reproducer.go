@@ -76,7 +76,9 @@ func ParseReproducer(text string) (*Sequence, error) {
 				args := strings.TrimSuffix(st.SQL[i+len("  -- prepared, args ["):], "]")
 				st.SQL, st.Args = st.SQL[:i], []any{}
 				for _, a := range strings.Fields(args) {
-					if n, err := strconv.ParseInt(a, 10, 64); err == nil {
+					if q, ok := strings.CutPrefix(a, "'"); ok && strings.HasSuffix(q, "'") {
+						st.Args = append(st.Args, strings.TrimSuffix(q, "'")) // a string parameter
+					} else if n, err := strconv.ParseInt(a, 10, 64); err == nil {
 						st.Args = append(st.Args, n)
 					} else if u, err := strconv.ParseUint(a, 10, 64); err == nil {
 						st.Args = append(st.Args, u)
