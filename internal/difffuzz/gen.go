@@ -449,6 +449,12 @@ func (g *gen) step(c Class) Step {
 		}
 		return Step{SQL: g.insertSQL("INSERT INTO", t, col, k)}
 	case Upsert:
+		if g.r.IntN(3) == 0 {
+			// Prepared, as Go's and Node's drivers send it.
+			lo, hi := col.Bounds()
+			return Step{SQL: fmt.Sprintf("INSERT INTO %s (id, %s) VALUES (?, ?) ON DUPLICATE KEY UPDATE %s = %s + ?", t.Name, col.Name, col.Name, col.Name),
+				Args: []any{t.KeyArg(g.key(t)), arg(nearValue(g.r, lo, hi)), arg(g.delta(col, false))}}
+		}
 		return Step{SQL: g.insertSQL("INSERT INTO", t, col, g.key(t)) + fmt.Sprintf(" ON DUPLICATE KEY UPDATE %s = %s + 1", col.Name, col.Name)}
 	case Replace:
 		return Step{SQL: g.insertSQL("REPLACE INTO", t, col, g.key(t))}

@@ -509,3 +509,51 @@ func TestFoldPartition(t *testing.T) {
 		t.Fatalf("totals changed: %s -> %s", before, got)
 	}
 }
+
+// TestFoldKeyedRecords: records of a key of several columns (a string and
+// an integer) have their slot rows in the keyed slot table, named by an
+// encoding of the key; passes of one record each (Batch 1, so that each
+// continues after the last record's key) fold them all, keep every total
+// and delete an orphan's rows.
+func TestFoldKeyedRecords(t *testing.T) {
+	if err := testdb.Shared().Exec(
+		"DROP DATABASE IF EXISTS "+schema, "CREATE DATABASE "+schema, "USE "+schema,
+		"CREATE TABLE members (ch VARCHAR(20) NOT NULL, u INT NOT NULL, n BIGINT NOT NULL DEFAULT 0, PRIMARY KEY (ch, u)) DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci",
+		`CREATE TABLE slotted_counters_keyed (record_type SMALLINT UNSIGNED NOT NULL, record_id VARBINARY(3000) NOT NULL,
+			slot SMALLINT UNSIGNED NOT NULL, count BIGINT NOT NULL, PRIMARY KEY (record_type, record_id, slot))`,
+		"INSERT INTO members VALUES ('a', 1, 10), ('a', 2, 0), ('B', 1, 5), ('ü', -3, 0)",
+		"INSERT INTO slotted_counters_keyed SELECT 3, CONCAT_WS(',', HEX(ch), u), 0, 7 FROM members",
+		"INSERT INTO slotted_counters_keyed SELECT 3, CONCAT_WS(',', HEX(ch), u), 5, u FROM members",
+		"INSERT INTO slotted_counters_keyed VALUES (3, '7A,1', 0, 99)", // no base row
+	); err != nil {
+		t.Fatal(err)
+	}
+	cat := rewrite.NewCatalog([]*rewrite.Table{{
+		Schema: schema, Name: "members",
+		KeyColumns: []rewrite.KeyColumn{{Name: "ch", Charset: "utf8mb4", Collation: "utf8mb4_general_ci"}, {Name: "u", Integer: true}},
+		Columns:    []string{"ch", "u", "n"},
+		Counters:   []rewrite.Counter{{Name: "n", RecordType: 3}},
+		SlotsTable: "slotted_counters_keyed", Slots: 16,
+	}}, nil)
+	c := connect(t)
+	var r rollup.Roller
+	folds, orphans := 0, 0
+	for range 8 {
+		st, err := r.Once(context.Background(), c, cat, rollup.Options{Batch: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		folds, orphans = folds+st.Folds, orphans+st.Orphans
+	}
+	if n := count(t, c, "SELECT COUNT(*) FROM slotted_counters_keyed WHERE count <> 0"); n != 0 {
+		t.Fatalf("%d keyed slot rows hold counts after the passes", n)
+	}
+	r2, err := c.Execute("SELECT GROUP_CONCAT(CONCAT(HEX(ch), u, '=', n) ORDER BY ch, u) FROM members")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := r2.GetString(0, 0)
+	if want := "611=18,612=9,421=13,C3BC-3=4"; got != want || folds != 4 || orphans != 1 {
+		t.Fatalf("after the passes: %s (%d folds, %d orphans); want %s, 4 folds and 1 orphan", got, folds, orphans, want)
+	}
+}
