@@ -5,7 +5,7 @@
 // in .yaml or .yml is read, in name order. A file looks like:
 //
 //	table: app.repos          # schema.table; required
-//	key: id                   # the single-column integer primary key; required
+//	key: id                   # the primary key; required (several columns: key: [user_id, day])
 //	counters: [downloads, stars]  # counter columns; required, at least one
 //	slots: 100                # optional, 1 to 65535, default 100
 //	mode: active              # optional: active (default) or shadow
@@ -20,7 +20,8 @@
 //	table: "`my.schema`.repos"
 //
 // The table must be schema-qualified. Unknown keys, duplicate keys, an empty
-// or repeated counter, a counter that is the key, and names MySQL would
+// or repeated counter, a counter that is a key column, a key column listed
+// twice, and names MySQL would
 // reject (empty, longer than 64 characters, containing NUL or characters
 // outside the Basic Multilingual Plane, ending in a space) are all errors,
 // reported as *Error values naming the file and line.
@@ -35,8 +36,8 @@
 //
 // The package is the bottom layer of slotproxy: it depends on nothing but the
 // standard library and gopkg.in/yaml.v3. It does not consult the database,
-// so it cannot check that the tables and columns exist or that the key is an
-// integer primary key.
+// so it cannot check that the tables and columns exist or that the key is
+// the table's primary key.
 package rules
 
 import (
