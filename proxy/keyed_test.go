@@ -315,3 +315,38 @@ func TestKeyedCoalescedIncrements(t *testing.T) {
 	}
 	t.Logf("%d of %d increments sent in %d batches", st.Coalesced, clients*each, st.Batches)
 }
+
+// TestKeyedTemplatedGuard: statements of one shape that differ in their
+// integers share one plan (a template); the guard of such an increment of
+// a record of a key with an integer column must lock and fold the record
+// its own values name: here the second record's increment beyond its
+// slot's share runs on the base row, and its slots are folded first.
+func TestKeyedTemplatedGuard(t *testing.T) {
+	const plain, ruled = "ktpl_plain", "ktpl_ruled"
+	cat := loadedSetup(t, plain, ruled, []string{
+		"CREATE TABLE kt (g VARCHAR(5) NOT NULL, n INT NOT NULL, c INT NOT NULL DEFAULT 0, PRIMARY KEY (g, n))",
+		"INSERT INTO kt VALUES ('a', 1, 0), ('a', 2, 0)",
+	}, "table: "+ruled+".kt\nkey: [g, n]\ncounters: [c]\nslots: 1\n")
+	st, _ := runDifferential(t, cat, plain, ruled, []step{
+		text("UPDATE kt SET c = c + 5 WHERE g = 'a' AND n = 1"),
+		text("UPDATE kt SET c = c + 7 WHERE g = 'a' AND n = 2"),
+		text("UPDATE kt SET c = c + 3000000 WHERE g = 'a' AND n = 2"),
+		text("SELECT * FROM kt ORDER BY n"),
+	})
+	if st.RewrittenWrites < 2 {
+		t.Errorf("%d increments slotted, want 2", st.RewrittenWrites)
+	}
+	r, err := touchAdmin(t).Execute("SELECT record_id, count FROM " + ruled + ".slotted_counters_keyed WHERE count <> 0 ORDER BY record_id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for i := range r.Values {
+		id, _ := r.GetString(i, 0)
+		n, _ := r.GetString(i, 1)
+		left = append(left, id+"="+n)
+	}
+	if got := strings.Join(left, " "); got != "61,1=5" {
+		t.Errorf("slot rows with counts: %s; want only record ('a', 1)'s 5 (record ('a', 2)'s folded before its increment ran on the base row)", got)
+	}
+}

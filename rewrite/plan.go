@@ -470,6 +470,7 @@ func (m *sqlMapper) keys(kvs []KeyValue) []KeyValue {
 	out := slices.Clone(kvs)
 	for i := range out {
 		m.text(&out[i].Literal)
+		out[i].Parts = m.keys(out[i].Parts) // a template's integers are in them too
 	}
 	return out
 }
