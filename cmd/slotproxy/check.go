@@ -25,8 +25,8 @@ func runCheck(args []string, stdout, _ io.Writer) error {
 	fs := newFlagSet("check", "--config FILE [--backend HOST:PORT]",
 		"Check FILE, the rules it names and, through the admin account, the live\n"+
 			"schema, as serve does when it starts: the slot table and the record-type\n"+
-			"registry exist with the right shape, every ruled table exists with a\n"+
-			"single-column integer primary key as its key, and every counter is an\n"+
+			"registry exist with the right shape, every ruled table exists with its\n"+
+			"primary key as its key, and every counter is an\n"+
 			"integer column. Nothing is written to the database (the checks run in a\n"+
 			"read-only transaction): counters without a record type yet are noted,\n"+
 			"serve registers them when it starts. Records whose total (base plus\n"+
@@ -313,8 +313,9 @@ var hints = []struct{ prefix, phrase, hint string }{
 	{"table: schema ", "does not exist", "create the schema, correct table: in the rule, or grant the admin user access to it"},
 	{"table: ", "does not exist", "correct table: in the rule, create the table, or grant the admin user access to it"},
 	{"table: ", "not a base table", "rules apply to base tables only: name the underlying table"},
-	{"key: ", "is not the primary key of", "set key: to the table's primary key column"},
-	{"key: ", "has no single-column integer primary key", "the key must be a single-column integer primary key: change the table or remove the rule"},
+	{"key: ", "is not the primary key of", "set key: to the table's primary key column, or the list of its columns (key: [a, b])"},
+	{"key: ", "indexes a prefix of a column", "change the table's primary key or remove the rule"},
+	{"key: ", "may take", "give the table a shorter primary key or remove the rule"},
 	{"counters: ", "has no column", "correct the column's name in counters or add the column"},
 	{"counters: ", "not an integer column", "a counter must be an integer column: change the column's type or remove it from counters"},
 }

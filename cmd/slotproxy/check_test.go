@@ -127,8 +127,8 @@ func TestCheck(t *testing.T) {
 		}
 		writeRule("pairs.yaml", fmt.Sprintf("table: %s.pairs\nkey: a\ncounters: [hits]\n", schema))
 		defer os.Remove(filepath.Join(dir, "rules", "pairs.yaml"))
-		check(t, 1, filepath.Join(dir, "rules", "pairs.yaml")+":2: key: "+schema+".pairs has no single-column integer primary key (PRIMARY KEY is (a, b)); "+
-			"the key must be a single-column integer primary key: change the table or remove the rule\n")
+		check(t, 1, filepath.Join(dir, "rules", "pairs.yaml")+":2: key: a is not the primary key of "+schema+".pairs (PRIMARY KEY is (a, b)); "+
+			"set key: to the table's primary key column, or the list of its columns (key: [a, b])\n")
 	})
 
 	t.Run("missing slot table", func(t *testing.T) {
@@ -140,11 +140,11 @@ func TestCheck(t *testing.T) {
 	})
 
 	t.Run("rule file errors", func(t *testing.T) {
-		writeRule("bad.yaml", "table: "+schema+".repos\nkey: [id]\nslots: 0\n")
+		writeRule("bad.yaml", "table: "+schema+".repos\nkey: []\nslots: 0\n")
 		defer os.Remove(filepath.Join(dir, "rules", "bad.yaml"))
 		bad := filepath.Join(dir, "rules", "bad.yaml")
 		check(t, 1, bad+":1: missing required key \"counters\"\n"+
-			bad+":2: key: want the primary key column (a single column), got a list\n"+
+			bad+":2: key: empty list; want the primary key's columns\n"+
 			bad+":3: slots: 0 is out of range; want 1 to 65535\n")
 	})
 
@@ -186,10 +186,11 @@ func TestCheck(t *testing.T) {
 
 func TestHint(t *testing.T) {
 	for msg, want := range map[string]string{
-		"key: app.t has no primary key; the key must be a single-column integer primary key":                      "",
+		"key: app.t has no primary key; the key must be its primary key":                                          "",
+		"key: app.t's primary key (id) indexes a prefix of a column; slotproxy needs a key of whole columns":      "; change the table's primary key or remove the rule",
 		"table: schema app has no slot table slotted_counters; run slotproxy migrate to create it":                "",
 		"key: app.t changed while being read; try again":                                                          "",
-		"key: uid is not the primary key of app.t (PRIMARY KEY is (id))":                                          "; set key: to the table's primary key column",
+		"key: uid is not the primary key of app.t (PRIMARY KEY is (id))":                                          "; set key: to the table's primary key column, or the list of its columns (key: [a, b])",
 		"table: app.v is a view, not a base table":                                                                "; rules apply to base tables only: name the underlying table",
 		"table: schema nope does not exist (or the admin user has no privileges on it)":                           "; create the schema, correct table: in the rule, or grant the admin user access to it",
 		"counters: app.t has no column hits":                                                                      "; correct the column's name in counters or add the column",
