@@ -80,9 +80,10 @@ func (s *Session) handlePrepare(rw *rewrite.Rewriter, payload []byte) error {
 		return s.prepareRelayed(rw, payload)
 	}
 	p := plans[0]
-	if up, ok := p.Op.(*rewrite.UpsertIncrement); ok {
+	switch p.Op.(type) {
+	case *rewrite.UpsertIncrement, *rewrite.UpsertRows:
 		// Prepared, it runs as its fallback (see execUpsertIncrement).
-		p = up.Fallback
+		p = upsertFallback(p.Op)
 	}
 	sql := p.SQL()
 	_, refused := p.Op.(*rewrite.Refused)
@@ -177,7 +178,7 @@ func (s *Session) handleExecute(rw *rewrite.Rewriter, payload []byte) error {
 	p := st.plan
 	s.stmtsInCommand = 1
 	switch p.Op.(type) {
-	case *rewrite.Increment, *rewrite.UpsertIncrement, *rewrite.Guarded, *rewrite.WriteOthers, *rewrite.Read, *rewrite.LockingRead, *rewrite.AsWritten:
+	case *rewrite.Increment, *rewrite.UpsertIncrement, *rewrite.UpsertRows, *rewrite.Guarded, *rewrite.WriteOthers, *rewrite.Read, *rewrite.LockingRead, *rewrite.AsWritten:
 		if st.rw != rw && rw != nil {
 			if done, err := s.executeReplanned(rw, st, payload); done || err != nil {
 				return err
@@ -368,9 +369,11 @@ func (s *Session) executeReplanned(rw *rewrite.Rewriter, st *stmtInfo, payload [
 	case *rewrite.Increment:
 		_, err := s.execOnBase(p, op, ex, &seq, false)
 		return true, err
-	case *rewrite.UpsertIncrement:
-		if g, ok := op.Fallback.Op.(*rewrite.Guarded); ok {
-			_, err := s.execGuardedWith(op.Fallback, g, nil, ex, &seq, false, func() ([]byte, []byte, error) { return s.statementPacket(g.SQL, ex) }, nil)
+	case *rewrite.UpsertIncrement, *rewrite.UpsertRows:
+		// Prepared, an upsert runs as its fallback.
+		fallback := upsertFallback(op)
+		if g, ok := fallback.Op.(*rewrite.Guarded); ok {
+			_, err := s.execGuardedWith(fallback, g, nil, ex, &seq, false, func() ([]byte, []byte, error) { return s.statementPacket(g.SQL, ex) }, nil)
 			return true, err
 		}
 		_, err := s.execAsWritten(p, ex, &seq, false)
@@ -428,4 +431,15 @@ func (s *Session) samePlan(ra *rewrite.Rewriter, a rewrite.Plan, rb *rewrite.Rew
 	sa, oka := ra.SlotSentinelSQL(a, sess)
 	sb, okb := rb.SlotSentinelSQL(b, sess)
 	return oka && okb && sa == sb
+}
+
+// upsertFallback is the Fallback of an UpsertIncrement or UpsertRows.
+func upsertFallback(op rewrite.Op) rewrite.Plan {
+	switch up := op.(type) {
+	case *rewrite.UpsertIncrement:
+		return up.Fallback
+	case *rewrite.UpsertRows:
+		return up.Fallback
+	}
+	return rewrite.Plan{}
 }

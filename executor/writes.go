@@ -93,6 +93,8 @@ func (s *Session) execPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) 
 		switch op := p.Op.(type) {
 		case *rewrite.UpsertIncrement:
 			return s.execPlan(op.Fallback, ex, seq, more)
+		case *rewrite.UpsertRows:
+			return s.execPlan(op.Fallback, ex, seq, more)
 		case *rewrite.Increment:
 			if write {
 				// The table is the session's alone until it unlocks it:
@@ -127,6 +129,8 @@ func (s *Session) execPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) 
 		return s.execIncrement(p, op, ex, seq, more)
 	case *rewrite.UpsertIncrement:
 		return s.execUpsertIncrement(p, op, ex, seq, more)
+	case *rewrite.UpsertRows:
+		return s.execUpsertRows(p, op, ex, seq, more)
 	case *rewrite.Guarded:
 		return s.execGuarded(p, op, ex, seq, more)
 	case *rewrite.LockingRead:
@@ -413,6 +417,102 @@ func (s *Session) execUpsertIncrement(p rewrite.Plan, op *rewrite.UpsertIncremen
 		return s.execPlan(op.Fallback, ex, seq, more)
 	}
 	return s.execIncrementOf(p, op.Increment, op, ex, seq, more)
+}
+
+// execUpsertRows runs an upsert of several rows planned as UpsertRows (see
+// rewrite.UpsertRows): in autocommit row by row, in one transaction of the
+// proxy's, answered as the statement; else, and wherever a row cannot be
+// slotted or a statement fails (everything then rolled back), as its
+// Fallback.
+func (s *Session) execUpsertRows(p rewrite.Plan, op *rewrite.UpsertRows, ex *execution, seq *byte, more bool) (bool, error) {
+	fallback := func() (bool, error) { return s.execPlan(op.Fallback, ex, seq, more) }
+	if ex != nil || !s.autocommitted() || s.tablesLocked() || len(op.Rows) == 0 {
+		return fallback()
+	}
+	for _, row := range op.Rows {
+		if narrowDelta(p.Table, row.Increment) {
+			return fallback() // no slot can take it
+		}
+	}
+	if denied, err := s.checkPrivileges(op.Rows[0].Increment); err != nil || denied != nil {
+		if err != nil {
+			return false, err
+		}
+		return true, s.writeErr(denied, seq)
+	}
+	if errPkt, err := s.queryErr("BEGIN"); err != nil || errPkt != nil {
+		return errPkt != nil, errOr(err, s.writeErr(errPkt, seq))
+	}
+	s.wrapping = true
+	// abort rolls back what the rows did and runs the statement as its
+	// fallback, where the server gives its own answer.
+	abort := func() (bool, error) {
+		if _, err := s.query("ROLLBACK"); err != nil {
+			return false, err
+		}
+		s.wrapping = false
+		return fallback()
+	}
+	var affected, updated uint64
+	for i, row := range op.Rows {
+		inc := row.Increment
+		r, err := s.query(inc.SQL)
+		if err != nil {
+			s.wrapping = false
+			return false, err
+		}
+		if r.Failed() || r.OK == nil {
+			return abort() // beyond the slot's share, a NULL counter, a lock error
+		}
+		matched := uint64(0)
+		if n, ok := infoRecords(r.OK.Info); ok && inc.Counters > 0 {
+			matched = n / uint64(inc.Counters)
+		} else if r.OK.Affected > 0 {
+			matched = 1
+		}
+		if matched > 0 {
+			affected += 2 // the row updated (its deltas are not 0)
+			updated++
+			continue
+		}
+		w, err := s.query(op.RowSQL[i])
+		if err != nil {
+			s.wrapping = false
+			return false, err
+		}
+		if w.Failed() || w.OK == nil || w.OK.Warnings > 0 {
+			return abort()
+		}
+		affected += w.OK.Affected
+		if w.OK.Affected > 1 {
+			updated++ // inserted meanwhile by another client, then updated
+		}
+	}
+	c, err := s.query("COMMIT")
+	s.wrapping = false
+	if err != nil {
+		return false, err
+	}
+	if c.Failed() || c.OK == nil {
+		return fallback() // (the transaction is gone with its COMMIT)
+	}
+	ok := *c.OK
+	ok.Affected, ok.InsertID, ok.Warnings = affected, 0, 0
+	if op.WarnSQL != "" {
+		// The statement's own warnings (MySQL's for its VALUES() calls),
+		// which SHOW WARNINGS then shows.
+		wr, err := s.query(op.WarnSQL)
+		if err != nil {
+			return false, err
+		}
+		if !wr.Failed() && wr.OK != nil {
+			ok.Warnings = wr.OK.Warnings
+		}
+	}
+	ok.Info = fmt.Appendf(nil, "Records: %d  Duplicates: %d  Warnings: %d", len(op.Rows), updated, ok.Warnings)
+	s.env.Stats.RewrittenWrites.Add(1)
+	s.metrics().Statement(PathRewrittenWrite, ruleName(p.Table))
+	return false, s.writeOK(ok, seq, more)
 }
 
 // execIncrementOf runs inc, the increment of p, or of the upsert up when

@@ -208,6 +208,16 @@ func liveStatements(p Plan) []string {
 		fb := op.Fallback
 		fb.Original = p.Original
 		out = append(out, liveStatements(fb)...)
+	case *UpsertRows:
+		for i, row := range op.Rows {
+			out = append(out, row.Increment.ProbeSQL, row.Increment.SQL, op.RowSQL[i])
+		}
+		if op.WarnSQL != "" {
+			out = append(out, op.WarnSQL)
+		}
+		fb := op.Fallback
+		fb.Original = p.Original
+		out = append(out, liveStatements(fb)...)
 	case *Guarded:
 		for _, g := range op.Guards {
 			if g.Fallback != nil {

@@ -70,7 +70,7 @@ func (p Plan) Kind() Kind {
 }
 
 // An Op is how a statement runs: *AsWritten, *Read, *LockingRead,
-// *WriteOthers, *Increment, *UpsertIncrement, *Guarded, *LockTables or
+// *WriteOthers, *Increment, *UpsertIncrement, *UpsertRows, *Guarded, *LockTables or
 // *Refused.
 type Op interface {
 	Kind() Kind
@@ -568,6 +568,8 @@ func (p Plan) SQL() string {
 		return op.SQL
 	case *UpsertIncrement:
 		return op.Increment.SQL
+	case *UpsertRows:
+		return op.Fallback.SQL()
 	case *Guarded:
 		return op.SQL
 	case *LockTables:
@@ -591,6 +593,8 @@ func (p Plan) Guards() []*Guard {
 	case *Increment:
 		return []*Guard{op.Guard}
 	case *UpsertIncrement:
+		return op.Fallback.Guards()
+	case *UpsertRows:
 		return op.Fallback.Guards()
 	}
 	return nil

@@ -205,7 +205,14 @@ func (t *Table) keysJoin(keys []string, alias string) string {
 	n := 0
 	for _, k := range keys {
 		vals, err := t.keyValues(k)
-		if err != nil {
+		if err != nil && strings.HasPrefix(k, "<") {
+			// explain's placeholder for keys known only as it runs: one
+			// per key column.
+			vals = make([]string, len(t.KeyColumns))
+			for i, c := range t.KeyColumns {
+				vals[i] = "<" + c.Name + ">"
+			}
+		} else if err != nil {
 			continue
 		}
 		if n == 0 {

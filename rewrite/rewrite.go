@@ -359,7 +359,10 @@ func (r *Rewriter) rewrite(sql string, sess Session, slot func(int) int) ([]Plan
 			plan.Op = &AsWritten{} // (a statement that names no ruled table)
 		}
 		plan.Original = text
-		if up, ok := plan.Op.(*UpsertIncrement); ok {
+		switch up := plan.Op.(type) {
+		case *UpsertIncrement:
+			up.Fallback.Original = text
+		case *UpsertRows:
 			up.Fallback.Original = text
 		}
 		if sel, ok := st.(*ast.SelectStmt); ok && sel.Fields != nil && len(sel.Fields.Fields) > 0 {
@@ -770,6 +773,12 @@ func (r *Rewriter) prepareStmt(s *ast.PrepareStmt, sess Session, slot func(int) 
 			gg.Restrict = ""
 			write = &Plan{Op: &gg, Table: ip.Table, Original: ip.Original}
 		}
+	case *UpsertRows:
+		if g, ok := op.Fallback.Op.(*Guarded); ok && len(g.Guards) == 1 {
+			gg := *g
+			gg.Restrict = ""
+			write = &Plan{Op: &gg, Table: ip.Table, Original: ip.Original}
+		}
 	case *Guarded:
 		if len(op.Guards) == 1 {
 			g := *op
@@ -1043,6 +1052,25 @@ func Explain(plans []Plan, err error) string {
 			b.WriteString("-- no such record: the statement as written\n")
 			if g, ok := op.Fallback.Op.(*Guarded); ok {
 				b.WriteString("-- beyond the slot's share of the range, or a NULL counter:\n")
+				for _, gd := range g.Guards {
+					explainGuard(&b, gd, false)
+				}
+				fmt.Fprintf(&b, "then: %s\n", g.SQL)
+			}
+		case *UpsertRows:
+			fmt.Fprintf(&b, "-- %s\n", p.Reason)
+			for i, row := range op.Rows {
+				fmt.Fprintf(&b, "row %d: %s\n", i+1, row.Increment.SQL)
+				fmt.Fprintf(&b, "row %d, no such record: %s\n", i+1, op.RowSQL[i])
+			}
+			if len(op.Rows) > 0 {
+				fmt.Fprintf(&b, "privilege check: %s\n", op.Rows[0].Increment.ProbeSQL)
+			}
+			if op.WarnSQL != "" {
+				fmt.Fprintf(&b, "the statement's warnings: %s\n", op.WarnSQL)
+			}
+			if g, ok := op.Fallback.Op.(*Guarded); ok {
+				b.WriteString("-- in a transaction, prepared, or where a row cannot be slotted:\n")
 				for _, gd := range g.Guards {
 					explainGuard(&b, gd, false)
 				}

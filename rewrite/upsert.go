@@ -3,6 +3,7 @@ package rewrite
 import (
 	"fmt"
 	"math/big"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -55,6 +56,9 @@ func (o *UpsertIncrement) mapSQL(f func(string) (string, error)) (Op, error) {
 // INSERT trigger, no other UNIQUE key it can conflict on, and an update of
 // counters only, each by an integer literal or VALUES() of one.
 func (r *Rewriter) upsertIncrement(s *ast.InsertStmt, t *Table, ref *tableRef, w *reads, fallback Plan) (Plan, bool) {
+	if len(s.Lists) > 1 {
+		return r.upsertRows(s, t, w, fallback)
+	}
 	if s.IsReplace || s.IgnoreErr || s.Select != nil || s.Setlist || len(s.Lists) != 1 || len(s.OnDuplicate) == 0 ||
 		len(s.Columns) == 0 || len(s.PartitionNames) > 0 || len(w.params) > 0 || t.Shadow || t.RolledUp || t.Inserted.Trigger ||
 		fallback.Kind() != KindGuarded {
@@ -215,4 +219,156 @@ func inRange(v string, rg [2]string) bool {
 	lo, ok2 := new(big.Int).SetString(rg[0], 10)
 	hi, ok3 := new(big.Int).SetString(rg[1], 10)
 	return ok1 && ok2 && ok3 && n.Cmp(lo) >= 0 && n.Cmp(hi) <= 0
+}
+
+// UpsertRows is an INSERT of several rows … ON DUPLICATE KEY UPDATE (a
+// flush of counts, as a page-views plugin writes one row per period)
+// whose every row, alone, is an UpsertIncrement (Rows, in order). In
+// autocommit, the rows run one by one in one transaction of the proxy's:
+// each row's record's increments in a slot when the record exists, the
+// row's own upsert (RowSQL) as written when it does not; the answer is the
+// statement's (1 affected row per row inserted, 2 per row updated, and the
+// server's info string for them). Where a row cannot be slotted (beyond
+// its slot's share of the range, a NULL counter) or a statement fails, the
+// transaction is rolled back and Fallback, the guarded upsert of all the
+// rows, runs instead: the server then gives its own result and errors. In
+// a client's transaction, and prepared, Fallback runs.
+type UpsertRows struct {
+	Rows     []*UpsertIncrement
+	RowSQL   []string
+	Fallback Plan
+	// WarnSQL, when set, writes nothing and warns as the client's
+	// statement does when the server parses it (MySQL: once for each
+	// VALUES(), which the rows' statements replace by their values); it
+	// runs after the rows, and its warnings are the statement's.
+	WarnSQL string
+}
+
+// valuesCall matches a VALUES() call as restore writes it.
+var valuesCall = regexp.MustCompile("(?i)VALUES\\(`((?:[^`]|``)+)`\\)")
+
+// valuesCounter counts the VALUES() calls of an expression.
+type valuesCounter struct{ n int }
+
+func (v *valuesCounter) Enter(n ast.Node) (ast.Node, bool) {
+	if _, ok := n.(*ast.ValuesExpr); ok {
+		v.n++
+	}
+	return n, false
+}
+
+func (v *valuesCounter) Leave(n ast.Node) (ast.Node, bool) { return n, true }
+
+// Kind is KindIncrement.
+func (*UpsertRows) Kind() Kind { return KindIncrement }
+
+func (o *UpsertRows) mapSQL(f func(string) (string, error)) (Op, error) {
+	c := *o
+	c.Rows = make([]*UpsertIncrement, len(o.Rows))
+	for i, row := range o.Rows {
+		m, err := row.mapSQL(f)
+		if err != nil {
+			return nil, err
+		}
+		c.Rows[i] = m.(*UpsertIncrement)
+	}
+	if c.WarnSQL != "" {
+		var err error
+		if c.WarnSQL, err = f(c.WarnSQL); err != nil {
+			return nil, err
+		}
+	}
+	c.RowSQL = slices.Clone(o.RowSQL)
+	for i := range c.RowSQL {
+		var err error
+		if c.RowSQL[i], err = f(c.RowSQL[i]); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.Fallback.mapSQL(f); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// upsertRows returns the plan of s, an upsert of several rows into t
+// planned as fallback, as an UpsertRows, or false when one of its rows
+// alone is not an UpsertIncrement, t's key is AUTO_INCREMENT (the insert
+// ids of such a statement are the server's to pick), or it has a row
+// alias.
+func (r *Rewriter) upsertRows(s *ast.InsertStmt, t *Table, w *reads, fallback Plan) (Plan, bool) {
+	if s.IsReplace || s.IgnoreErr || s.Select != nil || s.Setlist || len(s.Columns) == 0 || len(s.OnDuplicate) == 0 || len(s.PartitionNames) > 0 ||
+		len(w.params) > 0 || w.sess.rowAlias != nil || t.Inserted.KeyAutoIncrement || t.Shadow || t.RolledUp || fallback.Kind() != KindGuarded {
+		return Plan{}, false
+	}
+	cols := make([]string, len(s.Columns))
+	for i, c := range s.Columns {
+		cols[i] = quoteIdent(c.Name.O)
+	}
+	sets := make([]string, len(s.OnDuplicate))
+	calls := 0 // VALUES() calls
+	for i, a := range s.OnDuplicate {
+		if a.Column.Table.O != "" || a.Column.Schema.O != "" {
+			return Plan{}, false
+		}
+		sets[i] = quoteIdent(a.Column.Name.O) + " = " + r.restore(a.Expr, w.sess)
+		var vc valuesCounter
+		a.Expr.Accept(&vc)
+		calls += vc.n
+	}
+	// On MySQL, which warns once for each VALUES() when it parses an
+	// upsert, each row's statement names the row's values instead, and
+	// one statement that writes nothing gives the client statement's
+	// warnings (WarnSQL).
+	subst := calls > 0 && r.opts.Dialect.UpsertRowAlias()
+	if subst && len(valuesCall.FindAllStringIndex(strings.Join(sets, ", "), -1)) != calls {
+		return Plan{}, false // (a VALUES( in a string, say)
+	}
+	op := &UpsertRows{Fallback: fallback}
+	if subst {
+		nulls := make([]string, len(cols))
+		for i := range nulls {
+			nulls[i] = "NULL"
+		}
+		op.WarnSQL = fmt.Sprintf("INSERT INTO %s (%s) SELECT %s FROM DUAL WHERE FALSE ON DUPLICATE KEY UPDATE %s",
+			t.Qualified(), strings.Join(cols, ", "), strings.Join(nulls, ", "), strings.Join(sets, ", "))
+	}
+	for _, row := range s.Lists {
+		if len(row) != len(cols) {
+			return Plan{}, false
+		}
+		vals := make([]string, len(row))
+		byName := map[string]string{}
+		for i, v := range row {
+			vals[i] = r.restore(v, w.sess)
+			byName[strings.ToLower(s.Columns[i].Name.O)] = vals[i]
+		}
+		rowSets := strings.Join(sets, ", ")
+		if subst {
+			missing := false
+			rowSets = valuesCall.ReplaceAllStringFunc(rowSets, func(call string) string {
+				name := strings.ReplaceAll(valuesCall.FindStringSubmatch(call)[1], "``", "`")
+				v, ok := byName[strings.ToLower(name)]
+				if !ok {
+					missing = true // VALUES() of a column the row leaves to its default
+				}
+				return "(" + v + ")"
+			})
+			if missing {
+				return Plan{}, false
+			}
+		}
+		q := fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) ON DUPLICATE KEY UPDATE %s", t.Qualified(), strings.Join(cols, ", "), strings.Join(vals, ", "), rowSets)
+		plans, err := r.rewriteUTF8(q, w.sess)
+		if err != nil || len(plans) != 1 || plans[0].Table != t {
+			return Plan{}, false
+		}
+		up, ok := plans[0].Op.(*UpsertIncrement)
+		if !ok {
+			return Plan{}, false
+		}
+		op.Rows = append(op.Rows, up)
+		op.RowSQL = append(op.RowSQL, q)
+	}
+	return Plan{Op: op, Table: t, Reason: "in autocommit each row's record, when it exists, is incremented in a slot, and the other rows are inserted as written, in one transaction"}, true
 }

@@ -94,3 +94,5 @@ UPDATE repos SET downloads = downloads - 1 WHERE id = 8 AND downloads > 0
 UPDATE repos SET stars = stars - 1 WHERE id = 8 AND stars > 0 AND downloads > 5
 -- case: a bound with a placeholder delta (on the base row)
 UPDATE repos SET stars = stars - ? WHERE id = ? AND stars > 0
+-- case: upsert of several rows
+INSERT INTO repos (id, downloads) VALUES (1, 1), (4, 1) ON DUPLICATE KEY UPDATE downloads = downloads + 1

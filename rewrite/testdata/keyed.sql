@@ -34,3 +34,5 @@ INSERT INTO members (channel, user_id, msgs) VALUES ('a', 1, 1), ('b', 2, 1) ON 
 REPLACE INTO members (channel, user_id, msgs) VALUES ('a', 1, 5)
 -- case: keyed insert of a new row
 INSERT INTO members (channel, user_id, msgs) VALUES ('d', 4, 0)
+-- case: keyed upsert of several rows by VALUES()
+INSERT INTO members (channel, user_id, msgs) VALUES ('a', 1, 2), ('e', 5, 2) ON DUPLICATE KEY UPDATE msgs = msgs + VALUES(msgs)
