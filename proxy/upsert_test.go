@@ -94,6 +94,11 @@ func TestUpsertIncrements(t *testing.T) {
 		prep("INSERT INTO invoice_counters (`year`, `counter`) VALUES (?, ?) ON DUPLICATE KEY UPDATE `counter` = `counter` + ?", "2024", 1, 1),
 		prep("INSERT INTO invoice_counters (`year`, `counter`) VALUES (?, ?) ON DUPLICATE KEY UPDATE `counter` = `counter` + ?", 2024, 1, 1.5),
 		prep("INSERT INTO invoice_counters (`year`, `counter`) VALUES (?, ?) ON DUPLICATE KEY UPDATE `counter` = `counter` + VALUES(`counter`)", 2024, 2),
+		// Under LOCK TABLES (the slot table not locked): as the text runs.
+		text("LOCK TABLES invoice_counters WRITE"),
+		prep("INSERT INTO invoice_counters (`year`, `counter`) VALUES (?, ?) ON DUPLICATE KEY UPDATE `counter` = `counter` + ?", 2024, 1, 1),
+		text("INSERT INTO invoice_counters (`year`, `counter`) VALUES (2024, 1), (2026, 1) ON DUPLICATE KEY UPDATE `counter` = `counter` + 1"),
+		text("UNLOCK TABLES"),
 		text("SHOW WARNINGS"),
 		text("SELECT * FROM invoice_counters ORDER BY `year`"),
 		text("SELECT id, n, m, tag, name FROM hits ORDER BY id"),
