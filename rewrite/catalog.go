@@ -18,8 +18,8 @@ import (
 // Table is what the rewriter knows about one ruled table.
 type Table struct {
 	Schema, Name string
-	// Key is the single-column integer primary key; "" when KeyColumns
-	// name the records instead.
+	// Key is the primary key when it is one integer column; "" when
+	// KeyColumns name the records instead.
 	Key string
 	// KeyColumns are the columns of any other primary key (several
 	// columns, or strings), in key order: records are named by an

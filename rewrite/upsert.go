@@ -49,12 +49,14 @@ func (o *UpsertIncrement) mapSQL(f func(string) (string, error)) (Op, error) {
 
 // upsertIncrement returns the plan of s, an upsert of t through ref planned
 // as fallback, as an UpsertIncrement, or false when it is not one (see
-// UpsertIncrement): one row of VALUES, sent as text, naming the key as an
-// integer, every column it names an integer column with an integer literal
-// in the column's range (so that the row the server builds before it finds
-// the duplicate raises nothing), every column that must be named named, no
-// INSERT trigger, no other UNIQUE key it can conflict on, and an update of
-// counters only, each by an integer literal or VALUES() of one.
+// UpsertIncrement): one row of VALUES, sent as text, naming the key (an
+// integer, or every column of a Keyed table's key), every column it names
+// an integer column with an integer literal in the column's range or a
+// CHAR or VARCHAR column with a short ASCII string (so that the row the
+// server builds before it finds the duplicate raises nothing), every
+// column that must be named named, no INSERT trigger, no other UNIQUE key
+// it can conflict on, and an update of counters only, each by an integer
+// literal or VALUES() of one. Several rows: see upsertRows.
 func (r *Rewriter) upsertIncrement(s *ast.InsertStmt, t *Table, ref *tableRef, w *reads, fallback Plan) (Plan, bool) {
 	if len(s.Lists) > 1 {
 		return r.upsertRows(s, t, w, fallback)

@@ -179,9 +179,11 @@ func (s *schema) lookup(name string) (t *table, ambiguous bool) {
 
 // Load checks set against the live schema and returns the rewriter's
 // catalog for it. For each schema with rules it checks that the slot table
-// slotsTable and the registry exist (Migrate creates them), and for each
+// slotsTable and the registry exist (Migrate creates them; and the keyed
+// slot table when a rule's key is not one integer column), and for each
 // rule that its table is a base table whose PRIMARY KEY is the rule's key
-// alone, of an integer type, and that every counter is an integer column.
+// (its columns integers or strings: see checkRule), and that every counter
+// is an integer column.
 // It registers the record types of counters that have none yet (so a new
 // counter needs no migrate), and returns a catalog of the ruled tables with
 // every column in table order plus the columns of every other table and
