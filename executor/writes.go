@@ -440,56 +440,24 @@ func (s *Session) execUpsertRows(p rewrite.Plan, op *rewrite.UpsertRows, ex *exe
 		}
 		return true, s.writeErr(denied, seq)
 	}
-	if errPkt, err := s.queryErr("BEGIN"); err != nil || errPkt != nil {
-		return errPkt != nil, errOr(err, s.writeErr(errPkt, seq))
-	}
-	s.wrapping = true
-	// abort rolls back what the rows did and runs the statement as its
-	// fallback, where the server gives its own answer.
-	abort := func() (bool, error) {
-		if _, err := s.query("ROLLBACK"); err != nil {
-			return false, err
-		}
-		s.wrapping = false
-		return fallback()
-	}
 	var affected, updated uint64
-	for i, row := range op.Rows {
-		inc := row.Increment
-		r, err := s.query(inc.SQL)
+	for attempt := 1; ; attempt++ {
+		var again, failed bool
+		var err error
+		affected, updated, again, failed, err = s.upsertRowsOnce(op, attempt)
 		if err != nil {
-			s.wrapping = false
 			return false, err
 		}
-		if r.Failed() || r.OK == nil {
-			return abort() // beyond the slot's share, a NULL counter, a lock error
+		if failed {
+			// A row its slot cannot take, a NULL counter, an error: the
+			// server's own answer, by the guarded write.
+			return fallback()
 		}
-		matched := uint64(0)
-		if n, ok := infoRecords(r.OK.Info); ok && inc.Counters > 0 {
-			matched = n / uint64(inc.Counters)
-		} else if r.OK.Affected > 0 {
-			matched = 1
-		}
-		if matched > 0 {
-			affected += 2 // the row updated (its deltas are not 0)
-			updated++
-			continue
-		}
-		w, err := s.query(op.RowSQL[i])
-		if err != nil {
-			s.wrapping = false
-			return false, err
-		}
-		if w.Failed() || w.OK == nil || w.OK.Warnings > 0 {
-			return abort()
-		}
-		affected += w.OK.Affected
-		if w.OK.Affected > 1 {
-			updated++ // inserted meanwhile by another client, then updated
+		if !again {
+			break
 		}
 	}
 	c, err := s.query("COMMIT")
-	s.wrapping = false
 	if err != nil {
 		return false, err
 	}
@@ -513,6 +481,64 @@ func (s *Session) execUpsertRows(p rewrite.Plan, op *rewrite.UpsertRows, ex *exe
 	s.env.Stats.RewrittenWrites.Add(1)
 	s.metrics().Statement(PathRewrittenWrite, ruleName(p.Table))
 	return false, s.writeOK(ok, seq, more)
+}
+
+// upsertRowsOnce runs the rows of op in a transaction of the proxy's, up
+// to its COMMIT (not sent), and returns the statement's affected rows and
+// updated rows. Where a row's statement fails, the transaction is rolled
+// back: again after a deadlock or lock wait an autocommit statement would
+// be retried for (attempt), failed otherwise.
+func (s *Session) upsertRowsOnce(op *rewrite.UpsertRows, attempt int) (affected, updated uint64, again, failed bool, err error) {
+	s.wrapping = true
+	defer func() { s.wrapping = false }()
+	if errPkt, err := s.queryErr("BEGIN"); err != nil || errPkt != nil {
+		return 0, 0, false, errPkt != nil, err
+	}
+	rollback := func(code uint16) (uint64, uint64, bool, bool, error) {
+		if _, err := s.query("ROLLBACK"); err != nil {
+			return 0, 0, false, false, err
+		}
+		if s.retry(code, attempt) {
+			return 0, 0, true, false, nil
+		}
+		return 0, 0, false, true, nil
+	}
+	for i, row := range op.Rows {
+		inc := row.Increment
+		r, err := s.query(inc.SQL)
+		if err != nil {
+			return 0, 0, false, false, err
+		}
+		if r.Failed() || r.OK == nil {
+			return rollback(r.ErrCode) // beyond the slot's share, a NULL counter, a lock error
+		}
+		matched := uint64(0)
+		if n, ok := infoRecords(r.OK.Info); ok && inc.Counters > 0 {
+			matched = n / uint64(inc.Counters)
+		} else if r.OK.Affected > 0 {
+			matched = 1
+		}
+		if matched > 0 {
+			affected += 2 // the row updated (its deltas are not 0)
+			updated++
+			continue
+		}
+		w, err := s.query(op.RowSQL[i])
+		if err != nil {
+			return 0, 0, false, false, err
+		}
+		if w.Failed() || w.OK == nil {
+			return rollback(w.ErrCode)
+		}
+		if w.OK.Warnings > 0 {
+			return rollback(0)
+		}
+		affected += w.OK.Affected
+		if w.OK.Affected > 1 {
+			updated++ // inserted meanwhile by another client, then updated
+		}
+	}
+	return affected, updated, false, false, nil
 }
 
 // execIncrementOf runs inc, the increment of p, or of the upsert up when
@@ -2352,13 +2378,7 @@ func (s *Session) foldOwn(tables []*rewrite.Table, totals bool) (errPkt []byte, 
 				return nil, err
 			}
 			if errPkt != nil {
-				if isDeadlock(errPkt) {
-					s.env.noteReadAfterIncrement(t, s.log)
-					if again, err := s.replayTxn(); again || err != nil {
-						return nil, err
-					}
-				}
-				return errPkt, nil
+				return s.ownLockFailed(t, errPkt)
 			}
 			if ok {
 				keys = map[string]bool{}
@@ -2372,14 +2392,10 @@ func (s *Session) foldOwn(tables []*rewrite.Table, totals bool) (errPkt []byte, 
 		}
 		if keys[""] {
 			// A key the proxy could not tell: every slotted record.
-			if errPkt, err := s.lockAndFold([]*rewrite.Guard{{Table: t, KeysSQL: t.WideLockSQL(), Wide: true}}, nil); err != nil || errPkt != nil {
-				if isDeadlock(errPkt) {
-					s.env.noteReadAfterIncrement(t, s.log)
-					if again, err := s.replayTxn(); again || err != nil {
-						return nil, err
-					}
-				}
-				return errPkt, err
+			if errPkt, err := s.lockAndFold([]*rewrite.Guard{{Table: t, KeysSQL: t.WideLockSQL(), Wide: true}}, nil); err != nil {
+				return nil, err
+			} else if errPkt != nil {
+				return s.ownLockFailed(t, errPkt)
 			}
 			continue
 		}
@@ -2396,18 +2412,27 @@ func (s *Session) foldOwn(tables []*rewrite.Table, totals bool) (errPkt []byte, 
 			return nil, err
 		}
 		if errPkt != nil {
-			if isDeadlock(errPkt) {
-				s.env.noteReadAfterIncrement(t, s.log)
-				if again, err := s.replayTxn(); again || err != nil {
-					// The increments now hold the base rows: nothing
-					// of the transaction's own is left in slots.
-					return nil, err
-				}
-			}
-			return errPkt, nil
+			return s.ownLockFailed(t, errPkt)
 		}
 	}
 	return nil, nil
+}
+
+// ownLockFailed answers errPkt, the error of locking the records of t a
+// transaction incremented before it reads them (foldOwn). A deadlock (two
+// such transactions, each holding a shared lock the other needs) makes
+// increments of t inside transactions run on the base row from now on
+// (noteReadAfterIncrement), and the transaction runs again, its increments
+// then holding the base rows (nothing of its own is left in slots): nil
+// when that succeeded. Any other error is the client's.
+func (s *Session) ownLockFailed(t *rewrite.Table, errPkt []byte) ([]byte, error) {
+	if isDeadlock(errPkt) {
+		s.env.noteReadAfterIncrement(t, s.log)
+		if again, err := s.replayTxn(); again || err != nil {
+			return nil, err
+		}
+	}
+	return errPkt, nil
 }
 
 // noteReadAfterIncrement records that transactions that read counters of t

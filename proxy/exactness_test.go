@@ -185,28 +185,6 @@ func TestHandOuts(t *testing.T) {
 				"INSERT INTO repos (id, stars) VALUES (1, 100)",
 			}, "table: "+ruled+".repos\nkey: id\ncounters: [stars]\nslots: 16\n")
 			p := startProxy(t, func(c *proxy.Config) { c.Rewriter = newRewriter(cat) })
-			run := func(db *sql.DB) (values []int64, failures []string) {
-				var mu sync.Mutex
-				var wg sync.WaitGroup
-				for range 4 {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						for range 5 {
-							v, err := handOut(db)
-							mu.Lock()
-							if err != nil {
-								failures = append(failures, err.Error())
-							} else {
-								values = append(values, v)
-							}
-							mu.Unlock()
-						}
-					}()
-				}
-				wg.Wait()
-				return values, failures
-			}
 			dsnParams := params
 			direct := openDSN(t, testdb.Shared().DSN(testdb.User, testdb.Password, plain, dsnParams))
 			proxied := openDSN(t, p.dsn(testdb.User, testdb.Password, ruled, dsnParams))
@@ -214,17 +192,7 @@ func TestHandOuts(t *testing.T) {
 				name string
 				db   *sql.DB
 			}{{"direct", direct}, {"proxy", proxied}} {
-				values, failures := run(side.db)
-				if len(failures) > 0 {
-					t.Errorf("%s: %d of 20 hand-outs failed: %v", side.name, len(failures), failures)
-				}
-				seen := map[int64]bool{}
-				for _, v := range values {
-					if seen[v] {
-						t.Errorf("%s: value %d handed out twice", side.name, v)
-					}
-					seen[v] = true
-				}
+				values := concurrentHandOuts(t, side.name, side.db, handOut)
 				var total int64
 				if err := side.db.QueryRow("SELECT stars FROM repos WHERE id = 1").Scan(&total); err != nil {
 					t.Fatal(err)
@@ -232,10 +200,49 @@ func TestHandOuts(t *testing.T) {
 				if want := 100 + int64(len(values)); total != want {
 					t.Errorf("%s: total %d after %d committed hand-outs, want %d", side.name, total, len(values), want)
 				}
-				t.Logf("%s: %d committed, %d failed", side.name, len(values), len(failures))
 			}
 		})
 	}
+}
+
+// concurrentHandOuts runs 4 clients × 5 hand-outs (handOut, each in a
+// transaction of its own) on db, and returns the values handed out: it
+// fails the test when one failed or a value was handed out twice.
+func concurrentHandOuts(t *testing.T, side string, db *sql.DB, handOut func(*sql.DB) (int64, error)) []int64 {
+	t.Helper()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var values []int64
+	var failures []string
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 5 {
+				v, err := handOut(db)
+				mu.Lock()
+				if err != nil {
+					failures = append(failures, err.Error())
+				} else {
+					values = append(values, v)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(failures) > 0 {
+		t.Errorf("%s: %d of 20 hand-outs failed: %v", side, len(failures), failures)
+	}
+	seen := map[int64]bool{}
+	for _, v := range values {
+		if seen[v] {
+			t.Errorf("%s: value %d handed out twice", side, v)
+		}
+		seen[v] = true
+	}
+	t.Logf("%s: %d committed, %d failed", side, len(values), len(failures))
+	return values
 }
 
 // handOut runs one hand-out transaction and returns the value it read.

@@ -201,37 +201,7 @@ func TestKeyedHandOuts(t *testing.T) {
 				name string
 				db   *sql.DB
 			}{{"direct", direct}, {"proxy", proxied}} {
-				var mu sync.Mutex
-				var wg sync.WaitGroup
-				var values []int64
-				var failures []string
-				for range 4 {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						for range 5 {
-							v, err := reserve(side.db)
-							mu.Lock()
-							if err != nil {
-								failures = append(failures, err.Error())
-							} else {
-								values = append(values, v)
-							}
-							mu.Unlock()
-						}
-					}()
-				}
-				wg.Wait()
-				if len(failures) > 0 {
-					t.Errorf("%s: %d of 20 reservations failed: %v", side.name, len(failures), failures)
-				}
-				seen := map[int64]bool{}
-				for _, v := range values {
-					if seen[v] {
-						t.Errorf("%s: block %d handed out twice", side.name, v)
-					}
-					seen[v] = true
-				}
+				values := concurrentHandOuts(t, side.name, side.db, reserve)
 				var total, other int64
 				if err := side.db.QueryRow("SELECT (SELECT nextid FROM ids WHERE table_name = 'items'), (SELECT nextid FROM ids WHERE table_name = 'hosts')").Scan(&total, &other); err != nil {
 					t.Fatal(err)
@@ -239,7 +209,6 @@ func TestKeyedHandOuts(t *testing.T) {
 				if want := 100000 + 5*int64(len(values)); total != want || other != 7 {
 					t.Errorf("%s: nextid %d and %d after %d reservations, want %d and 7", side.name, total, other, len(values), want)
 				}
-				t.Logf("%s: %d committed, %d failed", side.name, len(values), len(failures))
 			}
 		})
 	}

@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/pingcap/tidb/pkg/parser/ast"
-	"github.com/pingcap/tidb/pkg/parser/opcode"
 	driver "github.com/pingcap/tidb/pkg/parser/test_driver"
 )
 
@@ -274,35 +273,16 @@ func (w *reads) guardRecordKeys(where ast.ExprNode, t *Table, ref *tableRef) []K
 	if !t.Keyed() {
 		return nil
 	}
+	eq, in := namedByConjuncts(where, ref)
 	values := map[string][]ast.ExprNode{} // lower-case key column → its values
-	column := func(e ast.ExprNode) string {
-		c, ok := unparen(e).(*ast.ColumnNameExpr)
-		if !ok || c.Name.Schema.O != "" || c.Name.Table.O != "" && c.Name.Table.L != ref.match || !t.isKey(c.Name.Name.O) {
-			return ""
-		}
-		return c.Name.Name.L
-	}
-	var walk func(e ast.ExprNode)
-	walk = func(e ast.ExprNode) {
-		switch x := unparen(e).(type) {
-		case *ast.BinaryOperationExpr:
-			switch {
-			case x.Op == opcode.LogicAnd:
-				walk(x.L)
-				walk(x.R)
-			case x.Op != opcode.EQ:
-			case column(x.L) != "" && values[column(x.L)] == nil:
-				values[column(x.L)] = []ast.ExprNode{unparen(x.R)}
-			case column(x.R) != "" && values[column(x.R)] == nil:
-				values[column(x.R)] = []ast.ExprNode{unparen(x.L)}
-			}
-		case *ast.PatternInExpr:
-			if !x.Not && x.Sel == nil && len(t.KeyColumns) == 1 && column(x.Expr) != "" && values[column(x.Expr)] == nil {
-				values[column(x.Expr)] = x.List
-			}
+	for _, c := range t.KeyColumns {
+		col := strings.ToLower(c.Name)
+		if v, ok := eq[col]; ok {
+			values[col] = []ast.ExprNode{v}
+		} else if len(t.KeyColumns) == 1 {
+			values[col] = in[col]
 		}
 	}
-	walk(where)
 	var keys []KeyValue
 	parts := make([]KeyValue, len(t.KeyColumns))
 	var build func(i int) bool

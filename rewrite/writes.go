@@ -1255,22 +1255,23 @@ func (w *reads) probe(start, end, ws, we int) string {
 // order) or a `key IN (v, …)` list that where requires (where itself, or
 // one of its top-level AND operands), each v a literal or a placeholder:
 // the keys of the records an increment may write.
-// uniqueConjuncts reports whether where's top-level conjuncts name every
-// column of one of t's UNIQUE keys (other than the primary key, unless t
-// is Keyed) by equality with a literal or placeholder (col = v), or a
-// single-column one by col IN (v, …): the rows it matches are at most one
-// per value, found by that key's index (Django's .filter(token=…).update(),
-// phpBB's word_text IN (…)). one: a key named by equalities alone, so that
-// at most one row matches.
-func uniqueConjuncts(where ast.ExprNode, t *Table, ref *tableRef) (ok, one, primary bool) {
-	eq := map[string]bool{} // lower-case columns named by col = v
-	in := map[string]bool{} // by col IN (v, …)
+// namedByConjuncts walks where's top-level AND conjuncts and returns, by
+// the lower-case name of a column of ref, the first value each col = v (v
+// on either side) gives it and the first list each col IN (v, …) does,
+// where v is a literal or a placeholder (and no NOT IN, no subquery).
+func namedByConjuncts(where ast.ExprNode, ref *tableRef) (eq map[string]ast.ExprNode, in map[string][]ast.ExprNode) {
+	eq, in = map[string]ast.ExprNode{}, map[string][]ast.ExprNode{}
 	column := func(e ast.ExprNode) string {
 		c, ok := unparen(e).(*ast.ColumnNameExpr)
 		if !ok || c.Name.Table.O != "" && c.Name.Table.L != ref.match {
 			return ""
 		}
 		return c.Name.Name.L
+	}
+	note := func(col string, v ast.ExprNode) {
+		if _, seen := eq[col]; !seen {
+			eq[col] = unparen(v)
+		}
 	}
 	var walk func(e ast.ExprNode)
 	walk = func(e ast.ExprNode) {
@@ -1282,12 +1283,13 @@ func uniqueConjuncts(where ast.ExprNode, t *Table, ref *tableRef) (ok, one, prim
 				walk(x.R)
 			case x.Op != opcode.EQ:
 			case column(x.L) != "" && isLiteralOrParam(x.R):
-				eq[column(x.L)] = true
+				note(column(x.L), x.R)
 			case column(x.R) != "" && isLiteralOrParam(x.L):
-				eq[column(x.R)] = true
+				note(column(x.R), x.L)
 			}
 		case *ast.PatternInExpr:
-			if x.Not || x.Sel != nil || column(x.Expr) == "" || len(x.List) == 0 {
+			col := column(x.Expr)
+			if x.Not || x.Sel != nil || col == "" || len(x.List) == 0 || in[col] != nil {
 				return
 			}
 			for _, v := range x.List {
@@ -1295,10 +1297,24 @@ func uniqueConjuncts(where ast.ExprNode, t *Table, ref *tableRef) (ok, one, prim
 					return
 				}
 			}
-			in[column(x.Expr)] = true
+			in[col] = x.List
 		}
 	}
 	walk(where)
+	return eq, in
+}
+
+// uniqueConjuncts reports whether where's top-level conjuncts name every
+// column of one of t's UNIQUE keys (other than the primary key, unless t
+// is Keyed) by equality with a literal or placeholder (col = v), or a
+// single-column one by col IN (v, …): the rows it matches are at most one
+// per value, found by that key's index (Django's .filter(token=…).update(),
+// phpBB's word_text IN (…)). one: a key named by equalities alone, so that
+// at most one row matches.
+func uniqueConjuncts(where ast.ExprNode, t *Table, ref *tableRef) (ok, one, primary bool) {
+	eqVals, inVals := namedByConjuncts(where, ref)
+	eq := func(col string) bool { _, ok := eqVals[col]; return ok }
+	in := func(col string) bool { _, ok := inVals[col]; return ok }
 	keys := t.UniqueKeys
 	if t.Keyed() {
 		keys = append([][]string{t.KeyNames()}, keys...)
@@ -1309,8 +1325,8 @@ func uniqueConjuncts(where ast.ExprNode, t *Table, ref *tableRef) (ok, one, prim
 		}
 		all, byEq := true, true
 		for _, c := range uk {
-			all = all && (eq[strings.ToLower(c)] || len(uk) == 1 && in[strings.ToLower(c)])
-			byEq = byEq && eq[strings.ToLower(c)]
+			all = all && (eq(strings.ToLower(c)) || len(uk) == 1 && in(strings.ToLower(c)))
+			byEq = byEq && eq(strings.ToLower(c))
 		}
 		if all {
 			ok, one = true, one || byEq
