@@ -2,7 +2,6 @@ package executor
 
 import (
 	"bytes"
-	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -240,73 +239,8 @@ func (s *Session) handleExecute(rw *rewrite.Rewriter, payload []byte) error {
 		ex.slotStmt, ex.slotParam, ex.slotted = st.slotStmt, st.slotParam, true
 	}
 	seq := s.respSeq
-	if g, ok := p.Op.(*rewrite.Guarded); ok && g.ByValues && !p.Shadow {
-		if done, err := s.upsertByValues(cmp.Or(rw, st.rw), p, ex, &seq); done || err != nil {
-			return err
-		}
-	}
 	_, err = s.execPlan(p, ex, &seq, false)
 	return err
-}
-
-// upsertByValues runs an execution ex of a prepared upsert planned
-// ByValues as the text statement its parameters' values make, when that
-// text is planned as an UpsertIncrement (the record's increments then go
-// to a slot, as the same upsert sent as text): every parameter an integer
-// (of any numeric type that holds exactly one, as prepared increments take
-// them) or a string of printable ASCII without quotes or backslashes,
-// none NULL or sent as long data, so that the text means exactly what the
-// execution does. done is false when it does not apply: the prepared plan
-// runs.
-func (s *Session) upsertByValues(rw *rewrite.Rewriter, p rewrite.Plan, ex *execution, seq *byte) (done bool, err error) {
-	if rw == nil {
-		return false, nil
-	}
-	ep := ex.params
-	vals := make([]string, ep.n)
-	for i := range vals {
-		if ep.null[i] || ep.long[i] {
-			return false, nil
-		}
-		if str, ok := ep.stringParam(i); ok {
-			if !plainASCII(str) {
-				return false, nil
-			}
-			vals[i] = "'" + str + "'"
-			continue
-		}
-		d, ok := ep.intParam(i)
-		if !ok {
-			return false, nil
-		}
-		vals[i] = d
-	}
-	text, ok := rewrite.BindVars(p.Original, s.rewriteSession(), vals)
-	if !ok {
-		return false, nil
-	}
-	plans, err := s.plan(rw, []byte(text))
-	if err != nil || len(plans) != 1 {
-		return false, nil
-	}
-	if _, ok := plans[0].Op.(*rewrite.UpsertIncrement); !ok || plans[0].Shadow {
-		return false, nil
-	}
-	// As the text would run (LOCK TABLES, say, sends it to its fallback).
-	_, err = s.execPlan(plans[0], nil, seq, false)
-	return true, err
-}
-
-// plainASCII reports whether str is printable ASCII without a quote or a
-// backslash: between single quotes, the same string in every sql_mode and
-// character set.
-func plainASCII(str string) bool {
-	for i := 0; i < len(str); i++ {
-		if c := str[i]; c < 0x20 || c > 0x7e || c == '\\' || c == '\'' {
-			return false
-		}
-	}
-	return true
 }
 
 // executeReplanned plans a prepared statement again with the current catalog

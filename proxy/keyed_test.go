@@ -88,8 +88,7 @@ func TestKeyedRecords(t *testing.T) {
 		text("INSERT INTO wp_post_views (`id`, `type`, `period`, `count`) VALUES (123, 4, 'total', 1) ON DUPLICATE KEY UPDATE count = count + 1"),
 		text("INSERT INTO wp_post_views (`id`, `type`, `period`, `count`) VALUES (123, 4, \"total\", 1) ON DUPLICATE KEY UPDATE count = count + 1"),
 		text("INSERT INTO wp_post_views (id, type, period, count) VALUES (123, 0, '20250115', 3), (123, 4, 'total', 3) ON DUPLICATE KEY UPDATE count = count + VALUES(count)"),
-		// Prepared (Go, Node and mysqli send parameters): slotted with
-		// their values once the row exists.
+		// Prepared (Go, Node and mysqli send parameters): guarded writes.
 		prep("INSERT INTO wp_post_views (id, type, period, count) VALUES (?, ?, ?, ?) ON DUPLICATE KEY UPDATE count = count + ?", 123, 4, "total", 1, 5),
 		prep("INSERT INTO wp_post_views (id, type, period, count) VALUES (?, ?, ?, ?) ON DUPLICATE KEY UPDATE count = count + ?", 124, 4, "total", 1, 5),
 		prep("INSERT INTO wp_post_views (id, type, period, count) VALUES (?, ?, ?, ?) ON DUPLICATE KEY UPDATE count = count + ?", 124, 4, "total", 1, 5),

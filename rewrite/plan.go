@@ -223,10 +223,6 @@ type Guarded struct {
 	// where a guard run first would lock rows that a statement failing
 	// part way never reaches.
 	FoldAfter bool
-	// ByValues: an upsert of one row with placeholders, which with its
-	// parameters' values written in may be an UpsertIncrement: a prepared
-	// execution plans that text (see the executor's upsertByValues).
-	ByValues bool
 	// Delete: a DELETE (no RETURNING). At READ COMMITTED in a
 	// transaction, one that cannot be narrowed to the keys its guard
 	// locked runs as usual (as Unguarded): rows it finds only as it runs

@@ -981,15 +981,6 @@ func (r *Rewriter) insert(s *ast.InsertStmt, w *reads, start, end int) Plan {
 	if up, ok := r.upsertIncrement(s, t, ref, w, p); ok {
 		return up
 	}
-	if g, ok := p.Op.(*Guarded); ok && len(w.params) > 0 && len(s.Lists) == 1 && len(s.OnDuplicate) > 0 && !s.IsReplace && !s.IgnoreErr && !t.Shadow {
-		// (MySQL warns once per VALUES() when it prepares the statement,
-		// and never when it runs it; as text, it warns every time.)
-		values := false
-		for _, a := range s.OnDuplicate {
-			values = values || strings.Contains(strings.ToUpper(r.restore(a.Expr, w.sess)), "VALUES(")
-		}
-		g.ByValues = !values || !r.opts.Dialect.UpsertRowAlias()
-	}
 	return p
 }
 
