@@ -25,9 +25,9 @@ import (
 // classes A–G): every table with a primary key (of one integer column,
 // several columns or a string) whose integer columns its statements
 // increment, with the integer or DATETIME columns assigned alongside the
-// increments under touch. Counters in DECIMAL or text columns, and tables
-// keyed by a prefix of a column or by no unique key, cannot have a rule
-// yet (issue 22).
+// increments (or GREATEST(v, itself)) under touch. Counters in DECIMAL or
+// text columns, and tables keyed by a prefix of a column or by no unique
+// key, cannot have a rule yet (issue 22).
 var idiomRules = map[string]string{
 	"phpbb.phpbb_topics":           "key: topic_id\ncounters: [topic_views, topic_posts_approved]\ntouch: [topic_last_view_time]",
 	"phpbb.phpbb_attachments":      "key: attach_id\ncounters: [download_count]",
@@ -45,8 +45,8 @@ var idiomRules = map[string]string{
 	// Keys of several columns or strings.
 	"wordpress.wp_post_views":        "key: [type, period, id]\ncounters: [count]",
 	"zabbix.ids":                     "key: [table_name, field_name]\ncounters: [nextid]",
-	"mattermost.Channels":            "key: Id\ncounters: [TotalMsgCount, TotalMsgCountRoot]",
-	"mattermost.ChannelMembers":      "key: [ChannelId, UserId]\ncounters: [MsgCount, MentionCount, MentionCountRoot]",
+	"mattermost.Channels":            "key: Id\ncounters: [TotalMsgCount, TotalMsgCountRoot]\ntouch: [LastPostAt, LastRootPostAt]",
+	"mattermost.ChannelMembers":      "key: [ChannelId, UserId]\ncounters: [MsgCount, MentionCount, MentionCountRoot]\ntouch: [LastUpdateAt]",
 	"magento.salesrule_coupon_usage": "key: [coupon_id, customer_id]\ncounters: [times_used]",
 	"longtail.trending_topics":       "key: topic\ncounters: [count]",
 }
@@ -210,6 +210,11 @@ func TestRealAppIdioms(t *testing.T) {
 		if got != want {
 			t.Errorf("statement %d (%s, class %s) %q:\n proxy:  %s\n direct: %s", i, app, st.classes, st.sql, got, want)
 		}
+		if strings.HasPrefix(want, "ERR ") || strings.HasPrefix(want, "error:") {
+			// The server refuses it (MySQL: Laravel's unqualified counter
+			// beside a row alias is ambiguous, 1052): nothing to slot.
+			continue
+		}
 		plans, err := rw.Rewrite(st.sql, rewrite.Session{DB: ruledDB(app)})
 		if err != nil || len(plans) != 1 || plans[0].Table == nil && plans[0].Kind() != rewrite.KindIncrement {
 			continue // a statement of no ruled table
@@ -262,7 +267,7 @@ func TestRealAppIdioms(t *testing.T) {
 	t.Logf("%d statements replayed, identical; writes of ruled tables slotted by class:%s (%d of %d class memberships)", len(stmts), report.String(), slotted, total)
 	t.Logf("not slotted:\n%s", strings.Join(notSlotted, "\n"))
 	// What is slotted today, per class: a floor.
-	floor := map[string]int{"A": 10, "B": 2, "D": 4, "E": 2, "F": 5}
+	floor := map[string]int{"A": 10, "B": 3, "D": 7, "E": 2, "F": 6}
 	for c, n := range floor {
 		if byClass[c] == nil || byClass[c].slotted < n {
 			t.Errorf("class %s: fewer increments slotted than before (%v, want at least %d)", c, byClass[c], n)

@@ -1,6 +1,9 @@
 package proxy_test
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+)
 
 // TestIntegerTouch: issue 22's integer touch columns — a Unix time
 // assigned with an increment (phpBB's topic_last_view_time) is slotted
@@ -44,5 +47,80 @@ func TestIntegerTouch(t *testing.T) {
 	t.Logf("slotted %d, guarded %d", st.RewrittenWrites, st.GuardedWrites)
 	if st.RewrittenWrites < 6 {
 		t.Errorf("%d increments slotted, want at least 6", st.RewrittenWrites)
+	}
+}
+
+// TestBigintTouchGreatest: issue 22's BIGINT touch columns, and a touch
+// column assigned GREATEST(v, itself) — Mattermost's per-post statement,
+// millisecond times in nullable BIGINT columns — slotted with the
+// increments, the later time kept. GREATEST is NULL while the column is,
+// so a record whose column is NULL runs on the base row; times a slot
+// cannot hold (negative, near the top of the type), strings and other
+// expressions run as written.
+func TestBigintTouchGreatest(t *testing.T) {
+	const plain, ruled = "bigtouch_plain", "bigtouch_ruled"
+	cat := loadedSetup(t, plain, ruled, []string{
+		"CREATE TABLE Channels (Id VARCHAR(26) NOT NULL, LastPostAt BIGINT, TotalMsgCount BIGINT, LastRootPostAt BIGINT DEFAULT 0, " +
+			"TotalMsgCountRoot BIGINT, SeenAt BIGINT UNSIGNED NOT NULL DEFAULT 0, PRIMARY KEY (Id)) ENGINE=InnoDB",
+		"INSERT INTO Channels (Id, LastPostAt, TotalMsgCount, TotalMsgCountRoot) VALUES ('kq8w9y3ujtbpmyq1r6f9x3ab7e', NULL, 10, 2), ('zz', 1700000000000, 0, 0)",
+		"CREATE TABLE ChannelMembers (ChannelId VARCHAR(26) NOT NULL, UserId VARCHAR(26) NOT NULL, MsgCount BIGINT, MentionCount BIGINT, " +
+			"MentionCountRoot BIGINT, LastUpdateAt BIGINT, PRIMARY KEY (ChannelId, UserId)) ENGINE=InnoDB",
+		"INSERT INTO ChannelMembers VALUES ('kq8w9y3ujtbpmyq1r6f9x3ab7e', 'u1', 0, 0, 0, 0), ('zz', 'u1', 0, 0, 0, NULL)",
+	}, "table: "+ruled+".Channels\nkey: Id\ncounters: [TotalMsgCount, TotalMsgCountRoot]\ntouch: [LastPostAt, LastRootPostAt, SeenAt]\nslots: 4\n"+
+		"---\ntable: "+ruled+".ChannelMembers\nkey: [ChannelId, UserId]\ncounters: [MsgCount, MentionCount, MentionCountRoot]\ntouch: [LastUpdateAt]\nslots: 4\n")
+	const post = "UPDATE Channels SET LastPostAt = GREATEST(%s, LastPostAt), LastRootPostAt = GREATEST(%s, LastRootPostAt), " +
+		"TotalMsgCount = TotalMsgCount + 3, TotalMsgCountRoot = TotalMsgCountRoot + 1 WHERE Id = '%s'"
+	f := func(a, b, id string) string { return fmt.Sprintf(post, a, b, id) }
+	corpus := []step{
+		// Slotted: the record whose LastPostAt is set; then an older
+		// time, which the later one outlives.
+		text(f("1718000000123", "1718000000123", "zz")),
+		text(f("1600000000000", "1600000000000", "zz")),
+		text("SELECT * FROM Channels ORDER BY Id"),
+		// LastPostAt NULL: GREATEST keeps it NULL (on the base row);
+		// LastRootPostAt (0) takes the time.
+		text(f("1718000000200", "1718000000200", "kq8w9y3ujtbpmyq1r6f9x3ab7e")),
+		text("SELECT * FROM Channels ORDER BY Id"),
+		// Prepared, as Mattermost sends it, and the arguments reversed.
+		prep("UPDATE Channels SET LastPostAt = GREATEST(?, LastPostAt), LastRootPostAt = GREATEST(?, LastRootPostAt), "+
+			"TotalMsgCount = TotalMsgCount + ?, TotalMsgCountRoot = TotalMsgCountRoot + ? WHERE Id = ?", 1718000000300, 1718000000300, 2, 1, "zz"),
+		text("UPDATE Channels SET LastPostAt = GREATEST(Channels.LastPostAt, 1718000000400), TotalMsgCount = TotalMsgCount + 1 WHERE Id = 'zz'"),
+		text("SELECT LastPostAt, LastRootPostAt, TotalMsgCount FROM Channels WHERE Id = 'zz'"),
+		// A plain BIGINT time, and BIGINT UNSIGNED.
+		text("UPDATE ChannelMembers SET MentionCount = MentionCount + 1, MentionCountRoot = MentionCountRoot + 1, LastUpdateAt = 1718000000123 " +
+			"WHERE UserId = 'u1' AND ChannelId = 'kq8w9y3ujtbpmyq1r6f9x3ab7e'"),
+		text("UPDATE ChannelMembers SET MsgCount = MsgCount + 1, LastUpdateAt = 1718000000500 WHERE ChannelId = 'zz' AND UserId = 'u1'"),
+		text("UPDATE Channels SET TotalMsgCount = TotalMsgCount + 1, SeenAt = 1718000000999 WHERE Id = 'zz'"),
+		text("SELECT * FROM ChannelMembers ORDER BY ChannelId"),
+		// Not slotted, exact: times a slot cannot hold, a string, another
+		// column, three arguments.
+		text(f("-5", "-5", "zz")),
+		text("UPDATE Channels SET TotalMsgCount = TotalMsgCount + 1, SeenAt = 18446744073709551615 WHERE Id = 'zz'"),
+		text("SELECT * FROM Channels ORDER BY Id"),
+		text("UPDATE Channels SET TotalMsgCount = TotalMsgCount + 1, SeenAt = 9223372036854775807 WHERE Id = 'kq8w9y3ujtbpmyq1r6f9x3ab7e'"),
+		text(f("9223372036854775807", "9223372036854775806", "zz")),
+		text("SELECT * FROM Channels ORDER BY Id"),
+		text(f("'1718000000600'", "1718000000600", "zz")),
+		text("UPDATE Channels SET LastPostAt = GREATEST(1718000000700, LastRootPostAt), TotalMsgCount = TotalMsgCount + 1 WHERE Id = 'kq8w9y3ujtbpmyq1r6f9x3ab7e'"),
+		text("UPDATE Channels SET LastRootPostAt = GREATEST(1718000000800, LastRootPostAt, 5), TotalMsgCount = TotalMsgCount + 1 WHERE Id = 'kq8w9y3ujtbpmyq1r6f9x3ab7e'"),
+		text("SELECT * FROM Channels ORDER BY Id"),
+		// In a transaction, rolled back and committed; then a roll-up.
+		text("BEGIN"),
+		text(f("1718000000900", "1718000000900", "kq8w9y3ujtbpmyq1r6f9x3ab7e")),
+		text("SELECT LastPostAt, LastRootPostAt, TotalMsgCount FROM Channels WHERE Id = 'kq8w9y3ujtbpmyq1r6f9x3ab7e'"),
+		text("ROLLBACK"),
+		text("BEGIN"),
+		text(f("1718000001000", "1718000001000", "kq8w9y3ujtbpmyq1r6f9x3ab7e")),
+		text("COMMIT"),
+		text(touchRollup),
+		text("SELECT * FROM Channels ORDER BY Id"),
+		text(f("1718000001100", "1718000001100", "kq8w9y3ujtbpmyq1r6f9x3ab7e")),
+		text("SELECT * FROM Channels ORDER BY Id"),
+		text("SELECT * FROM ChannelMembers ORDER BY ChannelId"),
+	}
+	st, _ := runDifferential(t, cat, plain, ruled, corpus)
+	t.Logf("slotted %d, guarded %d", st.RewrittenWrites, st.GuardedWrites)
+	if st.RewrittenWrites < 8 {
+		t.Errorf("%d increments slotted, want at least 8", st.RewrittenWrites)
 	}
 }

@@ -82,9 +82,10 @@ type Inserted struct {
 type Counter struct {
 	Name       string
 	RecordType int
-	// Unsigned: the column is BIGINT UNSIGNED, so totals are cast to
-	// UNSIGNED. Every other integer column's totals fit in SIGNED (BIGINT),
-	// which is also the type drivers scan those columns into.
+	// Unsigned: the column is BIGINT UNSIGNED, so totals (and an integer
+	// touch column's times) are cast to UNSIGNED. Every other integer
+	// column's totals fit in SIGNED (BIGINT), which is also the type
+	// drivers scan those columns into.
 	Unsigned bool
 	// Min and Max are the lowest and highest value the column accepts
 	// (its type's range, narrowed by CHECK constraints), as decimal
@@ -109,9 +110,10 @@ type Counter struct {
 	// Timestamp: the touch column is a TIMESTAMP (its values are instants,
 	// read in the session's time zone), else a DATETIME.
 	Timestamp bool
-	// Integer: the touch column is of an integer type narrower than
-	// BIGINT (a Unix time, as phpBB's topic_last_view_time), its range
-	// Min to Max; increments assign it integers.
+	// Integer: the touch column is of an integer type (a Unix time, as
+	// phpBB's topic_last_view_time), its slots holding times Min to Max
+	// (the column's range; of a BIGINT, 0 to 2^63 - 2); increments assign
+	// it integers, or GREATEST(v, itself).
 	Integer bool
 	// FSP is the touch column's fractional seconds precision, 0 to 6.
 	FSP int

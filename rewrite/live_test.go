@@ -22,7 +22,7 @@ var liveSchema = []string{
 	"CREATE TABLE users (id INT NOT NULL PRIMARY KEY, name VARCHAR(50) NOT NULL DEFAULT '', downloads INT NOT NULL DEFAULT 0)",
 	"CREATE TABLE queries (id INT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY, q VARCHAR(50) NULL, store INT NOT NULL DEFAULT 0, hits INT NOT NULL DEFAULT 0, UNIQUE KEY (q, store))",
 	"CREATE TABLE slotted_counters (record_type SMALLINT UNSIGNED NOT NULL, record_id BIGINT NOT NULL, slot SMALLINT UNSIGNED NOT NULL, count BIGINT NOT NULL, PRIMARY KEY (record_type, record_id, slot))",
-	"CREATE TABLE members (channel VARCHAR(26) NOT NULL, user_id INT UNSIGNED NOT NULL, msgs BIGINT NULL, note VARCHAR(20) NULL, PRIMARY KEY (channel, user_id)) " +
+	"CREATE TABLE members (channel VARCHAR(26) NOT NULL, user_id INT UNSIGNED NOT NULL, msgs BIGINT NULL, note VARCHAR(20) NULL, last_at BIGINT NULL, PRIMARY KEY (channel, user_id)) " +
 		"DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci",
 	"CREATE TABLE slotted_counters_keyed (record_type SMALLINT UNSIGNED NOT NULL, record_id VARBINARY(3000) NOT NULL, slot SMALLINT UNSIGNED NOT NULL, count BIGINT NOT NULL, " +
 		"PRIMARY KEY (record_type, record_id, slot))",
@@ -32,8 +32,10 @@ var liveSchema = []string{
 var liveSeed = []string{
 	"DELETE FROM repos", "DELETE FROM pages", "DELETE FROM likes", "DELETE FROM users", "DELETE FROM slotted_counters",
 	"DELETE FROM members", "DELETE FROM slotted_counters_keyed",
-	"INSERT INTO members VALUES ('a', 1, 10, NULL), ('b', 2, 20, 'x'), ('A-long-channel-name', 1, NULL, NULL)",
-	"INSERT INTO slotted_counters_keyed VALUES (8, '61,1', 0, 3), (8, '62,2', 1, 4)",
+	"INSERT INTO members VALUES ('a', 1, 10, NULL, 1718000000000), ('b', 2, 20, 'x', NULL), ('A-long-channel-name', 1, NULL, NULL, -1)",
+	// Touch slots of last_at (BIGINT, times from 0 as v + 1): 'a',1 at
+	// 1718000000500.
+	"INSERT INTO slotted_counters_keyed VALUES (8, '61,1', 0, 3), (8, '62,2', 1, 4), (9, '61,1', 2, 1718000000501)",
 	"INSERT INTO repos VALUES (1, 'a', 1, 10, 1, '2024-01-01 00:00:00', '2024-01-01 00:00:00'), (2, 'b', 1, 20, 2, NULL, NULL), " +
 		"(3, 'c', 2, 0, 0, NULL, NULL), (7, 'x', 3, 5, 5, '2025-01-01 00:00:00.5', NULL), (99, 'y', 3, 1, 1, NULL, NULL), (8, 'z', 3, 0, 4000000000, NULL, NULL)",
 	"INSERT INTO pages VALUES (1, 1), (3, 3)",

@@ -58,11 +58,12 @@ func testCatalog() *Catalog {
 		// table.
 		Schema: "app", Name: "members",
 		KeyColumns: []KeyColumn{{Name: "channel", Charset: "utf8mb4", Collation: "utf8mb4_general_ci"}, {Name: "user_id", Integer: true, Unsigned: true}},
-		Columns:    []string{"channel", "user_id", "msgs", "note"},
-		Counters:   []Counter{{Name: "msgs", RecordType: 8, Min: "-9223372036854775808", Max: "9223372036854775807"}},
+		Columns:    []string{"channel", "user_id", "msgs", "note", "last_at"},
+		Counters: []Counter{{Name: "msgs", RecordType: 8, Min: "-9223372036854775808", Max: "9223372036854775807"},
+			{Name: "last_at", RecordType: 9, Touch: true, Integer: true, Min: "0", Max: "9223372036854775806"}},
 		SlotsTable: "slotted_counters_keyed", Slots: 16,
 		Inserted: Inserted{Required: []string{"channel", "user_id"}, IntRanges: map[string][2]string{
-			"user_id": {"0", "4294967295"}, "msgs": {"-9223372036854775808", "9223372036854775807"}},
+			"user_id": {"0", "4294967295"}, "msgs": {"-9223372036854775808", "9223372036854775807"}, "last_at": {"-9223372036854775808", "9223372036854775807"}},
 			StrLens: map[string]int{"channel": 26, "note": 20}},
 	}}, map[string][]string{"app.users": {"id", "name", "downloads"}})
 }

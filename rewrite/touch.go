@@ -49,6 +49,9 @@ func (c *Counter) touchBounds() (lo, hi string) {
 
 // touchType is the SQL type a touch column's value is cast to.
 func (c *Counter) touchType() string {
+	if c.Integer && c.Unsigned {
+		return "UNSIGNED"
+	}
 	if c.Integer {
 		return "SIGNED"
 	}
@@ -83,12 +86,10 @@ func (c *Counter) encodeTouch(v string) string {
 	return "(TIMESTAMPDIFF(MICROSECOND, " + touchEpoch + ", " + conv + ") + 1)"
 }
 
-// encodeBase returns the SQL for the slot value of a touch column's base
-// value b (SQL naming the column), to compare with slot values.
+// encodeBase returns the SQL for the slot value of a temporal touch
+// column's base value b (SQL naming the column), to compare with slot
+// values.
 func (c *Counter) encodeBase(b string) string {
-	if c.Integer {
-		return "(" + b + " - (" + c.Min + ") + 1)"
-	}
 	if c.Timestamp {
 		return "CAST(UNIX_TIMESTAMP(" + b + ") * 1000000 AS SIGNED)"
 	}
@@ -99,7 +100,7 @@ func (c *Counter) encodeBase(b string) string {
 // stands for, as the column's type.
 func (c *Counter) decodeTouch(m string) string {
 	if c.Integer {
-		return "CAST((" + m + ") + (" + c.Min + ") - 1 AS SIGNED)"
+		return "CAST((" + m + ") + (" + c.Min + ") - 1 AS " + c.touchType() + ")"
 	}
 	if c.Timestamp {
 		return "CAST(DATE_ADD(FROM_UNIXTIME((" + m + ") DIV 1000000), INTERVAL ((" + m + ") MOD 1000000) MICROSECOND) AS " + c.touchType() + ")"
@@ -111,10 +112,16 @@ func (c *Counter) decodeTouch(m string) string {
 // value b (SQL naming the column) and m, the greatest slot value (SQL,
 // NULL or 0 when there is none): the base value unless the slots hold a
 // later time. Both appear several times: m must be cheap (an aggregate of
-// the enclosing query).
+// the enclosing query). An integer column is compared as it is, with the
+// time m stands for: its base value may lie outside what a slot holds (a
+// BIGINT's negative or topmost values, written on the base row).
 func (c *Counter) TouchLatest(b, m string) string {
 	m = "NULLIF(" + m + ", 0)"
-	return "IF(" + m + " IS NULL OR (" + b + " IS NOT NULL AND " + c.encodeBase(b) + " >= " + m + "), " + b + ", " + c.decodeTouch(m) + ")"
+	later := c.encodeBase(b) + " >= " + m
+	if c.Integer {
+		later = b + " >= " + c.decodeTouch(m)
+	}
+	return "IF(" + m + " IS NULL OR (" + b + " IS NOT NULL AND " + later + "), " + b + ", " + c.decodeTouch(m) + ")"
 }
 
 // touchRead returns the SQL for the value of touch column c of the record

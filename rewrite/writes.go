@@ -128,6 +128,26 @@ func nonNegativeClamp(e ast.ExprNode, ctr *Counter) ast.ExprNode {
 	return nil
 }
 
+// greatestOfSelf returns, for an integer touch column assigned
+// GREATEST(v, itself) or GREATEST(itself, v) (Mattermost's LastPostAt), v
+// and the column's reference: the later of its time and v is what a touch
+// slot keeps, so the assignment is a time like any other, except that
+// GREATEST is NULL when the column is (see slottedIncrement). Anything else
+// is returned as it is, with a nil reference.
+func greatestOfSelf(a *ast.Assignment, ref *tableRef, ctr *Counter) (ast.ExprNode, *ast.ColumnNameExpr) {
+	f, ok := unparen(a.Expr).(*ast.FuncCallExpr)
+	if !ok || !ctr.Integer || f.FnName.L != "greatest" || len(f.Args) != 2 {
+		return a.Expr, nil
+	}
+	for i, arg := range f.Args {
+		c, ok := unparen(arg).(*ast.ColumnNameExpr)
+		if ok && strings.EqualFold(c.Name.Name.O, a.Column.Name.O) && (c.Name.Table.O == "" || c.Name.Table.L == ref.match) && c.Name.Schema.O == "" {
+			return f.Args[1-i], c
+		}
+	}
+	return a.Expr, nil
+}
+
 // nullTestsOnly reports whether where reads counters of ref's table only in
 // top-level conjuncts "c IS NULL" or "c IS NOT NULL" of counters that are
 // not touch columns: a total is NULL exactly when its base value is, so the
@@ -396,6 +416,9 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 		ctr   *Counter
 		delta ast.ExprNode // the delta, or the time of a touch column
 		minus bool
+		// greatest: a touch column assigned GREATEST(v, itself) (see
+		// greatestOfSelf).
+		greatest bool
 	}
 	var incs []inc
 	touches := 0
@@ -421,11 +444,15 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 			continue
 		}
 		if ctr.Touch {
-			if !touchValue(a.Expr, ctr) || w.readsCounter(a.Expr) {
+			v, self := greatestOfSelf(a, ref, ctr)
+			if !touchValue(v, ctr) || w.readsCounter(v) {
 				absolute = true
 				continue
 			}
-			incs = append(incs, inc{ctr: ctr, delta: unparen(a.Expr)})
+			if self != nil {
+				w.skip[self] = true
+			}
+			incs = append(incs, inc{ctr: ctr, delta: unparen(v), greatest: self != nil})
 			touches++
 			continue
 		}
@@ -435,7 +462,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 			continue
 		}
 		w.skip[self] = true
-		incs = append(incs, inc{ctr, delta, minus})
+		incs = append(incs, inc{ctr: ctr, delta: delta, minus: minus})
 	}
 	counters := len(incs) - touches
 	var implied impliedConds
@@ -524,11 +551,13 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 	if keys != nil {
 		ctrs := make([]*Counter, len(incs))
 		values := make([]string, len(incs))
+		greatest := make([]bool, len(incs))
 		inc := &Increment{Zero: true, Counters: len(incs)}
 		for i, in := range incs {
 			ctrs[i] = in.ctr
 			inc.RecordTypes = append(inc.RecordTypes, in.ctr.RecordType)
 			values[i] = r.restore(in.delta, w.sess)
+			greatest[i] = in.greatest
 			if in.ctr.Touch {
 				inc.TouchParams = append(inc.TouchParams, w.paramIndex(in.delta))
 				inc.TouchInts = append(inc.TouchInts, in.ctr.Integer)
@@ -557,7 +586,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 				p.Reason = "the WHERE clause's bound on a counter holds whenever the slotted increment keeps the counter within its range; it is checked that way"
 			}
 			inc.Slot = -1
-			inc.SQL = r.slottedIncrement(t, ref, ctrs, values, where, func(n int) int {
+			inc.SQL = r.slottedIncrement(t, ref, ctrs, values, greatest, where, func(n int) int {
 				if w.slot != nil {
 					inc.Slot = w.slot(n)
 				} else {
@@ -1156,11 +1185,15 @@ unique:
 //     the server raises its own range error, if any);
 //   - writes the time assigned to each touch column (ctrs with Touch,
 //     values their times) into a slot row of its own, which keeps the
-//     later time (see touch.go).
+//     later time (see touch.go). A touch column assigned GREATEST(v,
+//     itself) (greatest[i]) stays NULL when it is: with a NULL base value
+//     the upsert raises errOutOfShare, and the statement runs on the base
+//     row (where the slots are folded first, so a later time they hold
+//     counts).
 //
 // Placeholders keep their original order: the deltas and times (in the
 // derived table, in SET order), then those of the WHERE clause.
-func (r *Rewriter) slottedIncrement(t *Table, ref *tableRef, ctrs []*Counter, values []string, where string, pick func(int) int) string {
+func (r *Rewriter) slottedIncrement(t *Table, ref *tableRef, ctrs []*Counter, values []string, greatest []bool, where string, pick func(int) int) string {
 	slot := pick(t.Slots)
 	var rows strings.Builder
 	for i, c := range ctrs {
@@ -1175,9 +1208,14 @@ func (r *Rewriter) slottedIncrement(t *Table, ref *tableRef, ctrs []*Counter, va
 		}
 	}
 	key := t.RecordID(ref.qual)
-	share := func(c *Counter) (lo, hi string) {
+	share := func(i int) (lo, hi string) {
+		c := ctrs[i]
 		if c.Touch {
-			return c.touchBounds()
+			lo, hi = c.touchBounds()
+			if greatest[i] {
+				lo = "IF(" + ref.qual + "." + quoteIdent(c.Name) + " IS NULL, NULL, " + lo + ")"
+			}
+			return lo, hi
 		}
 		min, max := c.shareBounds()
 		base := "CAST(" + ref.qual + "." + quoteIdent(c.Name) + " AS DECIMAL(21,0))"
@@ -1185,14 +1223,14 @@ func (r *Rewriter) slottedIncrement(t *Table, ref *tableRef, ctrs []*Counter, va
 	}
 	within := func(v string) string {
 		if len(ctrs) == 1 {
-			lo, hi := share(ctrs[0])
+			lo, hi := share(0)
 			return v + " BETWEEN " + lo + " AND " + hi
 		}
 		var lo, hi strings.Builder
 		lo.WriteString("CASE `_u`.`_slotproxy_rt`")
 		hi.WriteString("CASE `_u`.`_slotproxy_rt`")
-		for _, c := range ctrs {
-			l, h := share(c)
+		for i, c := range ctrs {
+			l, h := share(i)
 			fmt.Fprintf(&lo, " WHEN %d THEN %s", c.RecordType, l)
 			fmt.Fprintf(&hi, " WHEN %d THEN %s", c.RecordType, h)
 		}

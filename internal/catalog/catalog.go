@@ -17,6 +17,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"math/big"
 	"slices"
 	"strconv"
 	"strings"
@@ -389,9 +391,20 @@ func newTable(t *table, r *rules.Rule, slotsTable string) *rewrite.Table {
 		c := t.column(rc.Name)
 		timestamp, fsp, temporal := c.temporal()
 		if !temporal {
-			// An integer (a Unix time): its range, CHECK bounds included.
+			// An integer (a Unix time): its range, CHECK bounds included;
+			// of a BIGINT, the part a slot holds (times from 0 on).
 			rg := rangeOf(t, c)
-			rt.Counters = append(rt.Counters, rewrite.Counter{Name: c.name, Touch: true, Integer: true, Min: rg.lo.String(), Max: rg.hi.String()})
+			lo, hi := rg.lo, rg.hi
+			if strings.EqualFold(c.dataType, "bigint") {
+				if lo.Sign() < 0 {
+					lo = big.NewInt(0)
+				}
+				if top := big.NewInt(math.MaxInt64 - 1); hi.Cmp(top) > 0 {
+					hi = top
+				}
+			}
+			rt.Counters = append(rt.Counters, rewrite.Counter{Name: c.name, Touch: true, Integer: true, Min: lo.String(), Max: hi.String(),
+				Unsigned: c.unsigned() && strings.EqualFold(c.dataType, "bigint")})
 			continue
 		}
 		rt.Counters = append(rt.Counters, rewrite.Counter{Name: c.name, Touch: true, Timestamp: timestamp, FSP: fsp})
@@ -596,8 +609,8 @@ func checkRule(s *schema, r *rules.Rule, slotsTable string, problems, side *[]*r
 		if c == nil {
 			report(rc.Line, "touch: %s has no column %s", name, rc.Name)
 		} else if _, _, ok := c.temporal(); ok {
-		} else if !c.integer() || strings.EqualFold(c.dataType, "bigint") {
-			report(rc.Line, "touch: %s.%s is %s; a touch column must be DATETIME, TIMESTAMP or an integer type narrower than BIGINT (a Unix time)", name, c.name, c.columnType)
+		} else if !c.integer() {
+			report(rc.Line, "touch: %s.%s is %s; a touch column must be DATETIME, TIMESTAMP or an integer type (a Unix time)", name, c.name, c.columnType)
 		} else if rg := rangeOf(t, c); len(rg.baseOnly) > 0 {
 			report(rc.Line, "touch: %s.%s: %s", name, c.name, strings.Join(rg.baseOnly, "; "))
 		}

@@ -36,3 +36,13 @@ REPLACE INTO members (channel, user_id, msgs) VALUES ('a', 1, 5)
 INSERT INTO members (channel, user_id, msgs) VALUES ('d', 4, 0)
 -- case: keyed upsert of several rows by VALUES()
 INSERT INTO members (channel, user_id, msgs) VALUES ('a', 1, 2), ('e', 5, 2) ON DUPLICATE KEY UPDATE msgs = msgs + VALUES(msgs)
+-- case: a BIGINT touch column assigned GREATEST(v, itself) (Mattermost), and read back
+UPDATE members SET msgs = msgs + 1, last_at = GREATEST(1718000000999, last_at) WHERE channel = 'a' AND user_id = 1
+-- case: a BIGINT touch column assigned GREATEST(itself, ?) with placeholders
+UPDATE members SET last_at = GREATEST(members.last_at, ?), msgs = msgs + ? WHERE channel = ? AND user_id = ?
+-- case: a BIGINT touch column assigned a time
+UPDATE members SET msgs = msgs + 1, last_at = 1718000000123 WHERE channel = 'b' AND user_id = 2
+-- case: a BIGINT touch column read, its base value below what a slot holds
+SELECT channel, last_at FROM members WHERE last_at > 0 OR last_at < 0 ORDER BY channel
+-- case: GREATEST of another column is a guarded write
+UPDATE members SET msgs = msgs + 1, last_at = GREATEST(1718000000999, msgs) WHERE channel = 'a' AND user_id = 1
