@@ -124,3 +124,69 @@ func TestBigintTouchGreatest(t *testing.T) {
 		t.Errorf("%d increments slotted, want at least 8", st.RewrittenWrites)
 	}
 }
+
+// TestUnchangedAssignments: issue 22's other columns assigned with an
+// increment — phpBB's reply sets topic_bumped = 0 and topic_bumper = 0
+// with topic_posts_approved + 1 — slotted while those columns already hold
+// the values (the assignment changes nothing), else run on the base row;
+// values out of range, NULL into NOT NULL, strings, placeholders and
+// generated columns as directly, strict and not.
+func TestUnchangedAssignments(t *testing.T) {
+	const plain, ruled = "unchanged_plain", "unchanged_ruled"
+	cat := loadedSetup(t, plain, ruled, []string{
+		"CREATE TABLE phpbb_topics (topic_id INT UNSIGNED NOT NULL AUTO_INCREMENT, topic_posts_approved INT UNSIGNED NOT NULL DEFAULT 0, " +
+			"topic_last_view_time INT UNSIGNED NOT NULL DEFAULT 0, topic_bumped TINYINT UNSIGNED NOT NULL DEFAULT 0, " +
+			"topic_bumper INT UNSIGNED NOT NULL DEFAULT 0, note INT NULL, label VARCHAR(10) NOT NULL DEFAULT '', " +
+			"twice INT AS (topic_bumper * 2), PRIMARY KEY (topic_id)) ENGINE=InnoDB",
+		"INSERT INTO phpbb_topics (topic_id, topic_bumped, topic_bumper, note) VALUES (1234, 0, 0, NULL), (1235, 1, 7, 5)",
+	}, "table: "+ruled+".phpbb_topics\nkey: topic_id\ncounters: [topic_posts_approved]\ntouch: [topic_last_view_time]\nslots: 4\n")
+	const reply = "UPDATE phpbb_topics SET topic_last_view_time = 1718000000, topic_bumped = 0, topic_bumper = 0, " +
+		"topic_posts_approved = topic_posts_approved + 1 WHERE topic_id = %d"
+	corpus := []step{
+		// Slotted: the columns hold 0 already.
+		text(fmt.Sprintf(reply, 1234)),
+		text(fmt.Sprintf(reply, 1234)),
+		prep("UPDATE phpbb_topics SET topic_posts_approved = topic_posts_approved + ?, topic_bumped = 0, note = NULL WHERE topic_id = ?", 2, 1234),
+		text("SELECT * FROM phpbb_topics ORDER BY topic_id"),
+		// On the base row: 1235 holds 1 and 7; then slotted, it holds 0.
+		text(fmt.Sprintf(reply, 1235)),
+		text(fmt.Sprintf(reply, 1235)),
+		text("UPDATE phpbb_topics SET topic_posts_approved = topic_posts_approved + 1, note = -3 WHERE topic_id = 1235"),
+		text("UPDATE phpbb_topics SET topic_posts_approved = topic_posts_approved + 1, note = -3 WHERE topic_id = 1235"),
+		text("UPDATE phpbb_topics SET topic_posts_approved = topic_posts_approved + 0, topic_bumped = 0 WHERE topic_id = 1235"),
+		text("UPDATE phpbb_topics SET topic_posts_approved = topic_posts_approved + 0, topic_bumped = 1 WHERE topic_id = 1235"),
+		text("SELECT * FROM phpbb_topics ORDER BY topic_id"),
+		// Out of range, NULL into NOT NULL, assigned twice: strict, then
+		// not.
+		text("UPDATE phpbb_topics SET topic_posts_approved = topic_posts_approved + 1, topic_bumped = 300 WHERE topic_id = 1234"),
+		text("UPDATE phpbb_topics SET topic_posts_approved = topic_posts_approved + 1, topic_bumped = NULL WHERE topic_id = 1234"),
+		text("UPDATE phpbb_topics SET topic_posts_approved = topic_posts_approved + 1, topic_bumped = -1 WHERE topic_id = 1234"),
+		text("SET SESSION sql_mode = ''"),
+		text("UPDATE phpbb_topics SET topic_posts_approved = topic_posts_approved + 1, topic_bumped = 300 WHERE topic_id = 1234"),
+		text("SHOW WARNINGS"),
+		text("UPDATE phpbb_topics SET topic_posts_approved = topic_posts_approved + 1, topic_bumped = 255 WHERE topic_id = 1234"),
+		text("UPDATE phpbb_topics SET topic_posts_approved = topic_posts_approved + 1, topic_bumped = NULL WHERE topic_id = 1234"),
+		text("SHOW WARNINGS"),
+		text("UPDATE phpbb_topics SET topic_posts_approved = topic_posts_approved + 1, topic_bumped = 0, topic_bumped = 1 WHERE topic_id = 1234"),
+		text("SELECT * FROM phpbb_topics ORDER BY topic_id"),
+		// Not slotted: a string, a placeholder, a generated column.
+		text("UPDATE phpbb_topics SET topic_posts_approved = topic_posts_approved + 1, label = '' WHERE topic_id = 1234"),
+		prep("UPDATE phpbb_topics SET topic_posts_approved = topic_posts_approved + 1, topic_bumped = ? WHERE topic_id = ?", 1, 1234),
+		text("UPDATE phpbb_topics SET topic_posts_approved = topic_posts_approved + 1, twice = 0 WHERE topic_id = 1234"),
+		// Only other columns: as written.
+		text("UPDATE phpbb_topics SET topic_bumped = 0 WHERE topic_id = 1234"),
+		// In a transaction, rolled back; a roll-up.
+		text("BEGIN"),
+		text(fmt.Sprintf(reply, 1234)),
+		text("SELECT topic_posts_approved, topic_bumped FROM phpbb_topics WHERE topic_id = 1234"),
+		text("ROLLBACK"),
+		text(touchRollup),
+		text(fmt.Sprintf(reply, 1234)),
+		text("SELECT * FROM phpbb_topics ORDER BY topic_id"),
+	}
+	st, _ := runDifferential(t, cat, plain, ruled, corpus)
+	t.Logf("slotted %d, guarded %d", st.RewrittenWrites, st.GuardedWrites)
+	if st.RewrittenWrites < 8 {
+		t.Errorf("%d increments slotted, want at least 8", st.RewrittenWrites)
+	}
+}

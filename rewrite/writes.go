@@ -128,6 +128,29 @@ func nonNegativeClamp(e ast.ExprNode, ctr *Counter) ast.ExprNode {
 	return nil
 }
 
+// unchangedAssignment returns, for an assignment of an integer column of
+// t's other columns (not a key, counter or touch column; not generated;
+// no CHECK constraint but constant bounds) to an integer literal or NULL,
+// the condition on the base row (of ref) under which it changes nothing:
+// the column already holds that value (phpBB's topic_bumped = 0 with every
+// reply). A value out of the column's range is never held, so the
+// condition does not depend on the literal's value (a template's). It
+// returns "" for anything else.
+func (w *reads) unchangedAssignment(a *ast.Assignment, ref *tableRef, t *Table) string {
+	if _, ok := t.Inserted.IntRanges[strings.ToLower(a.Column.Name.O)]; !ok || a.Column.Schema.O != "" {
+		return ""
+	}
+	v := unparen(a.Expr)
+	null := false
+	if x, ok := v.(*driver.ValueExpr); ok && x.Kind() == driver.KindNull {
+		null = true
+	}
+	if !null && intLiteral(v) == "" {
+		return ""
+	}
+	return ref.qual + "." + quoteIdent(a.Column.Name.O) + " <=> (" + w.r.restore(v, w.sess) + ")"
+}
+
 // greatestOfSelf returns, for an integer touch column assigned
 // GREATEST(v, itself) or GREATEST(itself, v) (Mattermost's LastPostAt), v
 // and the column's reference: the later of its time and v is what a touch
@@ -421,6 +444,9 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 		greatest bool
 	}
 	var incs []inc
+	// keep: the conditions under which assignments of other columns
+	// change nothing (see unchangedAssignment), keepCols their columns.
+	var keep, keepCols []string
 	touches := 0
 	absolute, other := false, false
 	var otherCol string
@@ -437,6 +463,11 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 			continue
 		}
 		if ctr == nil {
+			if cond := w.unchangedAssignment(a, ref, t); cond != "" {
+				keep = append(keep, cond)
+				keepCols = append(keepCols, a.Column.Name.O)
+				continue
+			}
 			if !other {
 				otherCol = a.Column.Name.O
 			}
@@ -465,6 +496,10 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 		incs = append(incs, inc{ctr: ctr, delta: delta, minus: minus})
 	}
 	counters := len(incs) - touches
+	if len(keep) > 0 && counters == 0 {
+		// No increment: a write of other columns, as written.
+		other, otherCol = true, keepCols[0]
+	}
 	var implied impliedConds
 	if s.Where != nil && !absolute && !other && counters > 0 {
 		implied = w.impliedComparisons(s.Where, ref, func(c *Counter) (string, bool) {
@@ -586,7 +621,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 				p.Reason = "the WHERE clause's bound on a counter holds whenever the slotted increment keeps the counter within its range; it is checked that way"
 			}
 			inc.Slot = -1
-			inc.SQL = r.slottedIncrement(t, ref, ctrs, values, greatest, where, func(n int) int {
+			inc.SQL = r.slottedIncrement(t, ref, ctrs, values, greatest, keep, where, func(n int) int {
 				if w.slot != nil {
 					inc.Slot = w.slot(n)
 				} else {
@@ -594,7 +629,10 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 				}
 				return inc.Slot
 			})
-			inc.Coalescable = len(ctrs) == 1 && !ctrs[0].Touch && len(inc.Deltas) == 1 && inc.Deltas[0].Literal != "" &&
+			if len(keep) > 0 {
+				p.Reason = "the increments go to a slot while " + strings.Join(keepCols, ", ") + " already hold(s) the value(s) assigned; else it runs on the base row"
+			}
+			inc.Coalescable = len(ctrs) == 1 && !ctrs[0].Touch && len(inc.Deltas) == 1 && inc.Deltas[0].Literal != "" && len(keep) == 0 &&
 				(len(inc.Keys) == 1 && inc.Keys[0].Param < 0 || len(inc.Keys) == 0 && oneRecord) &&
 				!implied.compares && len(implied.spans) == 0 && len(w.params) == 0
 			// The records by their key's index, as the UPDATE reads them:
@@ -1191,9 +1229,14 @@ unique:
 //     row (where the slots are folded first, so a later time they hold
 //     counts).
 //
+//   - checks that the other columns the statement assigns already hold
+//     their values (keep, conditions on the base row; see
+//     unchangedAssignment): where one does not, the upsert raises
+//     errOutOfShare and the statement runs on the base row.
+//
 // Placeholders keep their original order: the deltas and times (in the
 // derived table, in SET order), then those of the WHERE clause.
-func (r *Rewriter) slottedIncrement(t *Table, ref *tableRef, ctrs []*Counter, values []string, greatest []bool, where string, pick func(int) int) string {
+func (r *Rewriter) slottedIncrement(t *Table, ref *tableRef, ctrs []*Counter, values []string, greatest []bool, keep []string, where string, pick func(int) int) string {
 	slot := pick(t.Slots)
 	var rows strings.Builder
 	for i, c := range ctrs {
@@ -1221,10 +1264,14 @@ func (r *Rewriter) slottedIncrement(t *Table, ref *tableRef, ctrs []*Counter, va
 		base := "CAST(" + ref.qual + "." + quoteIdent(c.Name) + " AS DECIMAL(21,0))"
 		return "-((" + base + " - (" + min + ")) DIV 65536)", "(((" + max + ") - " + base + ") DIV 65536)"
 	}
+	kept := ""
+	if len(keep) > 0 {
+		kept = strings.Join(keep, " AND ") + " AND "
+	}
 	within := func(v string) string {
 		if len(ctrs) == 1 {
 			lo, hi := share(0)
-			return v + " BETWEEN " + lo + " AND " + hi
+			return kept + v + " BETWEEN " + lo + " AND " + hi
 		}
 		var lo, hi strings.Builder
 		lo.WriteString("CASE `_u`.`_slotproxy_rt`")
@@ -1234,7 +1281,7 @@ func (r *Rewriter) slottedIncrement(t *Table, ref *tableRef, ctrs []*Counter, va
 			fmt.Fprintf(&lo, " WHEN %d THEN %s", c.RecordType, l)
 			fmt.Fprintf(&hi, " WHEN %d THEN %s", c.RecordType, h)
 		}
-		return v + " BETWEEN " + lo.String() + " END AND " + hi.String() + " END"
+		return kept + v + " BETWEEN " + lo.String() + " END AND " + hi.String() + " END"
 	}
 	errOutOfShare := "(18446744073709551615 + (" + key + " = " + key + "))"
 	n := "`_u`.`_slotproxy_n`"

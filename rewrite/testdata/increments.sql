@@ -66,6 +66,10 @@ UPDATE repos SET updated_at = NOW() WHERE id = 1
 UPDATE repos SET downloads = downloads + 0, updated_at = NOW() WHERE id = 1
 -- case: another column assigned with an increment stays on the base row
 UPDATE repos SET downloads = downloads + 1, name = 'x' WHERE id = 1
+-- case: an integer column assigned a literal with an increment is slotted while it holds the value (phpBB)
+UPDATE repos SET owner_id = 2, downloads = downloads + 1, updated_at = NOW() WHERE id = 3
+-- case: an integer column assigned a literal with increments, prepared
+UPDATE repos SET downloads = downloads + ?, owner_id = 1, stars = stars + 1 WHERE id = ?
 -- case: LIMIT 2 with one key is slotted
 UPDATE repos SET downloads = downloads + 1 WHERE id = 1 LIMIT 2
 -- case: LIMIT 1 with several keys stays on the base row
