@@ -1214,6 +1214,7 @@ unique:
 //     (LOCK IN SHARE MODE): no row, no slot; and anything that needs the
 //     record's exact value takes the row's exclusive lock first, so it
 //     waits for this increment and the increments after it wait for it;
+//
 //   - adds each delta to one slot row, within the slot's share of the
 //     counter's range: at most (max − base) / 65536 and at least
 //     −(base − min) / 65536, so that no set of slot rows (a record has at
@@ -1221,6 +1222,7 @@ unique:
 //     raises error 1690 from the expression errOutOfShare, and the
 //     executor runs the client's statement on the base row instead (where
 //     the server raises its own range error, if any);
+//
 //   - writes the time assigned to each touch column (ctrs with Touch,
 //     values their times) into a slot row of its own, which keeps the
 //     later time (see touch.go). A touch column assigned GREATEST(v,
