@@ -831,6 +831,9 @@ func (s *Session) sharesFit(t *rewrite.Table, inc *rewrite.Increment, ex *execut
 	if len(cols) == 0 {
 		return true, nil
 	}
+	// The slot with the smallest share the increment may write: the
+	// table's last, or the one a prepared increment was planned with.
+	worstSlot := max(t.Slots-1, inc.Slot)
 	ctx, cancel := context.WithTimeout(context.Background(), slotReadTimeout)
 	defer cancel()
 	rows, err := s.env.SlotReader.ReadSlotRows(ctx, t.BaseValuesSQL(cols, keys))
@@ -847,7 +850,7 @@ func (s *Session) sharesFit(t *rewrite.Table, inc *rewrite.Increment, ex *execut
 		}
 		base, ok := new(big.Int).SetString(r.Count, 10)
 		c := ctrs[r.RecordType]
-		if !ok || !c.FitsShare(base, deltas[strings.ToLower(c.Name)]) {
+		if !ok || !c.FitsShare(base, deltas[strings.ToLower(c.Name)], worstSlot) {
 			return false, nil
 		}
 	}

@@ -1,12 +1,20 @@
 package proxy_test
 
 import (
+	"errors"
 	"fmt"
 	"math/big"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/go-mysql-org/go-mysql/client"
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/slotproxy/slotproxy/internal/rollup"
 	"github.com/slotproxy/slotproxy/internal/testdb"
+	"github.com/slotproxy/slotproxy/proxy"
+	"github.com/slotproxy/slotproxy/rewrite"
 )
 
 // A counter's column has a range: its integer type's, narrowed by CHECK
@@ -91,10 +99,11 @@ func integerTypes() []integerType {
 func rangeCorpus(typ integerType) []step {
 	add := func(v *big.Int, d int64) string { return new(big.Int).Add(v, big.NewInt(d)).String() }
 	mid := new(big.Int).Rsh(new(big.Int).Add(typ.lo, typ.hi), 1)
-	// A slot takes at most (max - base) / 65536 (see rewrite's
-	// slottedIncrement): three increments of that much, then one that
-	// the base value could take alone but the total cannot.
-	share := new(big.Int).Div(new(big.Int).Sub(typ.hi, mid), big.NewInt(65536))
+	// A slot takes at most a share of max - base (see
+	// rewrite.ShareScale), the rule's last slot (of 16) the least: three
+	// increments of that much, then one that the base value could take
+	// alone but the total cannot.
+	share := slotShare(new(big.Int).Sub(typ.hi, mid), 15)
 	if share.Sign() == 0 {
 		share = big.NewInt(1)
 	}
@@ -151,6 +160,12 @@ func rangeCorpus(typ integerType) []step {
 		text("SELECT id, n FROM c ORDER BY id"),
 	}
 	return steps
+}
+
+// slotShare is the share of room that slot may hold (rewrite.ShareScale).
+func slotShare(room *big.Int, slot int64) *big.Int {
+	k := int64(rewrite.ShareScale)
+	return new(big.Int).Quo(new(big.Int).Mul(room, big.NewInt(k)), big.NewInt((slot+k)*(slot+k+1)))
 }
 
 // TestRangeEveryType runs rangeCorpus for every integer type, signed and
@@ -271,4 +286,114 @@ func TestWarningsAcrossTablelessStatements(t *testing.T) {
 		text("SHOW WARNINGS"),
 	}
 	runDifferential(t, cat, plain, ruled, corpus)
+}
+
+// TestNarrowCountersConcurrent: counters of narrow types (TINYINT
+// UNSIGNED, SMALLINT; Magento's times_used is a SMALLINT UNSIGNED) are
+// slotted, each slot within its share of the room (rewrite.ShareScale),
+// and 8 clients driving them past their ranges at once through the proxy
+// get exactly the successes the range allows, every other statement
+// failing with the server's own error for it: the totals end at the
+// range's end, as directly.
+func TestNarrowCountersConcurrent(t *testing.T) {
+	const plain, ruled = "narrow_plain", "narrow_ruled"
+	cat := loadedSetup(t, plain, ruled, []string{
+		"CREATE TABLE c (id INT NOT NULL PRIMARY KEY, t TINYINT UNSIGNED NOT NULL DEFAULT 0, s SMALLINT NOT NULL DEFAULT 0)",
+		"INSERT INTO c VALUES (1, 0, -32000)",
+	}, "table: "+ruled+".c\nkey: id\ncounters: [t, s]\nslots: 8\n")
+	// The server's errors for one step past each end, directly.
+	admin := touchAdmin(t)
+	want := map[string]uint16{}
+	for col, q := range map[string]string{
+		"t": "UPDATE " + plain + ".c SET t = 255 WHERE id = 1; UPDATE " + plain + ".c SET t = t + 1 WHERE id = 1",
+		"s": "UPDATE " + plain + ".c SET s = -32750 WHERE id = 1; UPDATE " + plain + ".c SET s = s - 30 WHERE id = 1",
+	} {
+		first, second, _ := strings.Cut(q, "; ")
+		if _, err := admin.Execute(first); err != nil {
+			t.Fatal(err)
+		}
+		_, err := admin.Execute(second)
+		var me *gomysql.MyError
+		if !errors.As(err, &me) {
+			t.Fatalf("directly, %q: %v, want a range error", second, err)
+		}
+		want[col] = me.Code
+	}
+	p := startProxyFull(t, func(c *proxy.Config) { c.Rewriter = newRewriter(cat) }, nil)
+	c, err := client.Connect(p.addr, testdb.User, testdb.Password, ruled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// Slotted while in range: one client, 10 increments and a decrement.
+	oks := map[string]int{"t": 10, "s": 1}
+	for _, q := range []string{"UPDATE c SET s = s - 30 WHERE id = 1", "UPDATE c SET t = t + 1 WHERE id = 1", "UPDATE c SET t = t + 1 WHERE id = 1",
+		"UPDATE c SET t = t + 1 WHERE id = 1", "UPDATE c SET t = t + 1 WHERE id = 1", "UPDATE c SET t = t + 1 WHERE id = 1",
+		"UPDATE c SET t = t + 1 WHERE id = 1", "UPDATE c SET t = t + 1 WHERE id = 1", "UPDATE c SET t = t + 1 WHERE id = 1",
+		"UPDATE c SET t = t + 1 WHERE id = 1", "UPDATE c SET t = t + 1 WHERE id = 1"} {
+		if _, err := c.Execute(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := admin.Execute("SELECT COUNT(*), SUM(`count`) FROM " + ruled + ".slotted_counters WHERE `count` <> 0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := r.GetInt(0, 0); n == 0 {
+		t.Errorf("no increment of the narrow counters was slotted")
+	}
+	// Past the ends, 8 clients at once.
+	const clients, each = 8, 48
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := client.Connect(p.addr, testdb.User, testdb.Password, ruled)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			for k := range each {
+				col, q := "t", "UPDATE c SET t = t + 1 WHERE id = 1"
+				if k%4 == i%4 {
+					col, q = "s", "UPDATE c SET s = s - 30 WHERE id = 1"
+				}
+				_, err := c.Execute(q)
+				var me *gomysql.MyError
+				switch {
+				case err == nil:
+					mu.Lock()
+					oks[col]++
+					mu.Unlock()
+				case errors.As(err, &me) && me.Code == want[col]:
+				default:
+					errs <- fmt.Errorf("client %d, %q: %v (want OK or error %d)", i, q, err, want[col])
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	r, err = c.Execute("SELECT t, s FROM c WHERE id = 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tv, _ := r.GetInt(0, 0)
+	sv, _ := r.GetInt(0, 1)
+	t.Logf("t: %d increments succeeded; s: %d decrements succeeded; %d planned as slotted increments", oks["t"], oks["s"], p.srv.Stats().RewrittenWrites)
+	if tv != 255 || sv != -32750 || oks["t"] != 255 || oks["s"] != 25 {
+		t.Errorf("t = %d after %d increments, s = %d after %d decrements; want 255 after 255 and -32750 after 25", tv, oks["t"], sv, oks["s"])
+	}
+	if _, err := rollup.Once(t.Context(), admin, cat, rollup.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	assertNoSlots(t, ruled)
 }

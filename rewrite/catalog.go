@@ -139,10 +139,26 @@ func (c *Counter) Range() (lo, hi *big.Int) {
 	return lo, hi
 }
 
-// Narrow reports whether c's range is narrower than the 65,536 shares
-// slotted increments keep a record's slot rows within (TINYINT, SMALLINT,
-// a CHECK such as c BETWEEN 0 AND 1000): no slot's share of it can take a
-// non-zero delta (see Rewriter.slottedIncrement).
+// Slot shares: slot i of a record may hold at most a share of the room
+// the base value leaves in the counter's range, the room times
+// ShareScale / ((i + ShareScale) × (i + ShareScale + 1)), rounded toward
+// zero. Those weights sum to 1 over every slot number there is (they
+// telescope: ShareScale × Σ 1/(i+K) − 1/(i+K+1) = 1), so no set of slot
+// rows can take the total out of range, whatever number of slots each
+// proxy's rules (or a rule before a reload) gave the record. Slot 0 has
+// 1/17 of the room, slot 7 1/34.5, slot 99 1/834: a SMALLINT counter
+// leaves every slot of a rule of up to a few hundred slots a share.
+const ShareScale = 16
+
+// shareDivisor is (slot + ShareScale) × (slot + ShareScale + 1).
+func shareDivisor(slot int) *big.Int {
+	return new(big.Int).Mul(big.NewInt(int64(slot)+ShareScale), big.NewInt(int64(slot)+ShareScale+1))
+}
+
+// Narrow reports whether c's range is too narrow for any slot's share of
+// it to take a non-zero delta (a range of fewer than 18 values, such as a
+// CHECK (c BETWEEN 0 AND 10)): slot 0's share of it is below 1 (see
+// Rewriter.slottedIncrement).
 func (c *Counter) Narrow() bool {
 	if c.Touch {
 		return false
@@ -151,7 +167,8 @@ func (c *Counter) Narrow() bool {
 	if lo == nil || hi == nil {
 		return false
 	}
-	return new(big.Int).Sub(hi, lo).Cmp(big.NewInt(65536)) < 0
+	room := new(big.Int).Mul(new(big.Int).Sub(hi, lo), big.NewInt(ShareScale))
+	return room.Cmp(shareDivisor(0)) < 0
 }
 
 // shareBounds returns the range that slotted increments keep the total in:
@@ -172,21 +189,21 @@ func (c *Counter) shareBounds() (lo, hi string) {
 	return lo, hi
 }
 
-// FitsShare reports whether a slotted increment by delta of a record whose
-// base value is base stays within the slot's share of c's range (the
-// slotted INSERT's own test, for a new slot row): beyond it the increment
-// runs on the base row.
-func (c *Counter) FitsShare(base, delta *big.Int) bool {
+// FitsShare reports whether a slotted increment by delta, into slot
+// slot, of a record whose base value is base stays within the slot's
+// share of c's range (the slotted INSERT's own test, for a new slot row):
+// beyond it the increment runs on the base row.
+func (c *Counter) FitsShare(base, delta *big.Int, slot int) bool {
 	l, h := c.shareBounds()
 	min, ok1 := new(big.Int).SetString(l, 10)
 	max, ok2 := new(big.Int).SetString(h, 10)
 	if !ok1 || !ok2 {
 		return false
 	}
-	share := big.NewInt(65536)
-	lo := new(big.Int).Quo(new(big.Int).Sub(base, min), share) // DIV truncates
+	scale, div := big.NewInt(ShareScale), shareDivisor(slot)
+	lo := new(big.Int).Quo(new(big.Int).Mul(new(big.Int).Sub(base, min), scale), div) // DIV truncates
 	lo.Neg(lo)
-	hi := new(big.Int).Quo(new(big.Int).Sub(max, base), share)
+	hi := new(big.Int).Quo(new(big.Int).Mul(new(big.Int).Sub(max, base), scale), div)
 	return delta.Cmp(lo) >= 0 && delta.Cmp(hi) <= 0
 }
 

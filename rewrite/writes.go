@@ -1216,12 +1216,14 @@ unique:
 //     waits for this increment and the increments after it wait for it;
 //
 //   - adds each delta to one slot row, within the slot's share of the
-//     counter's range: at most (max − base) / 65536 and at least
-//     −(base − min) / 65536, so that no set of slot rows (a record has at
-//     most 65,536) can take the total out of range. A delta beyond that
-//     raises error 1690 from the expression errOutOfShare, and the
-//     executor runs the client's statement on the base row instead (where
-//     the server raises its own range error, if any);
+//     counter's range (see ShareScale): at most (max − base) × 16 / d and
+//     at least −(base − min) × 16 / d, d = (slot + 16) × (slot + 17), so
+//     that no set of slot rows can take the total out of range. A delta
+//     beyond that raises error 1690 from the expression errOutOfShare, and
+//     the executor runs the client's statement on the base row instead
+//     (where the server raises its own range error, if any). The slot
+//     number is written once, in the derived table `_s`, so that a
+//     prepared increment can take it as a parameter (see SlotParam);
 //
 //   - writes the time assigned to each touch column (ctrs with Touch,
 //     values their times) into a slot row of its own, which keeps the
@@ -1253,6 +1255,8 @@ func (r *Rewriter) slottedIncrement(t *Table, ref *tableRef, ctrs []*Counter, va
 		}
 	}
 	key := t.RecordID(ref.qual)
+	scale := itoa(ShareScale)
+	div := "((`_s`.`_slotproxy_slot` + " + scale + ") * (`_s`.`_slotproxy_slot` + " + itoa(ShareScale+1) + "))"
 	share := func(i int) (lo, hi string) {
 		c := ctrs[i]
 		if c.Touch {
@@ -1264,7 +1268,7 @@ func (r *Rewriter) slottedIncrement(t *Table, ref *tableRef, ctrs []*Counter, va
 		}
 		min, max := c.shareBounds()
 		base := "CAST(" + ref.qual + "." + quoteIdent(c.Name) + " AS DECIMAL(21,0))"
-		return "-((" + base + " - (" + min + ")) DIV 65536)", "(((" + max + ") - " + base + ") DIV 65536)"
+		return "-(((" + base + " - (" + min + ")) * " + scale + ") DIV " + div + ")", "((((" + max + ") - " + base + ") * " + scale + ") DIV " + div + ")"
 	}
 	kept := ""
 	if len(keep) > 0 {
@@ -1299,9 +1303,9 @@ func (r *Rewriter) slottedIncrement(t *Table, ref *tableRef, ctrs []*Counter, va
 		update = fmt.Sprintf("IF(`_u`.`_slotproxy_rt` IN (%s), GREATEST(%s, %s), %s)", touches, cur, n, update)
 	}
 	return fmt.Sprintf("INSERT INTO %s (`record_type`, `slot`, `count`, `record_id`) "+
-		"SELECT `_u`.`_slotproxy_rt`, %d, IF(%s, %s, %s), %s FROM (%s) AS `_u`, %s WHERE %s LOCK IN SHARE MODE "+
+		"SELECT `_u`.`_slotproxy_rt`, `_s`.`_slotproxy_slot`, IF(%s, %s, %s), %s FROM (SELECT CAST(%d AS SIGNED) AS `_slotproxy_slot`) AS `_s`, (%s) AS `_u`, %s WHERE %s LOCK IN SHARE MODE "+
 		"ON DUPLICATE KEY UPDATE `count` = %s",
-		t.QualifiedSlots(), slot, within(n), n, errOutOfShare, key, rows.String(), ref.from, parenthesize(where), update)
+		t.QualifiedSlots(), within(n), n, errOutOfShare, key, slot, rows.String(), ref.from, parenthesize(where), update)
 }
 
 // probe returns the client's statement sql[start:end] made to touch no row
@@ -1705,7 +1709,7 @@ func parenthesize(cond string) string {
 // Texts of slottedIncrement's statement around its slot (after slotAt)
 // and its delta (between deltaAt and deltaEnd), which coalescing replaces.
 const (
-	slotAt   = "SELECT `_u`.`_slotproxy_rt`, "
+	slotAt   = " FROM (SELECT CAST("
 	deltaAt  = " AS `_slotproxy_rt`, "
 	deltaEnd = " AS `_slotproxy_n`"
 )

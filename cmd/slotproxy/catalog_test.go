@@ -358,8 +358,10 @@ func TestExplainDocs(t *testing.T) {
 	block := doc[start:]
 	block = block[strings.Index(block, "```\n")+4:]
 	block = block[:strings.Index(block, "```")]
-	slot := regexp.MustCompile("`_slotproxy_rt`, [0-9]+,")
-	norm := func(s string) string { return slot.ReplaceAllString(strings.TrimSpace(s), "`_slotproxy_rt`, N,") }
+	slot := regexp.MustCompile("SELECT CAST\\([0-9]+ AS SIGNED\\) AS `_slotproxy_slot`")
+	norm := func(s string) string {
+		return slot.ReplaceAllString(strings.TrimSpace(s), "SELECT CAST(N AS SIGNED) AS `_slotproxy_slot`")
+	}
 	examples := 0
 	for _, ex := range strings.Split(block, "$ slotproxy explain --config config.yaml ")[1:] {
 		sql, want, _ := strings.Cut(ex, "\n")

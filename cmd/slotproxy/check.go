@@ -143,7 +143,7 @@ func narrowNotes(cat *rewrite.Catalog) []string {
 	for _, t := range cat.Tables() {
 		for _, c := range t.Counters {
 			if c.Narrow() {
-				notes = append(notes, fmt.Sprintf("%s.%s.%s: its range, %s to %s, is narrower than 65,536: no slot can take a share of it, so its increments run on the base row (as directly, with no contention removed); widen the column (INT or BIGINT) to slot them",
+				notes = append(notes, fmt.Sprintf("%s.%s.%s: its range, %s to %s, spans fewer than 18 values: no slot can take a share of it, so its increments run on the base row (as directly, with no contention removed); widen the column or its CHECK constraint to slot them",
 					t.Schema, t.Name, c.Name, c.Min, c.Max))
 			}
 		}

@@ -97,18 +97,20 @@ func TestCheck(t *testing.T) {
 			"or drop its slot rows: DELETE FROM %s.`slotted_counters` WHERE record_type = %d AND record_id = 2\n", schema, q, q, rt))
 	})
 
-	// A SMALLINT counter: no slot can take a share of its range, which
-	// check says (its increments run on the base row).
+	// A counter whose CHECK leaves it 11 values: no slot can take a share
+	// of its range, which check says (its increments run on the base
+	// row). A SMALLINT counter's slots can.
 	t.Run("narrow counter", func(t *testing.T) {
-		if err := db.Exec("CREATE TABLE " + schema + ".votes (id INT NOT NULL PRIMARY KEY, ups SMALLINT UNSIGNED NOT NULL DEFAULT 0, downs INT NOT NULL DEFAULT 0)"); err != nil {
+		if err := db.Exec("CREATE TABLE " + schema + ".votes (id INT NOT NULL PRIMARY KEY, ups SMALLINT UNSIGNED NOT NULL DEFAULT 0, downs INT NOT NULL DEFAULT 0, " +
+			"stars TINYINT NOT NULL DEFAULT 0, CONSTRAINT stars_range CHECK (stars BETWEEN 0 AND 10))"); err != nil {
 			t.Fatal(err)
 		}
 		defer db.Exec("DROP TABLE " + schema + ".votes")
-		writeRule("votes.yaml", fmt.Sprintf("table: %s.votes\nkey: id\ncounters: [ups, downs]\n", schema))
+		writeRule("votes.yaml", fmt.Sprintf("table: %s.votes\nkey: id\ncounters: [ups, downs, stars]\n", schema))
 		defer os.Remove(filepath.Join(dir, "rules", "votes.yaml"))
 		migrateSchema(t, path)
-		check(t, 0, "note: "+schema+".votes.ups: its range, 0 to 65535, is narrower than 65,536: no slot can take a share of it, so its increments run on the base row (as directly, with no contention removed); widen the column (INT or BIGINT) to slot them\n"+
-			"ok: 2 rules, 4 counters\n")
+		check(t, 0, "note: "+schema+".votes.stars: its range, 0 to 10, spans fewer than 18 values: no slot can take a share of it, so its increments run on the base row (as directly, with no contention removed); widen the column or its CHECK constraint to slot them\n"+
+			"ok: 2 rules, 5 counters\n")
 	})
 
 	t.Run("varchar counter and missing table", func(t *testing.T) {
