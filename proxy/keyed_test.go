@@ -122,7 +122,7 @@ func TestKeyedRecords(t *testing.T) {
 		text("SELECT * FROM trending_topics ORDER BY topic"),
 		text("SELECT * FROM salesrule_coupon_usage ORDER BY 1, 2"),
 		text("SELECT * FROM wp_post_views ORDER BY type, period"),
-		// (SMALLINT: too narrow for slots, on the base row.)
+		// (SMALLINT: slotted too, within its slot's share.)
 		text("UPDATE salesrule_coupon_usage SET times_used = times_used + 1 WHERE coupon_id = 5 AND customer_id = 1003"),
 		text("SELECT * FROM salesrule_coupon_usage ORDER BY 1, 2"),
 		text("UPDATE ChannelMembers SET MsgCount = MsgCount + 1 WHERE ChannelId = 'other' AND UserId = 'u1x9w8y3ujtbpmyq1r6f9x3ab7'"),
@@ -141,14 +141,14 @@ func TestKeyedRecords(t *testing.T) {
 	if folded == 0 {
 		t.Error("roll-up folded no keyed record")
 	}
-	// Nothing left to fold but what the last statement slotted: the
+	// Nothing left to fold but what the last two increments slotted: the
 	// totals above came from the slot rows the roll-up folded.
 	r, err := touchAdmin(t).Execute("SELECT COUNT(*) FROM " + ruled + ".slotted_counters_keyed WHERE count <> 0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := r.GetInt(0, 0); n != 1 {
-		t.Errorf("%d keyed slot rows hold counts after the roll-up and one increment, want 1", n)
+	if n, _ := r.GetInt(0, 0); n != 2 {
+		t.Errorf("%d keyed slot rows hold counts after the roll-up and two increments, want 2", n)
 	}
 }
 
@@ -298,7 +298,7 @@ func TestKeyedTemplatedGuard(t *testing.T) {
 	st, _ := runDifferential(t, cat, plain, ruled, []step{
 		text("UPDATE kt SET c = c + 5 WHERE g = 'a' AND n = 1"),
 		text("UPDATE kt SET c = c + 7 WHERE g = 'a' AND n = 2"),
-		text("UPDATE kt SET c = c + 3000000 WHERE g = 'a' AND n = 2"),
+		text("UPDATE kt SET c = c + 300000000 WHERE g = 'a' AND n = 2"),
 		text("SELECT * FROM kt ORDER BY n"),
 	})
 	if st.RewrittenWrites < 2 {
