@@ -25,9 +25,9 @@ import (
 // classes A–G): every table with a primary key (of one integer column,
 // several columns or a string) whose integer columns its statements
 // increment, with the integer or DATETIME columns assigned alongside the
-// increments (or GREATEST(v, itself)) under touch. Counters in DECIMAL or
-// text columns, and tables keyed by a prefix of a column or by no unique
-// key, cannot have a rule yet (issue 22).
+// increments (or GREATEST(v, itself)) under touch, and the DECIMAL counters
+// of tables with such a key. Counters in text columns, and tables keyed by
+// a prefix of a column or by no unique key, cannot have a rule.
 var idiomRules = map[string]string{
 	"phpbb.phpbb_topics":           "key: topic_id\ncounters: [topic_views, topic_posts_approved]\ntouch: [topic_last_view_time]",
 	"phpbb.phpbb_attachments":      "key: attach_id\ncounters: [download_count]",
@@ -49,6 +49,9 @@ var idiomRules = map[string]string{
 	"mattermost.ChannelMembers":      "key: [ChannelId, UserId]\ncounters: [MsgCount, MentionCount, MentionCountRoot]\ntouch: [LastUpdateAt]",
 	"magento.salesrule_coupon_usage": "key: [coupon_id, customer_id]\ncounters: [times_used]",
 	"longtail.trending_topics":       "key: topic\ncounters: [count]",
+	// DECIMAL counters.
+	"magento.cataloginventory_stock_item": "key: item_id\ncounters: [qty]",
+	"opencart.oc_statistics":              "key: statistics_id\ncounters: [value]",
 }
 
 // idiomSeeds are the rows of the tables of idiomRules whose keys are not
@@ -61,6 +64,9 @@ var idiomSeeds = map[string]string{
 	"mattermost.ChannelMembers":      "INSERT INTO ChannelMembers VALUES ('kq8w9y3ujtbpmyq1r6f9x3ab7e', 'u1x9w8y3ujtbpmyq1r6f9x3ab7', 0, 0, 0, 0)",
 	"magento.salesrule_coupon_usage": "",
 	"longtail.trending_topics":       "INSERT INTO trending_topics VALUES ('mysql', 0), ('proxy', 3)",
+	"magento.cataloginventory_stock_item": "INSERT INTO cataloginventory_stock_item (item_id, product_id, stock_id, qty, website_id) " +
+		"VALUES (1, 14, 1, 100.0000, 0), (2, 27, 1, 5.5000, 0), (3, 28, 1, NULL, 0)",
+	"opencart.oc_statistics": "INSERT INTO oc_statistics (statistics_id, code, value) VALUES (1, 'order_sale', 1000.2500), (2, 'order_processing', 0)",
 }
 
 // idiomStatement is one statement of the survey: its app's database, its

@@ -8,6 +8,7 @@ import (
 	"math/big"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -89,8 +90,17 @@ type Counter struct {
 	Unsigned bool
 	// Min and Max are the lowest and highest value the column accepts
 	// (its type's range, narrowed by CHECK constraints), as decimal
-	// literals; empty means BIGINT's range.
+	// literals; empty means BIGINT's range. Of a DECIMAL counter, in its
+	// units (see Precision).
 	Min, Max string
+	// Precision, when not 0: the counter is a DECIMAL(Precision, Scale)
+	// column (Precision at most 18). Its slots count units of
+	// 10^-Scale (a delta of 1.5 to a DECIMAL(12,4) is 15000 units), so
+	// that every sum of slots is exact and fits the slot's BIGINT; a
+	// delta that is not a whole number of units (1.23456 there, which the
+	// column would round) runs on the base row. Reads and folds turn
+	// units back into the column's value (valueSQL).
+	Precision, Scale int
 	// BaseOnly says why the counter's increments run on the base row (its
 	// slots folded first) and are never slotted: a CHECK constraint that
 	// reads the column in a way that is not a constant bound (c <
@@ -117,6 +127,38 @@ type Counter struct {
 	Integer bool
 	// FSP is the touch column's fractional seconds precision, 0 to 6.
 	FSP int
+}
+
+// Decimal reports whether c is a DECIMAL counter (see Precision).
+func (c *Counter) Decimal() bool { return c.Precision > 0 }
+
+// unitsSQL returns the SQL for the value v (SQL) in c's slot units.
+func (c *Counter) unitsSQL(v string) string {
+	if c.Scale == 0 {
+		return v
+	}
+	return "(" + v + ") * 1" + strings.Repeat("0", c.Scale)
+}
+
+// ValueSQL returns the SQL for the value of u (SQL) slot units of c: exact
+// DECIMAL arithmetic for a DECIMAL counter, u itself for an integer one.
+func (c *Counter) ValueSQL(u string) string {
+	if c.Scale == 0 {
+		return u
+	}
+	return "(" + u + ") * 0." + strings.Repeat("0", c.Scale-1) + "1"
+}
+
+// totalType is the type a read casts a total to: the column's own for a
+// DECIMAL counter, else SIGNED or UNSIGNED (BIGINT).
+func (c *Counter) totalType() string {
+	switch {
+	case c.Decimal():
+		return "DECIMAL(" + strconv.Itoa(c.Precision) + "," + strconv.Itoa(c.Scale) + ")"
+	case c.Unsigned:
+		return "UNSIGNED"
+	}
+	return "SIGNED"
 }
 
 // bounds returns the counter's range as decimal literals.

@@ -208,7 +208,7 @@ func (t *Table) FoldRowsSQL(keys []string, rows []SlotRow, refresh bool) []strin
 			}
 			// DECIMAL arithmetic, as SUM's: the total is in the column's
 			// range whatever the signs of base and sum.
-			set = append(set, fmt.Sprintf("%s = %s + CAST(CASE %s%s ELSE 0 END AS DECIMAL(21,0))", col, col, key, cases.String()))
+			set = append(set, fmt.Sprintf("%s = %s + %s", col, col, c.ValueSQL(fmt.Sprintf("CAST(CASE %s%s ELSE 0 END AS DECIMAL(21,0))", key, cases.String()))))
 		}
 		if len(set) > 0 {
 			stmts = append(stmts, fmt.Sprintf("UPDATE %s SET %s", t.keysJoin(written, "`_t`"), strings.Join(set, ", ")))

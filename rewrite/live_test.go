@@ -21,6 +21,7 @@ var liveSchema = []string{
 	"CREATE TABLE likes (id BIGINT NOT NULL PRIMARY KEY, n INT NOT NULL DEFAULT 0)",
 	"CREATE TABLE users (id INT NOT NULL PRIMARY KEY, name VARCHAR(50) NOT NULL DEFAULT '', downloads INT NOT NULL DEFAULT 0)",
 	"CREATE TABLE queries (id INT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY, q VARCHAR(50) NULL, store INT NOT NULL DEFAULT 0, hits INT NOT NULL DEFAULT 0, UNIQUE KEY (q, store))",
+	"CREATE TABLE stock (id BIGINT NOT NULL PRIMARY KEY, qty DECIMAL(12,4) NULL)",
 	"CREATE TABLE slotted_counters (record_type SMALLINT UNSIGNED NOT NULL, record_id BIGINT NOT NULL, slot SMALLINT UNSIGNED NOT NULL, count BIGINT NOT NULL, PRIMARY KEY (record_type, record_id, slot))",
 	"CREATE TABLE members (channel VARCHAR(26) NOT NULL, user_id INT UNSIGNED NOT NULL, msgs BIGINT NULL, note VARCHAR(20) NULL, last_at BIGINT NULL, PRIMARY KEY (channel, user_id)) " +
 		"DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci",
@@ -31,7 +32,10 @@ var liveSchema = []string{
 // liveSeed resets the data before each case.
 var liveSeed = []string{
 	"DELETE FROM repos", "DELETE FROM pages", "DELETE FROM likes", "DELETE FROM users", "DELETE FROM slotted_counters",
-	"DELETE FROM members", "DELETE FROM slotted_counters_keyed",
+	"DELETE FROM members", "DELETE FROM slotted_counters_keyed", "DELETE FROM stock",
+	"INSERT INTO stock VALUES (1, 100.5000), (2, NULL)",
+	// Slot rows of stock 1: -1.5 and 0.0001, in units of 0.0001.
+	"INSERT INTO slotted_counters VALUES (10, 1, 0, -15000), (10, 1, 5, 1)",
 	"INSERT INTO members VALUES ('a', 1, 10, NULL, 1718000000000), ('b', 2, 20, 'x', NULL), ('A-long-channel-name', 1, NULL, NULL, -1)",
 	// Touch slots of last_at (BIGINT, times from 0 as v + 1): 'a',1 at
 	// 1718000000500.

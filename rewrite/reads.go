@@ -430,22 +430,19 @@ func (w *reads) column(c *ast.ColumnNameExpr) {
 }
 
 // total is the SQL for a counter's true value: base column plus slots, cast
-// back to an integer so clients scan the type they expect (for a touch
-// column: the latest of base and slots, see touch.go).
+// back to an integer (a DECIMAL counter: to its own type) so clients scan
+// the type they expect (for a touch column: the latest of base and slots,
+// see touch.go).
 func (w *reads) total(base string, ref *tableRef, ctr *Counter) string {
 	if ctr.Touch {
 		w.sps++
 		return ctr.touchRead(base, ref.table.RecordID(ref.qual), ref.table.QualifiedSlots(), spAlias(w.sps-1))
 	}
-	cast := "SIGNED"
-	if ctr.Unsigned {
-		cast = "UNSIGNED"
-	}
 	sp := spAlias(w.sps)
 	w.sps++
-	return "CAST(" + base + " + COALESCE((SELECT SUM(" + sp + ".`count`) FROM " + ref.table.QualifiedSlots() +
-		" AS " + sp + " WHERE " + sp + ".`record_type` = " + itoa(ctr.RecordType) +
-		" AND " + sp + ".`record_id` = " + ref.table.RecordID(ref.qual) + "), 0) AS " + cast + ")"
+	return "CAST(" + base + " + " + ctr.ValueSQL("COALESCE((SELECT SUM("+sp+".`count`) FROM "+ref.table.QualifiedSlots()+
+		" AS "+sp+" WHERE "+sp+".`record_type` = "+itoa(ctr.RecordType)+
+		" AND "+sp+".`record_id` = "+ref.table.RecordID(ref.qual)+"), 0)") + " AS " + ctr.totalType() + ")"
 }
 
 // resolve finds the table source a column reference belongs to, innermost

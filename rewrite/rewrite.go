@@ -62,8 +62,8 @@ func (t *Table) FoldSQL(keys []string, refresh bool) []string {
 				col, c.TouchLatest("`_t`."+quoteIdent(c.Name), "MAX("+sp+".`count`)"), t.QualifiedSlots(), sp, sp, c.RecordType, sp, id)
 			continue
 		}
-		fmt.Fprintf(&set, "%s = %s + COALESCE((SELECT SUM(%s.`count`) FROM %s AS %s WHERE %s.`record_type` = %d AND %s.`record_id` = %s), 0)",
-			col, col, sp, t.QualifiedSlots(), sp, sp, c.RecordType, sp, id)
+		fmt.Fprintf(&set, "%s = %s + %s", col, col, c.ValueSQL(fmt.Sprintf("COALESCE((SELECT SUM(%s.`count`) FROM %s AS %s WHERE %s.`record_type` = %d AND %s.`record_id` = %s), 0)",
+			sp, t.QualifiedSlots(), sp, sp, c.RecordType, sp, id)))
 	}
 	// Only rows with non-zero slot rows are written, and only those slot
 	// rows zeroed: an UPDATE of the other rows would change nothing but

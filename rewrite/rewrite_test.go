@@ -41,6 +41,13 @@ func testCatalog() *Catalog {
 		Counters:   []Counter{{Name: "n", RecordType: 6, Min: "-2147483648", Max: "2147483647"}},
 		SlotsTable: "slotted_counters", Slots: 16, RolledUp: true, MaxStaleness: 10 * time.Second,
 	}, {
+		// A DECIMAL counter (Magento's stock quantity): slots in units of
+		// 0.0001.
+		Schema: "app", Name: "stock", Key: "id",
+		Columns:    []string{"id", "qty"},
+		Counters:   []Counter{{Name: "qty", RecordType: 10, Precision: 12, Scale: 4, Min: "-999999999999", Max: "999999999999"}},
+		SlotsTable: "slotted_counters", Slots: 16,
+	}, {
 		// An AUTO_INCREMENT key and a UNIQUE key beside it (Magento's
 		// search_query).
 		Schema: "app", Name: "queries", Key: "id",

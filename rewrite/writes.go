@@ -506,7 +506,8 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 			for _, in := range incs {
 				if in.ctr == c {
 					d := intLiteral(in.delta)
-					if d == "" {
+					if d == "" || c.Decimal() {
+						// (A DECIMAL counter's range is in its units.)
 						return "", false
 					}
 					if in.minus {
@@ -565,8 +566,11 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 			break
 		}
 		for _, in := range incs {
-			if !in.ctr.Touch && !isIntLiteralOrParam(in.delta) {
+			if !in.ctr.Touch && !isIntLiteralOrParam(in.delta) && !(in.ctr.Decimal() && isDecimalLiteral(in.delta)) {
 				why, keys = "the delta of "+in.ctr.Name+" is not an integer literal or a placeholder", nil
+				if in.ctr.Decimal() {
+					why = "the delta of " + in.ctr.Name + " is not a number literal or a placeholder"
+				}
 				break
 			}
 			if len(in.ctr.BaseOnly) > 0 {
@@ -632,7 +636,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 			if len(keep) > 0 {
 				p.Reason = "the increments go to a slot while " + strings.Join(keepCols, ", ") + " already hold(s) the value(s) assigned; else it runs on the base row"
 			}
-			inc.Coalescable = len(ctrs) == 1 && !ctrs[0].Touch && len(inc.Deltas) == 1 && inc.Deltas[0].Literal != "" && len(keep) == 0 &&
+			inc.Coalescable = len(ctrs) == 1 && !ctrs[0].Touch && !ctrs[0].Decimal() && len(inc.Deltas) == 1 && inc.Deltas[0].Literal != "" && len(keep) == 0 &&
 				(len(inc.Keys) == 1 && inc.Keys[0].Param < 0 || len(inc.Keys) == 0 && oneRecord) &&
 				!implied.compares && len(implied.spans) == 0 && len(w.params) == 0
 			// The records by their key's index, as the UPDATE reads them:
@@ -1233,6 +1237,9 @@ unique:
 //     row (where the slots are folded first, so a later time they hold
 //     counts).
 //
+//   - adds a DECIMAL counter's delta in its units (see Counter.Precision),
+//     which must be a whole number of them;
+//
 //   - checks that the other columns the statement assigns already hold
 //     their values (keep, conditions on the base row; see
 //     unchangedAssignment): where one does not, the upsert raises
@@ -1243,10 +1250,14 @@ unique:
 func (r *Rewriter) slottedIncrement(t *Table, ref *tableRef, ctrs []*Counter, values []string, greatest []bool, keep []string, where string, pick func(int) int) string {
 	slot := pick(t.Slots)
 	var rows strings.Builder
+	decimal := false
 	for i, c := range ctrs {
 		v := values[i]
 		if c.Touch {
 			v = c.encodeTouch(v)
+		} else if c.Decimal() {
+			v = c.unitsSQL(v)
+			decimal = true
 		}
 		if i == 0 {
 			fmt.Fprintf(&rows, "SELECT %d AS `_slotproxy_rt`, %s AS `_slotproxy_n`", c.RecordType, v)
@@ -1267,10 +1278,14 @@ func (r *Rewriter) slottedIncrement(t *Table, ref *tableRef, ctrs []*Counter, va
 			return lo, hi
 		}
 		min, max := c.shareBounds()
-		base := "CAST(" + ref.qual + "." + quoteIdent(c.Name) + " AS DECIMAL(21,0))"
+		base := "CAST(" + c.unitsSQL(ref.qual+"."+quoteIdent(c.Name)) + " AS DECIMAL(21,0))"
 		return "-(((" + base + " - (" + min + ")) * " + scale + ") DIV " + div + ")", "((((" + max + ") - " + base + ") * " + scale + ") DIV " + div + ")"
 	}
 	kept := ""
+	if decimal {
+		// A whole number of units, else the column would round it.
+		keep = append(slices.Clip(keep), "`_u`.`_slotproxy_n` = FLOOR(`_u`.`_slotproxy_n`)")
+	}
 	if len(keep) > 0 {
 		kept = strings.Join(keep, " AND ") + " AND "
 	}
@@ -1569,7 +1584,20 @@ func intLiteral(e ast.ExprNode) string {
 
 func isZero(e ast.ExprNode) bool {
 	v, ok := e.(*driver.ValueExpr)
+	if ok && v.Kind() == driver.KindMysqlDecimal {
+		return strings.Trim(v.GetMysqlDecimal().String(), "0.-") == ""
+	}
 	return ok && (v.Kind() == driver.KindInt64 || v.Kind() == driver.KindUint64) && v.GetInt64() == 0
+}
+
+// isDecimalLiteral reports whether e is a decimal literal (1.5), possibly
+// negated: a delta a DECIMAL counter takes (see Counter.Precision).
+func isDecimalLiteral(e ast.ExprNode) bool {
+	if u, ok := e.(*ast.UnaryOperationExpr); ok && u.Op == opcode.Minus {
+		e = unparen(u.V)
+	}
+	v, ok := e.(*driver.ValueExpr)
+	return ok && v.Kind() == driver.KindMysqlDecimal
 }
 
 // paramIndex is the position of a placeholder among the statement's

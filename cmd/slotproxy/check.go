@@ -225,8 +225,8 @@ func unfoldable(conn *client.Conn, cat *rewrite.Catalog) ([]string, error) {
 			continue // keyed record ids are newer than the versions that could
 		}
 		for _, c := range t.Counters {
-			if c.Touch || c.Min == "" || c.Max == "" {
-				continue
+			if c.Touch || c.Decimal() || c.Min == "" || c.Max == "" {
+				continue // (DECIMAL counters are newer than those versions too)
 			}
 			key, col := quoteIdent(t.Key), quoteIdent(c.Name)
 			q := fmt.Sprintf("SELECT t.%s, t.%s, SUM(s.`count`), CAST(t.%s AS DECIMAL(65,0)) + SUM(s.`count`) AS total FROM %s AS t JOIN %s AS s "+
@@ -317,7 +317,7 @@ var hints = []struct{ prefix, phrase, hint string }{
 	{"key: ", "indexes a prefix of a column", "change the table's primary key or remove the rule"},
 	{"key: ", "may take", "give the table a shorter primary key or remove the rule"},
 	{"counters: ", "has no column", "correct the column's name in counters or add the column"},
-	{"counters: ", "not an integer column", "a counter must be an integer column: change the column's type or remove it from counters"},
+	{"counters: ", "not an integer column", "a counter must be an integer column or a DECIMAL of at most 18 digits: change the column's type or remove it from counters"},
 }
 
 // hint returns "; WHAT TO DO" for the message msg of a problem, or "" when

@@ -119,7 +119,7 @@ func TestCheck(t *testing.T) {
 		defer os.Remove(filepath.Join(dir, "rules", "users.yaml"))
 		defer writeRule("repos.yaml", fmt.Sprintf("table: %s.repos\nkey: id\ncounters: [downloads, stars]\n", schema))
 		check(t, 1,
-			ruleFile+":6: counters: "+schema+".repos.name is varchar(100), not an integer column; a counter must be an integer column: change the column's type or remove it from counters\n"+
+			ruleFile+":6: counters: "+schema+".repos.name is varchar(100), not an integer column; a counter must be an integer column or a DECIMAL of at most 18 digits: change the column's type or remove it from counters\n"+
 				filepath.Join(dir, "rules", "users.yaml")+":1: table: "+schema+".users does not exist (or the admin user has no privileges on it); correct table: in the rule, create the table, or grant the admin user access to it\n")
 	})
 

@@ -97,6 +97,27 @@ func checked(t *table, c *column) bool {
 }
 func (c *column) unsigned() bool { return strings.Contains(strings.ToLower(c.columnType), "unsigned") }
 
+// decimal returns the precision and scale of a DECIMAL column of at most
+// 18 digits (a DECIMAL counter's: see rewrite.Counter.Precision).
+func (c *column) decimal() (precision, scale int, ok bool) {
+	if !strings.EqualFold(c.dataType, "decimal") {
+		return 0, 0, false
+	}
+	// COLUMN_TYPE is decimal(P,S), possibly unsigned.
+	i := strings.IndexByte(c.columnType, '(')
+	j := strings.IndexByte(c.columnType, ')')
+	if i < 0 || j < i {
+		return 0, 0, false
+	}
+	ps, ss, _ := strings.Cut(c.columnType[i+1:j], ",")
+	p, err1 := strconv.Atoi(strings.TrimSpace(ps))
+	sc, err2 := strconv.Atoi(strings.TrimSpace(ss))
+	if err1 != nil || err2 != nil || p < 1 || p > 18 || sc < 0 || sc > p {
+		return 0, 0, false
+	}
+	return p, sc, true
+}
+
 // temporal reports whether c is a DATETIME or TIMESTAMP column (a touch
 // column's types), with its fractional seconds precision.
 func (c *column) temporal() (timestamp bool, fsp int, ok bool) {
@@ -378,6 +399,23 @@ func newTable(t *table, r *rules.Rule, slotsTable string) *rewrite.Table {
 	}
 	for _, rc := range r.Counters {
 		c := t.column(rc.Name)
+		if p, sc, ok := c.decimal(); ok {
+			// Units of 10^-sc: ±(10^p - 1), and CHECK constraints that
+			// read it left to the base row.
+			top := new(big.Int).Sub(new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(p)), nil), big.NewInt(1))
+			lo := new(big.Int).Neg(top)
+			if c.unsigned() {
+				lo = big.NewInt(0)
+			}
+			var baseOnly []string
+			for _, chk := range t.checks {
+				if mentions(chk.clause, c.name) {
+					baseOnly = append(baseOnly, "CHECK constraint "+chk.name+" may read "+c.name+", a DECIMAL counter (only integer counters' CHECK bounds are kept by slots)")
+				}
+			}
+			rt.Counters = append(rt.Counters, rewrite.Counter{Name: c.name, Precision: p, Scale: sc, Min: lo.String(), Max: top.String(), BaseOnly: baseOnly})
+			continue
+		}
 		rg := rangeOf(t, c)
 		rt.Counters = append(rt.Counters, rewrite.Counter{
 			Name:     c.name,
@@ -600,6 +638,10 @@ func checkRule(s *schema, r *rules.Rule, slotsTable string, problems, side *[]*r
 		switch {
 		case c == nil:
 			report(rc.Line, "counters: %s has no column %s", name, rc.Name)
+		case !c.integer() && strings.EqualFold(c.dataType, "decimal"):
+			if _, _, ok := c.decimal(); !ok {
+				report(rc.Line, "counters: %s.%s is %s: a DECIMAL counter may have at most 18 digits (its slots count units of its last digit in a BIGINT)", name, c.name, c.columnType)
+			}
 		case !c.integer():
 			report(rc.Line, "counters: %s.%s is %s, not an integer column", name, c.name, c.columnType)
 		}

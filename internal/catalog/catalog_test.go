@@ -559,7 +559,7 @@ func TestLoadErrors(t *testing.T) {
 		"CREATE TABLE prefixpk (id VARCHAR(200), c INT, PRIMARY KEY (id(10)))",
 		"CREATE TABLE widepk (a VARCHAR(380), b VARCHAR(380), c INT, PRIMARY KEY (a, b)) DEFAULT CHARSET=utf8mb4",
 		"CREATE TABLE nopk (id INT, c INT)",
-		"CREATE TABLE decpk (id DECIMAL(10,0) PRIMARY KEY, c INT)",
+		"CREATE TABLE decpk (id DECIMAL(10,0) PRIMARY KEY, c INT, wide DECIMAL(20,2) NOT NULL DEFAULT 0)",
 		"CREATE VIEW v AS SELECT id, downloads FROM repos",
 	)
 	conn := connect(t)
@@ -570,7 +570,7 @@ func TestLoadErrors(t *testing.T) {
 		"rules/c_widepk.yaml", "table: SCHEMA.widepk\nkey: [b, a]\ncounters: [c]\n",
 		"rules/d_nopk.yaml", "table: SCHEMA.nopk\nkey: id\ncounters: [c]\n",
 		"rules/e_repos.yaml", "table: SCHEMA.repos\nkey: id\ncounters:\n  - downloads\n  - name\n  - missing\n",
-		"rules/f_decpk.yaml", "table: SCHEMA.decpk\nkey: id\ncounters: [c]\n",
+		"rules/f_decpk.yaml", "table: SCHEMA.decpk\nkey: id\ncounters: [c, wide]\n",
 		"rules/g_view.yaml", "table: SCHEMA.v\nkey: id\ncounters: [downloads]\n",
 	)
 	migrate(t, conn, set)
@@ -587,6 +587,7 @@ func TestLoadErrors(t *testing.T) {
 		"rules/e_repos.yaml:5: counters: SCHEMA.repos.name is varchar(100), not an integer column",
 		"rules/e_repos.yaml:6: counters: SCHEMA.repos has no column missing",
 		"rules/f_decpk.yaml:2: key: SCHEMA.decpk.id is decimal(10,0); a key column must be an integer, CHAR, VARCHAR, BINARY or VARBINARY column",
+		"rules/f_decpk.yaml:3: counters: SCHEMA.decpk.wide is decimal(20,2): a DECIMAL counter may have at most 18 digits (its slots count units of its last digit in a BIGINT)",
 		"rules/g_view.yaml:1: table: SCHEMA.v is a view, not a base table",
 	}
 	for i := range want {
@@ -955,13 +956,13 @@ func TestLoadTouch(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := fmt.Sprintf("%+v", cat.Tables()[0].Counters)
-	want := "[{Name:views RecordType:1 Unsigned:false Min:-2147483648 Max:2147483647 BaseOnly:[] Touch:false Timestamp:false Integer:false FSP:0} " +
-		"{Name:updated_at RecordType:2 Unsigned:false Min: Max: BaseOnly:[] Touch:true Timestamp:false Integer:false FSP:3} " +
-		"{Name:seen_at RecordType:3 Unsigned:false Min: Max: BaseOnly:[] Touch:true Timestamp:true Integer:false FSP:0} " +
-		"{Name:unix_at RecordType:4 Unsigned:false Min:0 Max:4294967295 BaseOnly:[] Touch:true Timestamp:false Integer:true FSP:0} " +
-		"{Name:big_at RecordType:5 Unsigned:false Min:0 Max:9223372036854775806 BaseOnly:[] Touch:true Timestamp:false Integer:true FSP:0} " +
-		"{Name:ubig_at RecordType:6 Unsigned:true Min:0 Max:9223372036854775806 BaseOnly:[] Touch:true Timestamp:false Integer:true FSP:0} " +
-		"{Name:tiny_at RecordType:7 Unsigned:false Min:-128 Max:127 BaseOnly:[] Touch:true Timestamp:false Integer:true FSP:0}]"
+	want := "[{Name:views RecordType:1 Unsigned:false Min:-2147483648 Max:2147483647 Precision:0 Scale:0 BaseOnly:[] Touch:false Timestamp:false Integer:false FSP:0} " +
+		"{Name:updated_at RecordType:2 Unsigned:false Min: Max: Precision:0 Scale:0 BaseOnly:[] Touch:true Timestamp:false Integer:false FSP:3} " +
+		"{Name:seen_at RecordType:3 Unsigned:false Min: Max: Precision:0 Scale:0 BaseOnly:[] Touch:true Timestamp:true Integer:false FSP:0} " +
+		"{Name:unix_at RecordType:4 Unsigned:false Min:0 Max:4294967295 Precision:0 Scale:0 BaseOnly:[] Touch:true Timestamp:false Integer:true FSP:0} " +
+		"{Name:big_at RecordType:5 Unsigned:false Min:0 Max:9223372036854775806 Precision:0 Scale:0 BaseOnly:[] Touch:true Timestamp:false Integer:true FSP:0} " +
+		"{Name:ubig_at RecordType:6 Unsigned:true Min:0 Max:9223372036854775806 Precision:0 Scale:0 BaseOnly:[] Touch:true Timestamp:false Integer:true FSP:0} " +
+		"{Name:tiny_at RecordType:7 Unsigned:false Min:-128 Max:127 Precision:0 Scale:0 BaseOnly:[] Touch:true Timestamp:false Integer:true FSP:0}]"
 	if got != want {
 		t.Errorf("counters:\n%s\nwant\n%s", got, want)
 	}
@@ -1104,5 +1105,32 @@ func TestLoadKeyed(t *testing.T) {
 	_, err = catalog.Load(t.Context(), conn, set, "slotted_counters")
 	if want := "rules/blobs.yaml:2: key: schema " + s + " has no keyed slot table slotted_counters_keyed (for tables whose key is not one integer column); run slotproxy migrate to create it"; err == nil || err.Error() != want {
 		t.Errorf("Load without the keyed slot table = %v\nwant %s", err, want)
+	}
+}
+
+// TestLoadDecimal: a DECIMAL counter of at most 18 digits gets its
+// precision and scale, and its range in units of its last digit; one that
+// a CHECK constraint reads runs on the base row (BaseOnly).
+func TestLoadDecimal(t *testing.T) {
+	s := newSchema(t, "CREATE TABLE stock (id BIGINT PRIMARY KEY, qty DECIMAL(12,4) NULL, whole DECIMAL(5,0) UNSIGNED NOT NULL DEFAULT 0, "+
+		"cents DECIMAL(18,2) NOT NULL DEFAULT 0, CONSTRAINT cents_cap CHECK (cents < 1000))")
+	conn := connect(t)
+	set := ruleSet(t, s, "rules/stock.yaml", "table: SCHEMA.stock\nkey: id\ncounters: [qty, whole, cents]\n")
+	migrate(t, conn, set)
+	cat, err := catalog.Load(t.Context(), conn, set, "slotted_counters")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range cat.Tables()[0].Counters {
+		got = append(got, fmt.Sprintf("%s %d,%d [%s, %s] %v", c.Name, c.Precision, c.Scale, c.Min, c.Max, c.BaseOnly))
+	}
+	want := []string{
+		"qty 12,4 [-999999999999, 999999999999] []",
+		"whole 5,0 [0, 99999] []",
+		"cents 18,2 [-999999999999999999, 999999999999999999] [CHECK constraint cents_cap may read cents, a DECIMAL counter (only integer counters' CHECK bounds are kept by slots)]",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("counters:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

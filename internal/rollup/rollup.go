@@ -618,7 +618,7 @@ func (ro *Roller) fold(conn Conn, slots string, tg target, id string, pt partiti
 	}
 	if len(counted) > 0 && !orphan {
 		col := quote(tg.counter.Name)
-		set := fmt.Sprintf("%s = %s + %d", col, col, sum)
+		set := fmt.Sprintf("%s = %s + %s", col, col, tg.counter.ValueSQL(strconv.FormatInt(sum, 10)))
 		if tg.counter.Touch {
 			// The later of the base row's time and the slots'.
 			set = col + " = " + tg.counter.TouchLatest(col, strconv.FormatInt(latest, 10))

@@ -88,3 +88,5 @@ UPDATE repos SET name = ? WHERE id = ?
 UPDATE repos SET name = 'hot' WHERE downloads > 1000
 -- case: an upsert of other columns
 INSERT INTO repos (id, name) VALUES (?, ?) ON DUPLICATE KEY UPDATE name = VALUES(name)
+-- case: an absolute write of a DECIMAL counter folds its units first
+UPDATE stock SET qty = 7.25 WHERE id = 1

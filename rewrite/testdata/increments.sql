@@ -100,3 +100,11 @@ UPDATE repos SET stars = stars - 1 WHERE id = 8 AND stars > 0 AND downloads > 5
 UPDATE repos SET stars = stars - ? WHERE id = ? AND stars > 0
 -- case: upsert of several rows
 INSERT INTO repos (id, downloads) VALUES (1, 1), (4, 1) ON DUPLICATE KEY UPDATE downloads = downloads + 1
+-- case: a DECIMAL counter decremented by a decimal literal (Magento's stock), in units of 0.0001
+UPDATE stock SET qty = qty - 1.5 WHERE id = 1
+-- case: a DECIMAL counter incremented by a placeholder
+UPDATE stock SET qty = qty + ? WHERE id = ?
+-- case: a DECIMAL counter read
+SELECT id, qty, qty * 2 FROM stock WHERE qty IS NOT NULL ORDER BY id
+-- case: a DECIMAL counter with a condition on it is a guarded write
+UPDATE stock SET qty = qty - 1 WHERE id = 1 AND qty >= 1
