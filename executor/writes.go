@@ -811,7 +811,16 @@ func failsAnyMode(v, lo, hi *big.Int) bool {
 // row having locked only base rows. Such an increment runs on the base
 // rows from the start. True when it cannot tell (one slot row, no reader).
 func (s *Session) sharesFit(t *rewrite.Table, inc *rewrite.Increment, ex *execution) (bool, error) {
-	if s.autocommitted() || s.env.SlotReader == nil {
+	if s.autocommitted() {
+		return true, nil
+	}
+	if inc.PerRecord && len(inc.Keys) != 1 {
+		// It may fail on a later record than the first (one whose other
+		// columns do not hold their values yet): several records, or
+		// those a UNIQUE key finds, run on the base rows from the start.
+		return false, nil
+	}
+	if s.env.SlotReader == nil {
 		return true, nil
 	}
 	keys, deltas, ok := incKeysDeltas(t, inc, ex, 1)

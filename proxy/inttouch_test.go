@@ -104,6 +104,11 @@ func TestBigintTouchGreatest(t *testing.T) {
 		text("UPDATE Channels SET LastPostAt = GREATEST(1718000000700, LastRootPostAt), TotalMsgCount = TotalMsgCount + 1 WHERE Id = 'kq8w9y3ujtbpmyq1r6f9x3ab7e'"),
 		text("UPDATE Channels SET LastRootPostAt = GREATEST(1718000000800, LastRootPostAt, 5), TotalMsgCount = TotalMsgCount + 1 WHERE Id = 'kq8w9y3ujtbpmyq1r6f9x3ab7e'"),
 		text("SELECT * FROM Channels ORDER BY Id"),
+		// Several records in a transaction, one NULL.
+		text("BEGIN"),
+		text("UPDATE Channels SET LastPostAt = GREATEST(1718000000950, LastPostAt), TotalMsgCount = TotalMsgCount + 1 WHERE Id IN ('zz', 'kq8w9y3ujtbpmyq1r6f9x3ab7e')"),
+		text("SELECT Id, LastPostAt, TotalMsgCount FROM Channels ORDER BY Id"),
+		text("COMMIT"),
 		// In a transaction, rolled back and committed; then a roll-up.
 		text("BEGIN"),
 		text(f("1718000000900", "1718000000900", "kq8w9y3ujtbpmyq1r6f9x3ab7e")),
@@ -175,6 +180,13 @@ func TestUnchangedAssignments(t *testing.T) {
 		text("UPDATE phpbb_topics SET topic_posts_approved = topic_posts_approved + 1, twice = 0 WHERE topic_id = 1234"),
 		// Only other columns: as written.
 		text("UPDATE phpbb_topics SET topic_bumped = 0 WHERE topic_id = 1234"),
+		// Several records in a transaction, one whose column does not
+		// hold the value yet: on the base rows from the start.
+		text("UPDATE phpbb_topics SET topic_bumped = 1 WHERE topic_id = 1235"),
+		text("BEGIN"),
+		text("UPDATE phpbb_topics SET topic_posts_approved = topic_posts_approved + 1, topic_bumped = 0 WHERE topic_id IN (1234, 1235)"),
+		text("SELECT topic_id, topic_posts_approved, topic_bumped FROM phpbb_topics ORDER BY topic_id"),
+		text("COMMIT"),
 		// In a transaction, rolled back; a roll-up.
 		text("BEGIN"),
 		text(fmt.Sprintf(reply, 1234)),

@@ -178,6 +178,11 @@ type Increment struct {
 	// WHERE clause: concurrent increments of the same shape can be sent as
 	// one whose delta is their sum (CoalesceKey, WithDelta).
 	Coalescable bool
+	// PerRecord: the slotted upsert checks each record's base row for
+	// more than its range (other columns that must already hold their
+	// values, a touch column GREATEST keeps NULL), so it may fail on one
+	// record after writing another's slot rows.
+	PerRecord bool
 	// Guard locks and folds the records, for running the client's
 	// statement on the base rows instead (a delta beyond the slot's share
 	// of the range, a key or delta the server converts, a table locked

@@ -566,6 +566,10 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 			break
 		}
 		for _, in := range incs {
+			if in.ctr.Decimal() && isDecimalLiteral(in.delta) && !wholeUnits(in.delta, in.ctr.Scale) {
+				why, keys = "the delta of "+in.ctr.Name+" is finer than the column, which rounds it", nil
+				break
+			}
 			if !in.ctr.Touch && !isIntLiteralOrParam(in.delta) && !(in.ctr.Decimal() && isDecimalLiteral(in.delta)) {
 				why, keys = "the delta of "+in.ctr.Name+" is not an integer literal or a placeholder", nil
 				if in.ctr.Decimal() {
@@ -633,6 +637,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 				}
 				return inc.Slot
 			})
+			inc.PerRecord = len(keep) > 0 || slices.Contains(greatest, true)
 			if len(keep) > 0 {
 				p.Reason = "the increments go to a slot while " + strings.Join(keepCols, ", ") + " already hold(s) the value(s) assigned; else it runs on the base row"
 			}
@@ -1588,6 +1593,20 @@ func isZero(e ast.ExprNode) bool {
 		return strings.Trim(v.GetMysqlDecimal().String(), "0.-") == ""
 	}
 	return ok && (v.Kind() == driver.KindInt64 || v.Kind() == driver.KindUint64) && v.GetInt64() == 0
+}
+
+// wholeUnits reports whether the decimal literal e (possibly negated) has
+// at most scale digits after its point that are not trailing zeros.
+func wholeUnits(e ast.ExprNode, scale int) bool {
+	if u, ok := e.(*ast.UnaryOperationExpr); ok && u.Op == opcode.Minus {
+		e = unparen(u.V)
+	}
+	v, ok := e.(*driver.ValueExpr)
+	if !ok || v.Kind() != driver.KindMysqlDecimal {
+		return false
+	}
+	_, frac, _ := strings.Cut(v.GetMysqlDecimal().String(), ".")
+	return len(strings.TrimRight(frac, "0")) <= scale
 }
 
 // isDecimalLiteral reports whether e is a decimal literal (1.5), possibly
