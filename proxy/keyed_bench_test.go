@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,9 +19,10 @@ import (
 	"github.com/slotproxy/slotproxy/proxy"
 )
 
-// keyedIdioms are hot-tx increments of records named by a key of several
-// columns or a string (class F of the survey), each with the read that
-// checks its total.
+// keyedIdioms are hot-tx increments of the survey's classes (records named
+// by a key of several columns or a string, class F; other columns, touch
+// columns, DECIMAL and SMALLINT counters), each with the read that checks
+// its total.
 var keyedIdioms = []struct {
 	name, increment, total string
 	// autocommit: the increment alone, no transaction (as the plugin
@@ -36,6 +38,19 @@ var keyedIdioms = []struct {
 	{"A/D+F string key (knex increment)",
 		"update `trending_topics` set `count` = `count` + 1 where `topic` = 'mysql'",
 		"SELECT `count` FROM trending_topics WHERE topic = 'mysql'", false},
+	{"A other columns held (phpBB reply)",
+		"UPDATE phpbb_topics SET topic_last_view_time = 1718000000, topic_bumped = 0, topic_bumper = 0, topic_posts_approved = topic_posts_approved + 1 WHERE topic_id = 1234",
+		"SELECT topic_posts_approved FROM phpbb_topics WHERE topic_id = 1234", false},
+	{"D+F GREATEST of BIGINT touch columns (Mattermost post)",
+		"UPDATE Channels SET LastPostAt = GREATEST(1718000000123, LastPostAt), LastRootPostAt = GREATEST(1718000000123, LastRootPostAt), " +
+			"TotalMsgCount = TotalMsgCount + 1, TotalMsgCountRoot = TotalMsgCountRoot + 1 WHERE Id = 'kq8w9y3ujtbpmyq1r6f9x3ab7e'",
+		"SELECT TotalMsgCount FROM Channels WHERE Id = 'kq8w9y3ujtbpmyq1r6f9x3ab7e'", false},
+	{"G DECIMAL counter (Magento stock)",
+		"UPDATE cataloginventory_stock_item SET qty = qty - 1 WHERE item_id = 1",
+		"SELECT CAST(99999999 - qty AS SIGNED) FROM cataloginventory_stock_item WHERE item_id = 1", false},
+	{"B+F SMALLINT counter, composite key (coupon usage)",
+		"UPDATE salesrule_coupon_usage SET times_used = times_used + 1 WHERE coupon_id = 5 AND customer_id = 1001",
+		"SELECT times_used FROM salesrule_coupon_usage WHERE coupon_id = 5 AND customer_id = 1001", false},
 	{"B+D upsert of three rows in autocommit (post views flush)",
 		"INSERT INTO wp_post_views (id, type, period, count) VALUES (123, 0, '20250115', 1), (123, 1, '202503', 1), (123, 4, 'total', 1) " +
 			"ON DUPLICATE KEY UPDATE count = count + VALUES(count)",
@@ -61,11 +76,23 @@ func BenchmarkKeyedHotTx(b *testing.B) {
 		secs = d
 	}
 	const plain, ruled, clients, rounds = "kbench_plain", "kbench_ruled", 32, 3
-	cat := loadedSetup(b, plain, ruled, append(keyedDDL,
+	cat := loadedSetup(b, plain, ruled, append(slices.Clone(keyedDDL),
+		"CREATE TABLE phpbb_topics (topic_id INT UNSIGNED NOT NULL AUTO_INCREMENT, topic_last_view_time INT UNSIGNED NOT NULL DEFAULT 0, "+
+			"topic_posts_approved INT UNSIGNED NOT NULL DEFAULT 0, topic_bumped TINYINT UNSIGNED NOT NULL DEFAULT 0, topic_bumper INT UNSIGNED NOT NULL DEFAULT 0, "+
+			"PRIMARY KEY (topic_id)) ENGINE=InnoDB",
+		"INSERT INTO phpbb_topics (topic_id) VALUES (1234)",
+		"CREATE TABLE Channels (Id VARCHAR(26) NOT NULL, LastPostAt BIGINT, TotalMsgCount BIGINT, LastRootPostAt BIGINT DEFAULT 0, "+
+			"TotalMsgCountRoot BIGINT, PRIMARY KEY (Id)) ENGINE=InnoDB",
+		"INSERT INTO Channels VALUES ('kq8w9y3ujtbpmyq1r6f9x3ab7e', 1718000000000, 0, 0, 0)",
+		"CREATE TABLE cataloginventory_stock_item (item_id INT UNSIGNED NOT NULL AUTO_INCREMENT, qty DECIMAL(12,4) DEFAULT NULL, PRIMARY KEY (item_id)) ENGINE=InnoDB",
+		"INSERT INTO cataloginventory_stock_item VALUES (1, 99999999.0000)",
 		"INSERT INTO wp_post_views VALUES (123, 4, 'total', 0), (123, 0, '20250115', 0), (123, 1, '202503', 0)",
 		"INSERT INTO ChannelMembers (ChannelId, UserId, MsgCount, MentionCount, MentionCountRoot, LastUpdateAt) "+
 			"SELECT 'other', CONCAT('u', seq), 0, 0, 0, seq FROM "+testdb.Seq(1000)),
-		strings.ReplaceAll(strings.ReplaceAll(keyedRules, "slots: 4", "slots: 16"), "%s", ruled))
+		strings.ReplaceAll(strings.ReplaceAll(keyedRules+
+			"---\ntable: %s.phpbb_topics\nkey: topic_id\ncounters: [topic_posts_approved]\ntouch: [topic_last_view_time]\nslots: 4\n"+
+			"---\ntable: %s.Channels\nkey: Id\ncounters: [TotalMsgCount, TotalMsgCountRoot]\ntouch: [LastPostAt, LastRootPostAt]\nslots: 4\n"+
+			"---\ntable: %s.cataloginventory_stock_item\nkey: item_id\ncounters: [qty]\nslots: 4\n", "slots: 4", "slots: 16"), "%s", ruled))
 	p := startProxy(b, func(c *proxy.Config) { c.Rewriter = newRewriter(cat) })
 	targets := []struct {
 		name string

@@ -322,10 +322,15 @@ func arg(v *big.Int) any {
 }
 
 func (g *gen) incExpr(c *Column, n *big.Int) string {
-	if g.r.IntN(3) == 0 {
-		return fmt.Sprintf("%s = %s - %s", c.Name, c.Name, n)
+	d := n.String()
+	if c.Type.Decimal() && g.r.IntN(3) == 0 {
+		// A fraction: cents, or finer than the column (which rounds it).
+		d += pick(g.r, []string{".5", ".25", ".01", ".005"})
 	}
-	return fmt.Sprintf("%s = %s + %s", c.Name, c.Name, n)
+	if g.r.IntN(3) == 0 {
+		return fmt.Sprintf("%s = %s - %s", c.Name, c.Name, d)
+	}
+	return fmt.Sprintf("%s = %s + %s", c.Name, c.Name, d)
 }
 
 // keyList is a list of two or three keys of t, as its statements name

@@ -23,11 +23,16 @@ import (
 	"strings"
 )
 
-// intType is an integer column type.
+// intType is an integer column type, or DECIMAL(10,2) (a counter whose
+// slots count cents; its generated values and deltas are whole numbers,
+// with a fraction in some increments).
 type intType struct {
-	Name     string // TINYINT, SMALLINT, MEDIUMINT, INT or BIGINT
+	Name     string // TINYINT, SMALLINT, MEDIUMINT, INT, BIGINT or DECIMAL
 	Unsigned bool
 }
+
+// Decimal reports whether the type is DECIMAL(10,2).
+func (t intType) Decimal() bool { return t.Name == "DECIMAL" }
 
 var intTypeBits = map[string]uint{"TINYINT": 8, "SMALLINT": 16, "MEDIUMINT": 24, "INT": 32, "BIGINT": 64}
 
@@ -35,14 +40,21 @@ var intTypeNames = []string{"TINYINT", "SMALLINT", "MEDIUMINT", "INT", "BIGINT"}
 
 // SQL is the type as written in CREATE TABLE.
 func (t intType) SQL() string {
+	if t.Decimal() {
+		return "DECIMAL(10,2)"
+	}
 	if t.Unsigned {
 		return t.Name + " UNSIGNED"
 	}
 	return t.Name
 }
 
-// Range is the type's smallest and largest value.
+// Range is the type's smallest and largest value (of DECIMAL(10,2), the
+// whole numbers it takes).
 func (t intType) Range() (lo, hi *big.Int) {
+	if t.Decimal() {
+		return big.NewInt(-99999999), big.NewInt(99999999)
+	}
 	bits := intTypeBits[t.Name]
 	one := big.NewInt(1)
 	if t.Unsigned {
@@ -167,6 +179,9 @@ func genTable(r *rand.Rand, name string) *Table {
 			Name: fmt.Sprintf("c%d", i+1),
 			Type: intType{Name: pick(r, intTypeNames), Unsigned: r.IntN(2) == 0},
 			Null: nullKind(pickWeighted(r, []int{6, 2, 2})),
+		}
+		if r.IntN(6) == 0 {
+			c.Type = intType{Name: "DECIMAL"}
 		}
 		if r.IntN(5) == 0 {
 			lo, hi := c.Type.Range()
