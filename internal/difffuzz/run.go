@@ -819,6 +819,10 @@ func (r *run) documentedLock(t *twin, step Step, p, d obs) string {
 		txn := o.txn
 		if len(txn) == 0 {
 			txn = o.lastTxn
+		} else if o != t && o.step >= 0 {
+			// Its step in flight too: a REPLACE whose guard locked the
+			// gap and whose insert then waited, say.
+			txn = append(slices.Clip(txn), r.seq.Steps[o.step])
 		}
 		if len(txn) == 0 {
 			continue
