@@ -814,7 +814,7 @@ func (s *Session) sharesFit(t *rewrite.Table, inc *rewrite.Increment, ex *execut
 	if s.autocommitted() {
 		return true, nil
 	}
-	if inc.PerRecord && len(inc.Keys) != 1 {
+	if inc.PerRecord {
 		// It may fail on a later record than the first (one whose other
 		// columns do not hold their values yet): several records, or
 		// those a UNIQUE key finds, run on the base rows from the start.

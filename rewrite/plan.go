@@ -180,8 +180,9 @@ type Increment struct {
 	Coalescable bool
 	// PerRecord: the slotted upsert checks each record's base row for
 	// more than its range (other columns that must already hold their
-	// values, a touch column GREATEST keeps NULL), so it may fail on one
-	// record after writing another's slot rows.
+	// values, a touch column GREATEST keeps NULL), and it may name
+	// several records: it may fail on one record after writing another's
+	// slot rows.
 	PerRecord bool
 	// Guard locks and folds the records, for running the client's
 	// statement on the base rows instead (a delta beyond the slot's share

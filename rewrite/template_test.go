@@ -115,3 +115,30 @@ func TestCoalesceKey(t *testing.T) {
 		}
 	}
 }
+
+// TestPerRecord: an increment whose slotted upsert checks each record's
+// base row for more than its range is PerRecord (run on the base rows in a
+// client's transaction) only when it may name several records: one record
+// by its key, integer or keyed, is slotted in transactions too.
+func TestPerRecord(t *testing.T) {
+	rw := testRewriter(dialect.Parse("10.11.14-MariaDB"))
+	for sql, want := range map[string]bool{
+		"UPDATE repos SET downloads = downloads + 1, owner_id = 0 WHERE id = 7":                                  false,
+		"UPDATE repos SET downloads = downloads + 1, owner_id = 0 WHERE id IN (7, 8)":                            true,
+		"UPDATE members SET msgs = msgs + 1, last_at = GREATEST(5, last_at) WHERE channel = 'a' AND user_id = 1": false,
+		"UPDATE members SET msgs = msgs + 1, last_at = 5 WHERE channel = 'a' AND user_id = 1":                    false,
+		"UPDATE repos SET downloads = downloads + 1 WHERE id IN (7, 8)":                                          false,
+	} {
+		plans, err := rw.rewrite(sql, Session{DB: "app"}, nil)
+		if err != nil || len(plans) != 1 {
+			t.Fatalf("%s: %v %v", sql, plans, err)
+		}
+		inc, ok := plans[0].Op.(*Increment)
+		if !ok {
+			t.Fatalf("%s: planned as %s (%s)", sql, plans[0].Kind(), plans[0].Reason)
+		}
+		if inc.PerRecord != want {
+			t.Errorf("%s: PerRecord %v, want %v", sql, inc.PerRecord, want)
+		}
+	}
+}

@@ -637,7 +637,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 				}
 				return inc.Slot
 			})
-			inc.PerRecord = len(keep) > 0 || slices.Contains(greatest, true)
+			inc.PerRecord = (len(keep) > 0 || slices.Contains(greatest, true)) && !(len(inc.Keys) == 1 || len(inc.Keys) == 0 && oneRecord)
 			if len(keep) > 0 {
 				p.Reason = "the increments go to a slot while " + strings.Join(keepCols, ", ") + " already hold(s) the value(s) assigned; else it runs on the base row"
 			}
