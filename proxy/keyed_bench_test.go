@@ -65,6 +65,7 @@ var keyedIdioms = []struct {
 // alternating the two, 3 rounds. It reports the proxy's tx/s over
 // direct's for each round and checks that every committed increment is
 // counted. b.N is not used: run it with -benchtime 1x.
+// SLOTPROXY_BENCH_SLOTS sets the rules' slot count (default 16).
 // SLOTPROXY_BENCH_IDIOM=TEXT runs the idioms whose names contain TEXT.
 func BenchmarkKeyedHotTx(b *testing.B) {
 	secs := 5 * time.Second
@@ -76,6 +77,10 @@ func BenchmarkKeyedHotTx(b *testing.B) {
 		secs = d
 	}
 	const plain, ruled, clients, rounds = "kbench_plain", "kbench_ruled", 32, 3
+	slots := "16"
+	if v := os.Getenv("SLOTPROXY_BENCH_SLOTS"); v != "" {
+		slots = v // the rules' slot count (default 16; a rule's default is 100)
+	}
 	cat := loadedSetup(b, plain, ruled, append(slices.Clone(keyedDDL),
 		"CREATE TABLE phpbb_topics (topic_id INT UNSIGNED NOT NULL AUTO_INCREMENT, topic_last_view_time INT UNSIGNED NOT NULL DEFAULT 0, "+
 			"topic_posts_approved INT UNSIGNED NOT NULL DEFAULT 0, topic_bumped TINYINT UNSIGNED NOT NULL DEFAULT 0, topic_bumper INT UNSIGNED NOT NULL DEFAULT 0, "+
@@ -92,7 +97,7 @@ func BenchmarkKeyedHotTx(b *testing.B) {
 		strings.ReplaceAll(strings.ReplaceAll(keyedRules+
 			"---\ntable: %s.phpbb_topics\nkey: topic_id\ncounters: [topic_posts_approved]\ntouch: [topic_last_view_time]\nslots: 4\n"+
 			"---\ntable: %s.Channels\nkey: Id\ncounters: [TotalMsgCount, TotalMsgCountRoot]\ntouch: [LastPostAt, LastRootPostAt]\nslots: 4\n"+
-			"---\ntable: %s.cataloginventory_stock_item\nkey: item_id\ncounters: [qty]\nslots: 4\n", "slots: 4", "slots: 16"), "%s", ruled))
+			"---\ntable: %s.cataloginventory_stock_item\nkey: item_id\ncounters: [qty]\nslots: 4\n", "slots: 4", "slots: "+slots), "%s", ruled))
 	p := startProxy(b, func(c *proxy.Config) { c.Rewriter = newRewriter(cat) })
 	targets := []struct {
 		name string
@@ -164,7 +169,7 @@ func BenchmarkKeyedHotTx(b *testing.B) {
 			ratios = append(ratios, fmt.Sprintf("%.0f/%.0f = %.2f×", rates["slotproxy"], rates["direct"], rates["slotproxy"]/rates["direct"]))
 		}
 		// Printed, not logged: a benchmark's log shows only with -v.
-		fmt.Printf("keyed hot-tx, %s, %d clients: slotproxy/direct tx/s (statements/s in autocommit) by round: %s\n", idiom.name, clients, strings.Join(ratios, ", "))
+		fmt.Printf("keyed hot-tx, %s, %d clients, %s slots: slotproxy/direct tx/s (statements/s in autocommit) by round: %s\n", idiom.name, clients, slots, strings.Join(ratios, ", "))
 	}
 	st := p.srv.Stats()
 	b.ReportMetric(float64(st.RewrittenWrites), "slotted")
