@@ -13,9 +13,10 @@ func TestDecimalCounters(t *testing.T) {
 	cat := loadedSetup(t, plain, ruled, []string{
 		"CREATE TABLE cataloginventory_stock_item (item_id INT UNSIGNED NOT NULL AUTO_INCREMENT, product_id INT UNSIGNED NOT NULL DEFAULT 0, " +
 			"qty DECIMAL(12,4) DEFAULT NULL, price DECIMAL(10,2) NOT NULL DEFAULT 0, whole DECIMAL(5,0) UNSIGNED NOT NULL DEFAULT 0, " +
+			"udec DECIMAL(8,2) UNSIGNED NOT NULL DEFAULT 0, " +
 			"PRIMARY KEY (item_id)) ENGINE=InnoDB",
 		"INSERT INTO cataloginventory_stock_item (item_id, product_id, qty, price, whole) VALUES (1, 10, 100.0000, 5.00, 3), (2, 11, NULL, 0, 0), (3, 12, 99999999.9000, 0, 99990)",
-	}, "table: "+ruled+".cataloginventory_stock_item\nkey: item_id\ncounters: [qty, price, whole]\nslots: 4\n")
+	}, "table: "+ruled+".cataloginventory_stock_item\nkey: item_id\ncounters: [qty, price, whole, udec]\nslots: 4\n")
 	corpus := []step{
 		// Slotted: whole units, fractions, both counters at once.
 		text("UPDATE cataloginventory_stock_item SET qty = qty - 1 WHERE item_id = 1"),
@@ -57,6 +58,16 @@ func TestDecimalCounters(t *testing.T) {
 		text("SELECT * FROM cataloginventory_stock_item ORDER BY item_id"),
 		// A condition on the counter: on the base row.
 		text("UPDATE cataloginventory_stock_item SET qty = qty - 1 WHERE item_id = 1 AND qty > 0"),
+		// A write that folds in a REPEATABLE READ transaction that has
+		// read (its rows made the transaction's own by two flips of the
+		// counters, an UNSIGNED DECIMAL among them).
+		text("UPDATE cataloginventory_stock_item SET udec = udec + 1.25, qty = qty + 1 WHERE item_id = 1"),
+		text("BEGIN"),
+		text("SELECT udec, qty FROM cataloginventory_stock_item WHERE item_id = 1"),
+		text("UPDATE cataloginventory_stock_item SET udec = udec + 2.5 WHERE item_id = 1"),
+		text("UPDATE cataloginventory_stock_item SET udec = 7.75, product_id = product_id + 1 WHERE product_id > 0"),
+		text("SELECT * FROM cataloginventory_stock_item ORDER BY item_id"),
+		text("COMMIT"),
 		// Transactions, a roll-up, a DELETE that reads the counter.
 		text("BEGIN"),
 		text("UPDATE cataloginventory_stock_item SET qty = qty - 3.5 WHERE item_id = 1"),

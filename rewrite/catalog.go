@@ -99,7 +99,7 @@ type Counter struct {
 	// that every sum of slots is exact and fits the slot's BIGINT; a
 	// delta that is not a whole number of units (1.23456 there, which the
 	// column would round) runs on the base row. Reads and folds turn
-	// units back into the column's value (valueSQL).
+	// units back into the column's value (ValueSQL).
 	Precision, Scale int
 	// BaseOnly says why the counter's increments run on the base row (its
 	// slots folded first) and are never slotted: a CHECK constraint that

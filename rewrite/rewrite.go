@@ -127,7 +127,8 @@ func (t *Table) refreshFlips(keys []string) []string {
 			continue
 		}
 		col := "`_t`." + quoteIdent(c.Name)
-		set = append(set, fmt.Sprintf("%s = %s - %s", col, new(big.Int).Add(a, b).String(), col))
+		// (Of a DECIMAL counter, Min and Max are in its units.)
+		set = append(set, fmt.Sprintf("%s = %s - %s", col, c.ValueSQL(new(big.Int).Add(a, b).String()), col))
 	}
 	if len(set) == 0 {
 		return nil
