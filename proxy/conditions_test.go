@@ -38,6 +38,15 @@ func TestNullTestsAndClamps(t *testing.T) {
 		prep("UPDATE user SET user_touched = GREATEST(user_touched + ?, 0) WHERE user_id = ?", 1, 3),
 		text("UPDATE user SET user_editcount = user_editcount + 1 WHERE user_id = 1 AND user_editcount > 5"),
 		text("SELECT * FROM user ORDER BY user_id"),
+		// Issue 22's other conditions and clamps, which only the total
+		// can decide: a clamped decrement, a cap, a floor.
+		text("UPDATE user SET user_touched = GREATEST(user_touched, 1) - 1 WHERE user_id = 3"),
+		text("UPDATE user SET user_touched = GREATEST(user_touched, 1) - 1 WHERE user_id = 2"),
+		text("UPDATE user SET balance = balance + 1 WHERE user_id = 3 AND balance < 100"),
+		text("UPDATE user SET balance = balance + 200 WHERE user_id = 3"),
+		text("UPDATE user SET balance = balance + 1 WHERE user_id = 3 AND balance < 100"),
+		text("UPDATE user SET balance = balance - 1 WHERE user_id = 1 AND balance > 0"),
+		text("SELECT * FROM user ORDER BY user_id"),
 		// Quoted deltas (PHP quotes its parameters): slotted when the
 		// string is exactly one integer; a zero one changes nothing.
 		text("UPDATE user SET balance = balance + '101' WHERE user_id = 3"),
