@@ -6,6 +6,7 @@ import (
 	"math/big"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/go-mysql-org/go-mysql/client"
@@ -396,4 +397,75 @@ func TestNarrowCountersConcurrent(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertNoSlots(t, ruled)
+}
+
+// TestCheckBoundedCondition: issue 22's condition on a counter (phpBB's
+// `AND user_login_attempts < 100`) is slotted when a CHECK constraint
+// declares the bound (CHECK (user_login_attempts <= 100)): every slotted
+// increment keeps the total within it, so the condition holds whenever the
+// slotted increment succeeds, and near the bound the statement runs on the
+// base row, where the server decides it on the total. 8 clients, 160
+// attempts at once through the proxy: exactly 100 change the row, as the
+// condition allows, and none fails.
+func TestCheckBoundedCondition(t *testing.T) {
+	const plain, ruled = "checkbound_plain", "checkbound_ruled"
+	cat := loadedSetup(t, plain, ruled, []string{
+		"CREATE TABLE phpbb_users (user_id INT UNSIGNED NOT NULL PRIMARY KEY, user_login_attempts TINYINT UNSIGNED NOT NULL DEFAULT 0, " +
+			"CONSTRAINT attempts_cap CHECK (user_login_attempts <= 100))",
+		"INSERT INTO phpbb_users VALUES (2, 0)",
+	}, "table: "+ruled+".phpbb_users\nkey: user_id\ncounters: [user_login_attempts]\nslots: 8\n")
+	rw := newRewriter(cat)
+	const q = "UPDATE phpbb_users SET user_login_attempts = user_login_attempts + 1 WHERE user_id = 2 AND user_login_attempts < 100"
+	plans, err := rw.Rewrite(q, rewrite.Session{DB: ruled})
+	if err != nil || len(plans) != 1 || plans[0].Kind() != rewrite.KindIncrement {
+		t.Fatalf("%s: planned %v %v, want a slotted increment", q, plans, err)
+	}
+	p := startProxyFull(t, func(c *proxy.Config) { c.Rewriter = rw }, nil)
+	const clients, each = 8, 20
+	var changed, unchanged atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := client.Connect(p.addr, testdb.User, testdb.Password, ruled)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			for range each {
+				r, err := c.Execute(q)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if r.AffectedRows == 1 {
+					changed.Add(1)
+				} else {
+					unchanged.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	c, err := client.Connect(p.addr, testdb.User, testdb.Password, ruled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r, err := c.Execute("SELECT user_login_attempts FROM phpbb_users WHERE user_id = 2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, _ := r.GetInt(0, 0)
+	t.Logf("%d changed the row, %d did not; total %d; %d planned as slotted increments", changed.Load(), unchanged.Load(), v, p.srv.Stats().RewrittenWrites)
+	if v != 100 || changed.Load() != 100 || unchanged.Load() != clients*each-100 {
+		t.Errorf("total %d after %d changes and %d without; want 100, 100 and %d", v, changed.Load(), unchanged.Load(), clients*each-100)
+	}
 }

@@ -539,7 +539,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 	case s.Where == nil:
 		why = "no WHERE clause naming the record by its key"
 	case !w.nullTestsOnly(s.Where, ref) && !implied.ok:
-		why = "the WHERE clause reads a counter (other than c IS NULL, c IS NOT NULL, or a bound that every slotted increment keeps)"
+		why = "the WHERE clause reads a counter (other than c IS NULL, c IS NOT NULL, or a bound that every slotted increment keeps: the column's range, or a CHECK constraint that declares the bound)"
 	default:
 		byUnique := false
 		if keys = keyConjunct(s.Where, t, ref); keys == nil {
