@@ -56,6 +56,13 @@ func TestNullTestsAndClamps(t *testing.T) {
 		text("UPDATE user SET balance = balance + ' 1' WHERE user_id = 3"),
 		text("SHOW WARNINGS"),
 		text("SELECT balance, user_touched FROM user WHERE user_id = 3"),
+		// Deltas that are expressions of integer literals: slotted; zero
+		// changes nothing; beyond BIGINT, the server's error.
+		text("UPDATE user SET balance = balance + (2 * 3) WHERE user_id = 3"),
+		text("UPDATE user SET balance = balance - (4 - 4) WHERE user_id = 3"),
+		text("UPDATE user SET user_touched = user_touched + 3 * -2 + 10 WHERE user_id = 3"),
+		text("UPDATE user SET balance = balance + 4611686018427387904 * 4 WHERE user_id = 3"),
+		text("SELECT balance, user_touched FROM user WHERE user_id = 3"),
 		// In a transaction, then rolled up.
 		text("BEGIN"),
 		text("UPDATE user SET user_editcount=user_editcount+1 WHERE user_id = 3 AND (user_editcount IS NOT NULL)"),

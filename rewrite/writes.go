@@ -501,6 +501,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 		other, otherCol = true, keepCols[0]
 	}
 	var implied impliedConds
+	constExpr := false // a delta is an expression of integer literals
 	if s.Where != nil && !absolute && !other && counters > 0 {
 		implied = w.impliedComparisons(s.Where, ref, func(c *Counter) (string, bool) {
 			for _, in := range incs {
@@ -570,7 +571,13 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 				why, keys = "the delta of "+in.ctr.Name+" is finer than the column, which rounds it", nil
 				break
 			}
-			if !in.ctr.Touch && !isIntLiteralOrParam(in.delta) && !(in.ctr.Decimal() && isDecimalLiteral(in.delta)) {
+			_, isConst := constDelta(in.delta)
+			if constExpression(in.delta) && !in.ctr.Touch {
+				// Planned from each statement's values (a template's
+				// literals are stand-ins): see constDelta.
+				constExpr = true
+			}
+			if !in.ctr.Touch && !isIntLiteralOrParam(in.delta) && !(in.ctr.Decimal() && isDecimalLiteral(in.delta)) && !isConst {
 				why, keys = "the delta of "+in.ctr.Name+" is not an integer literal or a placeholder", nil
 				if in.ctr.Decimal() {
 					why = "the delta of " + in.ctr.Name + " is not a number literal or a placeholder"
@@ -609,10 +616,14 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 			if in.minus {
 				values[i] = "-(" + values[i] + ")"
 			}
-			inc.Zero = inc.Zero && isZero(in.delta)
+			lit, zero := intLiteral(in.delta), isZero(in.delta)
+			if v, ok := constDelta(in.delta); ok && lit == "" {
+				lit, zero = v, v == "0"
+			}
+			inc.Zero = inc.Zero && zero
 			inc.DeltaParams = append(inc.DeltaParams, w.paramIndex(in.delta))
-			inc.DeltaZero = append(inc.DeltaZero, isZero(in.delta))
-			inc.Deltas = append(inc.Deltas, Delta{Column: in.ctr.Name, Literal: intLiteral(in.delta), Param: w.paramIndex(in.delta), Minus: in.minus})
+			inc.DeltaZero = append(inc.DeltaZero, zero)
+			inc.Deltas = append(inc.Deltas, Delta{Column: in.ctr.Name, Literal: lit, Param: w.paramIndex(in.delta), Minus: in.minus})
 		}
 		for _, k := range keys {
 			kv := KeyValue{Param: w.paramIndex(k)}
@@ -624,7 +635,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 		ws := s.Where.OriginTextPosition()
 		we := exprEnd(w.sql, w.sess, ws)
 		if where, ok := implied.without(w.sql, ws, we); ok && we > ws {
-			p := Plan{Op: inc, Table: t, valueDependent: implied.compares}
+			p := Plan{Op: inc, Table: t, valueDependent: implied.compares || constExpr}
 			if len(implied.spans) > 0 {
 				p.Reason = "the WHERE clause's bound on a counter holds whenever the slotted increment keeps the counter within its range; it is checked that way"
 			}
@@ -705,7 +716,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 			SingleTable: !g.Wide,
 		},
 		Table:          t,
-		valueDependent: implied.compares,
+		valueDependent: implied.compares || constExpr,
 	}
 	if why != "" {
 		p.Reason = "increment not slotted (" + why + "): the records' slots are folded and it runs on the base row"
@@ -1593,6 +1604,78 @@ func isZero(e ast.ExprNode) bool {
 		return strings.Trim(v.GetMysqlDecimal().String(), "0.-") == ""
 	}
 	return ok && (v.Kind() == driver.KindInt64 || v.Kind() == driver.KindUint64) && v.GetInt64() == 0
+}
+
+// constDelta returns the value of e when it is an expression of integer
+// literals by +, - and * (c + (2 * 3)), as a decimal literal: every literal
+// and every intermediate value within ±2^53, so that the server's BIGINT
+// arithmetic computes exactly this and overflows nowhere. The slotted
+// increment sends the expression as written; the plan uses its value
+// (zero or not, the sum of coalesced increments), so it is planned from
+// each statement's own values, never from a template.
+func constDelta(e ast.ExprNode) (string, bool) {
+	limit := big.NewInt(1 << 53)
+	var eval func(ast.ExprNode) (*big.Int, bool)
+	eval = func(e ast.ExprNode) (*big.Int, bool) {
+		var v *big.Int
+		switch x := unparen(e).(type) {
+		case *driver.ValueExpr:
+			if x.Kind() != driver.KindInt64 {
+				return nil, false
+			}
+			v = big.NewInt(x.GetInt64())
+		case *ast.UnaryOperationExpr:
+			if x.Op != opcode.Minus {
+				return nil, false
+			}
+			a, ok := eval(x.V)
+			if !ok {
+				return nil, false
+			}
+			v = a.Neg(a)
+		case *ast.BinaryOperationExpr:
+			a, ok1 := eval(x.L)
+			b, ok2 := eval(x.R)
+			if !ok1 || !ok2 {
+				return nil, false
+			}
+			switch x.Op {
+			case opcode.Plus:
+				v = a.Add(a, b)
+			case opcode.Minus:
+				v = a.Sub(a, b)
+			case opcode.Mul:
+				v = a.Mul(a, b)
+			default:
+				return nil, false
+			}
+		default:
+			return nil, false
+		}
+		return v, v.CmpAbs(limit) <= 0
+	}
+	if _, ok := unparen(e).(*ast.BinaryOperationExpr); !ok {
+		return "", false // a literal alone is intLiteral's
+	}
+	v, ok := eval(e)
+	if !ok {
+		return "", false
+	}
+	return v.String(), true
+}
+
+// constExpression reports whether e is an expression of integer literals
+// by +, - and * (unary minus too), whatever their values (see constDelta).
+func constExpression(e ast.ExprNode) bool {
+	switch x := unparen(e).(type) {
+	case *ast.UnaryOperationExpr:
+		return x.Op == opcode.Minus && constExpression(x.V)
+	case *ast.BinaryOperationExpr:
+		return (x.Op == opcode.Plus || x.Op == opcode.Minus || x.Op == opcode.Mul) && constExpression(x.L) && constExpression(x.R)
+	case *driver.ValueExpr:
+		return x.Kind() == driver.KindInt64 || x.Kind() == driver.KindUint64
+	}
+	return false
 }
 
 // wholeUnits reports whether the decimal literal e (possibly negated) has

@@ -108,3 +108,9 @@ UPDATE stock SET qty = qty + ? WHERE id = ?
 SELECT id, qty, qty * 2 FROM stock WHERE qty IS NOT NULL ORDER BY id
 -- case: a DECIMAL counter with a condition on it is a guarded write
 UPDATE stock SET qty = qty - 1 WHERE id = 1 AND qty >= 1
+-- case: a delta that is an expression of integer literals (planned from its values)
+UPDATE repos SET downloads = downloads + ((2 * 3) - 1) WHERE id = 3
+-- case: a chain of additions to the counter (c + 6) - 1 is a guarded write
+UPDATE repos SET downloads = downloads + (2 * 3) - 1 WHERE id = 3
+-- case: a delta expression beyond 2^53 is a guarded write
+UPDATE repos SET downloads = downloads + 4611686018427387904 * 4 WHERE id = 3
