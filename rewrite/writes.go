@@ -852,7 +852,11 @@ func (w *reads) wideGuarded(ts []*Table, start, end int) Plan {
 // folding more records than needed keeps totals), no ORDER BY or LIMIT.
 func (r *Rewriter) guardWhere(t *Table, ref *tableRef, refs *ast.TableRefsClause, where ast.ExprNode, w *reads) *Guard {
 	g := w.guardFor(t, ref, where, "FOR UPDATE")
-	if where != nil {
+	if where != nil && t.Keyed() {
+		// By key, as for an increment (see guardRecordKeys): a locking
+		// read of the WHERE clause may scan a table of a few rows.
+		g.Keys = w.guardRecordKeys(where, t, ref)
+	} else if where != nil {
 		for _, k := range keyConjunct(where, t, ref) {
 			kv := KeyValue{Param: w.paramIndex(k)}
 			if kv.Param < 0 {

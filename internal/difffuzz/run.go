@@ -145,8 +145,8 @@ type twin struct {
 	othersWrote map[string]bool
 	staleRow    bool
 	// foldedFresh: the transaction then ran a guarded write that scans
-	// (its WHERE is more than the key) of one of those tables (see
-	// foldedOthers).
+	// (its WHERE is more than the key), or a locking read, of one of those
+	// tables (see foldedOthers).
 	foldedFresh bool
 }
 
@@ -154,7 +154,7 @@ type twin struct {
 // limits.md documents as "Rows a guarded write scanned": a REPEATABLE READ
 // transaction read (its snapshot), another connection then wrote a table,
 // and the transaction ran an UPDATE or DELETE of that table whose WHERE
-// clause is more than its key. Its guard folded the records it scanned,
+// clause is more than its key, or a locking read of it. Its guard folded the records it scanned,
 // which made their rows the transaction's own versions, with what the
 // other connection committed, where directly the rows the statement did
 // not change stay as its snapshot had them.
@@ -275,7 +275,7 @@ func (t *twin) follow(st Step, o obs) {
 			if incrementStep(st) {
 				t.staleRow = t.staleRow || mentions(st.SQL, tb)
 			}
-			if scanningWrite(st) {
+			if scanningWrite(st) || lockingRead(st) {
 				t.foldedFresh = t.foldedFresh || mentions(st.SQL, tb)
 			}
 		}
@@ -326,6 +326,12 @@ func (st Step) inserts() bool {
 func (st Step) readsInShareMode() bool {
 	upper := strings.ToUpper(st.SQL)
 	return strings.HasPrefix(strings.TrimSpace(upper), "SELECT") && (strings.Contains(upper, "LOCK IN SHARE MODE") || strings.Contains(upper, "FOR SHARE"))
+}
+
+// lockingRead reports whether st is a locking read (FOR UPDATE, FOR
+// SHARE, LOCK IN SHARE MODE), which folds the records it reads.
+func lockingRead(st Step) bool {
+	return st.readsInShareMode() || strings.HasPrefix(strings.TrimSpace(strings.ToUpper(st.SQL)), "SELECT") && strings.Contains(strings.ToUpper(st.SQL), " FOR UPDATE")
 }
 
 // incrementStep reports whether st increments counters: an increment
@@ -728,7 +734,7 @@ func (r *run) compare(t *twin) {
 		return
 	}
 	if kind == KindValues && t.foldedOthers() {
-		why := "rows a guarded write scanned in a REPEATABLE READ transaction, read as the transaction's own versions after its guard folded them"
+		why := "rows a guarded write scanned (or a locking read read) in a REPEATABLE READ transaction, read as the transaction's own versions after its guard folded them"
 		r.out.Documented = append(r.out.Documented, why)
 		r.stopBecause(fmt.Sprintf("step %d: %s (documented)", i+1, why))
 		return
