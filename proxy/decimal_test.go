@@ -39,6 +39,7 @@ func TestDecimalCounters(t *testing.T) {
 		text("SHOW WARNINGS"),
 		text("UPDATE cataloginventory_stock_item SET whole = whole + 0.5 WHERE item_id = 1"),
 		text("SHOW WARNINGS"),
+		text("UPDATE cataloginventory_stock_item SET qty = qty + '1.5' WHERE item_id = 1"),
 		prep("UPDATE cataloginventory_stock_item SET qty = qty - ? WHERE item_id = ?", "1.5", 1),
 		prep("UPDATE cataloginventory_stock_item SET qty = qty - ? WHERE item_id = ?", 0.25, 1),
 		text("SELECT * FROM cataloginventory_stock_item ORDER BY item_id"),

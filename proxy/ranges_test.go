@@ -346,43 +346,26 @@ func TestNarrowCountersConcurrent(t *testing.T) {
 	// Past the ends, 8 clients at once.
 	const clients, each = 8, 48
 	var mu sync.Mutex
-	var wg sync.WaitGroup
-	errs := make(chan error, clients)
-	for i := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := client.Connect(p.addr, testdb.User, testdb.Password, ruled)
-			if err != nil {
-				errs <- err
-				return
+	onClients(t, p.addr, ruled, clients, func(i int, c *client.Conn) error {
+		for k := range each {
+			col, q := "t", "UPDATE c SET t = t + 1 WHERE id = 1"
+			if k%4 == i%4 {
+				col, q = "s", "UPDATE c SET s = s - 30 WHERE id = 1"
 			}
-			defer c.Close()
-			for k := range each {
-				col, q := "t", "UPDATE c SET t = t + 1 WHERE id = 1"
-				if k%4 == i%4 {
-					col, q = "s", "UPDATE c SET s = s - 30 WHERE id = 1"
-				}
-				_, err := c.Execute(q)
-				var me *gomysql.MyError
-				switch {
-				case err == nil:
-					mu.Lock()
-					oks[col]++
-					mu.Unlock()
-				case errors.As(err, &me) && me.Code == want[col]:
-				default:
-					errs <- fmt.Errorf("client %d, %q: %v (want OK or error %d)", i, q, err, want[col])
-					return
-				}
+			_, err := c.Execute(q)
+			var me *gomysql.MyError
+			switch {
+			case err == nil:
+				mu.Lock()
+				oks[col]++
+				mu.Unlock()
+			case errors.As(err, &me) && me.Code == want[col]:
+			default:
+				return fmt.Errorf("client %d, %q: %v (want OK or error %d)", i, q, err, want[col])
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
+		}
+		return nil
+	})
 	r, err = c.Execute("SELECT t, s FROM c WHERE id = 1")
 	if err != nil {
 		t.Fatal(err)
@@ -423,37 +406,20 @@ func TestCheckBoundedCondition(t *testing.T) {
 	p := startProxyFull(t, func(c *proxy.Config) { c.Rewriter = rw }, nil)
 	const clients, each = 8, 20
 	var changed, unchanged atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, clients)
-	for range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := client.Connect(p.addr, testdb.User, testdb.Password, ruled)
+	onClients(t, p.addr, ruled, clients, func(_ int, c *client.Conn) error {
+		for range each {
+			r, err := c.Execute(q)
 			if err != nil {
-				errs <- err
-				return
+				return err
 			}
-			defer c.Close()
-			for range each {
-				r, err := c.Execute(q)
-				if err != nil {
-					errs <- err
-					return
-				}
-				if r.AffectedRows == 1 {
-					changed.Add(1)
-				} else {
-					unchanged.Add(1)
-				}
+			if r.AffectedRows == 1 {
+				changed.Add(1)
+			} else {
+				unchanged.Add(1)
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
+		}
+		return nil
+	})
 	c, err := client.Connect(p.addr, testdb.User, testdb.Password, ruled)
 	if err != nil {
 		t.Fatal(err)
@@ -467,5 +433,33 @@ func TestCheckBoundedCondition(t *testing.T) {
 	t.Logf("%d changed the row, %d did not; total %d; %d planned as slotted increments", changed.Load(), unchanged.Load(), v, p.srv.Stats().RewrittenWrites)
 	if v != 100 || changed.Load() != 100 || unchanged.Load() != clients*each-100 {
 		t.Errorf("total %d after %d changes and %d without; want 100, 100 and %d", v, changed.Load(), unchanged.Load(), clients*each-100)
+	}
+}
+
+// onClients runs work on n connections to the proxy at addr (database db)
+// at once, each with its index; the errors they return fail the test.
+func onClients(t *testing.T, addr, db string, n int, work func(i int, c *client.Conn) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := client.Connect(addr, testdb.User, testdb.Password, db)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			if err := work(i, c); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }

@@ -166,44 +166,25 @@ func TestConcurrentFirstUpserts(t *testing.T) {
 	}, "table: "+ruled+".daily\nkey: day\ncounters: [views]\nslots: 8\n")
 	p := startProxyFull(t, func(c *proxy.Config) { c.Rewriter = newRewriter(cat) }, nil)
 	const clients, each = 8, 25
-	var wg sync.WaitGroup
-	errs := make(chan error, clients)
-	for i := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := client.Connect(p.addr, testdb.User, testdb.Password, ruled)
-			if err != nil {
-				errs <- err
-				return
-			}
-			defer c.Close()
-			for k := range each {
-				q := fmt.Sprintf("INSERT INTO daily (day, views) VALUES (%d, 1) ON DUPLICATE KEY UPDATE views = views + 1", k)
-				if i%2 == 1 {
-					if _, err := c.Execute("BEGIN"); err != nil {
-						errs <- err
-						return
-					}
-				}
-				if _, err := c.Execute(q); err != nil {
-					errs <- fmt.Errorf("client %d, day %d: %w", i, k, err)
-					return
-				}
-				if i%2 == 1 {
-					if _, err := c.Execute("COMMIT"); err != nil {
-						errs <- err
-						return
-					}
+	onClients(t, p.addr, ruled, clients, func(i int, c *client.Conn) error {
+		for k := range each {
+			q := fmt.Sprintf("INSERT INTO daily (day, views) VALUES (%d, 1) ON DUPLICATE KEY UPDATE views = views + 1", k)
+			if i%2 == 1 {
+				if _, err := c.Execute("BEGIN"); err != nil {
+					return err
 				}
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
+			if _, err := c.Execute(q); err != nil {
+				return fmt.Errorf("client %d, day %d: %w", i, k, err)
+			}
+			if i%2 == 1 {
+				if _, err := c.Execute("COMMIT"); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
 	n, sum, lo, hi := counterSpread(t, p.addr, ruled, "daily", "views")
 	if n != each || sum != clients*each || lo != clients || hi != clients {
 		t.Errorf("%d rows, total %d, per day %d..%d; want %d rows of %d each", n, sum, lo, hi, each, clients)
