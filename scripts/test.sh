@@ -34,7 +34,7 @@ for s in "${servers[@]}"; do
 	(
 		t0=$SECONDS
 		set +e
-		SLOTPROXY_TEST_SERVER=$s go test -race -count=1 -timeout 25m "$@" ./... 2>&1 | sed -u "s/^/[$s] /"
+		SLOTPROXY_TEST_SERVER=$s go test -race -count=1 -timeout 25m "$@" ./... 2>&1 | sed -u "s/^/[$s] /" | tee "$logdir/$s.out"
 		rc=${PIPESTATUS[0]}
 		echo "$rc $((SECONDS - t0))" >"$logdir/$s"
 		exit "$rc"
@@ -58,4 +58,18 @@ for s in "${servers[@]}"; do
 	fi
 done
 printf 'test: wall time %ss for %s\n' "$((SECONDS - start))" "${servers[*]}"
+if [ "$failed" -ne 0 ]; then
+	# The failures again, last, where a reader of the log's tail finds
+	# them: each failing test's line and the few lines it logged after it,
+	# and packages that failed without a failing test (a panic, a build
+	# error, a timeout).
+	echo
+	echo "test: what failed:"
+	for s in "${servers[@]}"; do
+		awk '/--- FAIL/ { n = 0; print; next }
+			/^\[[a-z]*\]     / && n < 12 && !/testdb.go|packets.go/ { n++; print; next }
+			/^\[[a-z]*\] (panic:|FAIL\t)|build failed|test timed out/ { print }' "$logdir/$s.out" |
+			cut -c1-400 | head -n 80
+	done
+fi
 exit "$failed"
