@@ -589,6 +589,9 @@ func (s *Session) execIncrementOf(p rewrite.Plan, inc *rewrite.Increment, up *re
 		}
 		return onBase()
 	}
+	if up != nil && up.Generated != nil && ex == nil {
+		return s.execGeneratedUpsert(p, up, changed, seq, more)
+	}
 	if key := s.coalesceKey(inc, up, ex, more); key != "" {
 		done, failed, leave, err := s.coalesced(p, inc, key, changed, seq)
 		defer leave()
@@ -698,6 +701,155 @@ func (s *Session) execIncrementOf(p rewrite.Plan, inc *rewrite.Increment, up *re
 			s.incPatch(matched, rowsChanged)(&ok)
 		}
 		s.recordIncrement(p, inc, ex, &ok)
+		return false, s.writeOK(ok, seq, more)
+	}
+}
+
+// execGeneratedUpsert runs up, an upsert whose row leaves out its table's
+// AUTO_INCREMENT key and names its record by a UNIQUE key (see
+// rewrite.GeneratedKey). In autocommit, in a transaction of the proxy's:
+// it reads the record's key, locking its base row in share mode; runs the
+// slotted increment; then takes one AUTO_INCREMENT value as the upsert
+// does when it meets the duplicate, clears that statement's warning
+// (rewrite.GeneratedKey.ClearSQL), and commits. The answer is the
+// server's to an upsert that updated: 2 affected rows and the record's
+// key as the insert id, or 0 and 0 when every delta is 0 (changed
+// false). No such row: the statement as written. A delta beyond its
+// slot's share: the fallback (nothing taken yet).
+//
+// In a client's transaction the value would be taken by an insert that
+// meets the duplicate, whose lock on the gap at the end of the table the
+// server keeps to the transaction's end: two such transactions taking a
+// second value each wait for the other (MySQL reports the deadlock). So
+// there, a row that does not exist (asked on a connection of the
+// proxy's, see rewrite.GeneratedKey.ExistsSQL) is inserted as written,
+// and one that does runs as the fallback.
+func (s *Session) execGeneratedUpsert(p rewrite.Plan, up *rewrite.UpsertIncrement, changed bool, seq *byte, more bool) (bool, error) {
+	inc, g := up.Increment, up.Generated
+	if !s.autocommitted() {
+		if s.env.SlotReader != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), slotReadTimeout)
+			rows, err := s.env.SlotReader.ReadSlotRows(ctx, g.ExistsSQL)
+			cancel()
+			if err != nil {
+				s.log.Warn("reading whether an upsert's record exists failed", "rule", ruleName(p.Table), "err", err)
+			} else if len(rows) == 0 {
+				return s.execAsWritten(p, nil, seq, more)
+			}
+		}
+		return s.execPlan(up.Fallback, nil, seq, more)
+	}
+	s.wrapping = true
+	defer func() { s.wrapping = false }()
+	for attempt := 1; ; attempt++ {
+		if errPkt, err := s.queryErr("BEGIN"); err != nil || errPkt != nil {
+			return errPkt != nil, errOr(err, s.writeErr(errPkt, seq))
+		}
+		// failed ends the transaction after a statement failed: again
+		// after a deadlock or lock wait an autocommit statement is retried
+		// for; else the error is the upsert's.
+		failed := func(r *wire.Response) (again bool, err error) {
+			if _, err := s.query("ROLLBACK"); err != nil {
+				return false, err
+			}
+			if s.retry(r.ErrCode, attempt) {
+				return true, nil
+			}
+			return false, s.writeErr(r.Err, seq)
+		}
+		id, err := s.query(g.IDSQL)
+		if err != nil {
+			return false, err
+		}
+		if id.Failed() {
+			if again, err := failed(id); again || err != nil {
+				if again {
+					continue
+				}
+				return false, err
+			}
+			return true, nil
+		}
+		if len(id.Rows) != 1 {
+			// No such row: the upsert inserts it.
+			if _, err := s.query("ROLLBACK"); err != nil {
+				return false, err
+			}
+			return s.execAsWritten(p, nil, seq, more)
+		}
+		vals, err := wire.TextRow(id.Rows[0])
+		if err != nil || len(vals) != 1 || vals[0] == nil {
+			return false, fmt.Errorf("upsert: cannot read the record's key: %v", err)
+		}
+		insertID, err := strconv.ParseUint(string(vals[0]), 10, 64)
+		if err != nil {
+			return false, fmt.Errorf("upsert: the record's key %q: %w", vals[0], err)
+		}
+		r, err := s.query(inc.SQL)
+		if err != nil {
+			return false, err
+		}
+		if r.Failed() {
+			switch r.ErrCode {
+			case errOutOfRange, errDataOutOfRange, errCheckViolated:
+				// Beyond the slot's share: the fallback decides on the
+				// base row, with the server's own errors.
+				if _, err := s.query("ROLLBACK"); err != nil {
+					return false, err
+				}
+				return s.execPlan(up.Fallback, nil, seq, more)
+			}
+			if again, err := failed(r); again || err != nil {
+				if again {
+					continue
+				}
+				return false, err
+			}
+			return true, nil
+		}
+		if r.OK == nil {
+			return false, errors.New("slotted increment returned rows")
+		}
+		if n, ok := infoRecords(r.OK.Info); r.OK.Affected == 0 && (!ok || n == 0) {
+			return false, errors.New("upsert: the slotted increment found no locked row")
+		}
+		burn, err := s.query(g.BurnSQL)
+		if err != nil {
+			return false, err
+		}
+		if burn.Failed() {
+			if again, err := failed(burn); again || err != nil {
+				if again {
+					continue
+				}
+				return false, err
+			}
+			return true, nil
+		}
+		if burn.OK == nil || burn.OK.Affected != 0 {
+			// The row is locked: the INSERT IGNORE meets it. Anything
+			// else is a server this plan does not know.
+			return false, errors.New("upsert: taking an AUTO_INCREMENT value inserted a row")
+		}
+		if g.ClearSQL != "" {
+			if errPkt, err := s.queryErr(g.ClearSQL); err != nil || errPkt != nil {
+				return false, errOr(err, errors.New("upsert: clearing the INSERT IGNORE's warning failed"))
+			}
+		}
+		c, err := s.query("COMMIT")
+		if err != nil {
+			return false, err
+		}
+		if c.Failed() || c.OK == nil {
+			return s.execPlan(up.Fallback, nil, seq, more) // (the transaction is gone with its COMMIT)
+		}
+		s.env.Stats.RewrittenWrites.Add(1)
+		s.metrics().Statement(PathRewrittenWrite, ruleName(p.Table))
+		ok := *c.OK // the status after it, no warnings (as the upsert that updated)
+		ok.Warnings, ok.Affected, ok.InsertID, ok.Info = 0, 0, 0, nil
+		if changed {
+			ok.Affected, ok.InsertID = 2, insertID
+		}
 		return false, s.writeOK(ok, seq, more)
 	}
 }

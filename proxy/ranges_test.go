@@ -436,6 +436,105 @@ func TestCheckBoundedCondition(t *testing.T) {
 	}
 }
 
+// TestDeclaredBounds: phpBB's condition on a counter, with the survey's
+// table as phpBB creates it (user_login_attempts TINYINT, no CHECK), is
+// slotted when the rule declares the bound its increments keep (bounds:
+// {user_login_attempts: {max: 100}}): a slotted increment keeps the
+// total within them, so `user_login_attempts < 100` holds whenever one
+// succeeds (+1 from at most 99). Beyond the bounds, statements run on the base row,
+// where the server decides: an unconditional increment past 100 is the
+// server's to allow (the bounds are no constraint), and the condition is
+// then false, as directly. One client's sequence, compared with the same
+// directly; then 8 clients, 160 attempts at once through the proxy:
+// exactly 100 change the row.
+func TestDeclaredBounds(t *testing.T) {
+	const plain, ruled = "declbound_plain", "declbound_ruled"
+	cat := loadedSetup(t, plain, ruled, []string{
+		"CREATE TABLE phpbb_users (user_id INT UNSIGNED NOT NULL AUTO_INCREMENT, user_posts INT UNSIGNED NOT NULL DEFAULT 0, " +
+			"user_lastpost_time INT UNSIGNED NOT NULL DEFAULT 0, user_login_attempts TINYINT NOT NULL DEFAULT 0, user_new_privmsg INT NOT NULL DEFAULT 0, " +
+			"user_unread_privmsg INT NOT NULL DEFAULT 0, user_last_privmsg INT UNSIGNED NOT NULL DEFAULT 0, PRIMARY KEY (user_id)) ENGINE=InnoDB",
+		"INSERT INTO phpbb_users (user_id) VALUES (2), (3)",
+	}, "table: "+ruled+".phpbb_users\nkey: user_id\ncounters: [user_posts, user_login_attempts]\nslots: 1\nbounds:\n  user_login_attempts: {max: 100}\n")
+	rw := newRewriter(cat)
+	const q = "UPDATE phpbb_users SET user_login_attempts = user_login_attempts + 1 WHERE user_id = 2 AND user_login_attempts < 100"
+	plans, err := rw.Rewrite(q, rewrite.Session{DB: ruled})
+	if err != nil || len(plans) != 1 || plans[0].Kind() != rewrite.KindIncrement {
+		t.Fatalf("%s: planned %v %v, want a slotted increment", q, plans, err)
+	}
+	read := text("SELECT user_login_attempts FROM phpbb_users WHERE user_id = 2")
+	var steps []step
+	for i := range 30 {
+		steps = append(steps, text(q))
+		if i%10 == 9 {
+			steps = append(steps, read)
+		}
+	}
+	steps = append(steps,
+		// Past the bound: on the base row, which the server allows.
+		text("UPDATE phpbb_users SET user_login_attempts = user_login_attempts + 90 WHERE user_id = 2"),
+		read,
+		text(q), // 120 < 100: false, as directly
+	)
+	// Back down to 100 by 1s, slotted while the slot's share of the room
+	// below takes them (one slot: 14 of them, then one on the base row,
+	// and 5 more): the base value stays above the bounds (105) under a
+	// negative slot (-5), where the condition is false (100 < 100): the
+	// slotted +1 fails (its delta alone does not fit the share of the
+	// room below 100 that a base of 105 leaves) and it runs on the base
+	// row.
+	for range 20 {
+		steps = append(steps, text("UPDATE phpbb_users SET user_login_attempts = user_login_attempts - 1 WHERE user_id = 2"))
+	}
+	steps = append(steps, read, text(q), text(q), read,
+		text("UPDATE phpbb_users SET user_login_attempts = user_login_attempts - 10 WHERE user_id = 2"),
+		read,
+	)
+	for range 12 {
+		steps = append(steps, text(q)) // 90 to 100, then unchanged
+	}
+	steps = append(steps, read,
+		text("UPDATE phpbb_users SET user_login_attempts = 0 WHERE user_id = 2"),
+		text(q), text(q), read,
+		text("SELECT * FROM phpbb_users ORDER BY user_id"))
+	st, _ := runDifferential(t, cat, plain, ruled, steps)
+	if st.RewrittenWrites < 30 {
+		t.Errorf("%d statements slotted, want at least the first 30 conditional increments", st.RewrittenWrites)
+	}
+
+	p := startProxyFull(t, func(c *proxy.Config) { c.Rewriter = rw }, nil)
+	const clients, each = 8, 20
+	q3 := strings.Replace(q, "user_id = 2", "user_id = 3", 1)
+	var changed, unchanged atomic.Int64
+	onClients(t, p.addr, ruled, clients, func(_ int, c *client.Conn) error {
+		for range each {
+			r, err := c.Execute(q3)
+			if err != nil {
+				return err
+			}
+			if r.AffectedRows == 1 {
+				changed.Add(1)
+			} else {
+				unchanged.Add(1)
+			}
+		}
+		return nil
+	})
+	c, err := client.Connect(p.addr, testdb.User, testdb.Password, ruled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r, err := c.Execute("SELECT user_login_attempts FROM phpbb_users WHERE user_id = 3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, _ := r.GetInt(0, 0)
+	t.Logf("%d changed the row, %d did not; total %d; %d planned as slotted increments", changed.Load(), unchanged.Load(), v, p.srv.Stats().RewrittenWrites)
+	if v != 100 || changed.Load() != 100 || unchanged.Load() != clients*each-100 {
+		t.Errorf("total %d after %d changes and %d without; want 100, 100 and %d", v, changed.Load(), unchanged.Load(), clients*each-100)
+	}
+}
+
 // onClients runs work on n connections to the proxy at addr (database db)
 // at once, each with its index; the errors they return fail the test.
 func onClients(t *testing.T, addr, db string, n int, work func(i int, c *client.Conn) error) {

@@ -196,12 +196,11 @@ func TestConcurrentFirstUpserts(t *testing.T) {
 // AUTO_INCREMENT key (Magento's search popularity: INSERT INTO
 // search_query (store_id, query_text, popularity) VALUES (…) ON DUPLICATE
 // KEY UPDATE popularity = popularity + 1) can conflict on its UNIQUE keys
-// only: in autocommit, when the row its unique key names exists, it runs
-// on the base row as written after folding that record, and no other (it
-// used to fold every slotted record of the table first, under their
-// locks). A new row, or one in the client's transaction, is planned as
-// before (every slotted record folded: see TestConcurrentUniqueKeyUpserts
-// for why). The server is the oracle for every answer: affected rows,
+// only. Where it is not slotted (see TestGeneratedKeyUpserts: prepared, a
+// REPLACE, in a client's transaction) and the row its unique key names
+// exists, it runs on the base row as written after folding that record,
+// and no other (it used to fold every slotted record of the table first,
+// under their locks). The server is the oracle for every answer: affected rows,
 // insert ids (the AUTO_INCREMENT values the server burns for the
 // updates), warnings, and the rows.
 func TestUniqueKeyUpsertGuard(t *testing.T) {
@@ -262,6 +261,114 @@ func TestUniqueKeyUpsertGuard(t *testing.T) {
 		text("SELECT * FROM search_query ORDER BY query_id"),
 	})
 	t.Logf("slotted %d, guarded %d", st.RewrittenWrites+st2.RewrittenWrites, st.GuardedWrites+st2.GuardedWrites)
+}
+
+// TestGeneratedKeyUpserts: Magento's search popularity, INSERT INTO
+// search_query (store_id, query_text, popularity) VALUES (…) ON DUPLICATE
+// KEY UPDATE popularity = popularity + 1, the key left to AUTO_INCREMENT
+// and the row named by a UNIQUE key. When the row exists an autocommit
+// upsert's increment is slotted, and the upsert still takes an
+// AUTO_INCREMENT value as the server does when it meets the duplicate:
+// the ids of later inserts, the insert ids of the answers (the existing
+// row's key), LAST_INSERT_ID(), affected rows and warnings are the
+// server's, with VALUES() and a decrement beyond the slot's share too, and
+// in a client's transaction (where it is not slotted: see
+// execGeneratedUpsert). Then 8 clients upsert one existing row at once,
+// half of them in transactions, directly and through the proxy: the
+// totals are exact, and the next insert's id is the direct one's.
+func TestGeneratedKeyUpserts(t *testing.T) {
+	const plain, ruled = "genkey_plain", "genkey_ruled"
+	cat := loadedSetup(t, plain, ruled, []string{
+		"CREATE TABLE search_query (query_id INT UNSIGNED NOT NULL AUTO_INCREMENT, query_text VARCHAR(255) DEFAULT NULL, " +
+			"num_results INT UNSIGNED NOT NULL DEFAULT 0, popularity INT UNSIGNED NOT NULL DEFAULT 0, store_id SMALLINT UNSIGNED NOT NULL DEFAULT 0, " +
+			"PRIMARY KEY (query_id), UNIQUE KEY SEARCH_QUERY_QUERY_TEXT_STORE_ID (query_text, store_id)) ENGINE=InnoDB",
+	}, "table: "+ruled+".search_query\nkey: query_id\ncounters: [popularity]\nslots: 4\n")
+	upsert := func(q string) step {
+		return text("INSERT INTO `search_query` (`store_id`,`query_text`,`popularity`) VALUES (1, '" + q + "', 1) ON DUPLICATE KEY UPDATE `popularity` = `popularity` + 1")
+	}
+	st, _ := runDifferential(t, cat, plain, ruled, []step{
+		upsert("red shoes"), // inserts: query_id 1
+		upsert("blue hat"),  // 2
+		upsert("red shoes"), // slotted: 2 affected rows, insert id 1; id 3 taken
+		upsert("red shoes"),
+		text("SHOW WARNINGS"),
+		text("SELECT LAST_INSERT_ID()"),
+		upsert("blue hat"),
+		text("INSERT INTO search_query (store_id, query_text, popularity) VALUES (1, 'blue hat', 4) ON DUPLICATE KEY UPDATE popularity = popularity + VALUES(popularity)"),
+		text("SHOW WARNINGS"),
+		text("INSERT INTO search_query (store_id, query_text, popularity) VALUES (1, 'blue hat', 1) ON DUPLICATE KEY UPDATE popularity = popularity - 2"),
+		text("SELECT query_id, popularity FROM search_query ORDER BY query_id"),
+		// In a transaction: an existing row, a new one, a read of both.
+		text("BEGIN"),
+		upsert("red shoes"),
+		upsert("green socks"),
+		upsert("green socks"),
+		text("SELECT query_text, popularity FROM search_query ORDER BY query_id"),
+		text("SELECT LAST_INSERT_ID()"),
+		text("COMMIT"),
+		text("BEGIN"),
+		upsert("red shoes"),
+		text("ROLLBACK"),
+		// The ids every upsert took: the next insert's.
+		text("INSERT INTO search_query (store_id, query_text) VALUES (1, 'after')"),
+		text("SELECT LAST_INSERT_ID()"),
+		text("SELECT * FROM search_query ORDER BY query_id"),
+	})
+	// Slotted: the four autocommit upserts of existing rows by a delta of
+	// 1, and on MariaDB the one by VALUES() (on MySQL, which warns for
+	// VALUES(), it is not).
+	if want := uint64(3); st.RewrittenWrites < want {
+		t.Errorf("%d statements slotted, want at least the %d autocommit upserts of existing rows", st.RewrittenWrites, want)
+	}
+
+	// 8 clients, 20 upserts each of one existing row, every other client
+	// in transactions of two.
+	p := startProxyFull(t, func(c *proxy.Config) { c.Rewriter = newRewriter(cat) }, nil)
+	const clients, each = 8, 20
+	nextID := func(addr, db string) int64 {
+		onClients(t, addr, db, clients, func(i int, c *client.Conn) error {
+			for k := range each {
+				if i%2 == 1 && k%2 == 0 {
+					if _, err := c.Execute("BEGIN"); err != nil {
+						return err
+					}
+				}
+				if _, err := c.Execute("INSERT INTO search_query (store_id, query_text, popularity) VALUES (1, 'red shoes', 1) ON DUPLICATE KEY UPDATE popularity = popularity + 1"); err != nil {
+					return err
+				}
+				if i%2 == 1 && k%2 == 1 {
+					if _, err := c.Execute("COMMIT"); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		})
+		c, err := client.Connect(addr, testdb.User, testdb.Password, db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		r, err := c.Execute("INSERT INTO search_query (store_id, query_text) VALUES (1, 'last')")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return int64(r.InsertId)
+	}
+	before := p.srv.Stats().RewrittenWrites
+	direct, proxied := nextID(testdb.Shared().Addr, plain), nextID(p.addr, ruled)
+	slotted := p.srv.Stats().RewrittenWrites - before
+	if direct != proxied {
+		t.Errorf("the insert after %d concurrent upserts got id %d through the proxy, %d directly", clients*each, proxied, direct)
+	}
+	_, want, _, _ := counterSpread(t, testdb.Shared().Addr, plain, "search_query", "popularity")
+	if _, got, _, _ := counterSpread(t, p.addr, ruled, "search_query", "popularity"); got != want {
+		t.Errorf("total popularity %d through the proxy, %d directly", got, want)
+	}
+	t.Logf("%d of %d concurrent upserts slotted; retries %d", slotted, clients*each, p.srv.Stats().Retries)
+	if slotted < clients*each/2 {
+		t.Errorf("%d of %d concurrent upserts slotted, want the %d in autocommit", slotted, clients*each, clients*each/2)
+	}
 }
 
 // TestConcurrentUniqueKeyUpserts: clients upserting the same new unique

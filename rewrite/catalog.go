@@ -93,6 +93,17 @@ type Counter struct {
 	// literals; empty means BIGINT's range. Of a DECIMAL counter, in its
 	// units (see Precision).
 	Min, Max string
+	// BoundMin and BoundMax are the bounds the rule declares (see
+	// rules.Rule.Bounds), within [Min, Max]; "" where it declares none.
+	// Slotted increments keep the total within them as within the range
+	// (see keptBounds), so that a comparison they imply holds whenever
+	// one succeeds. An increment on the base row may take the base value
+	// beyond them (they are no constraint): then a slot's share of the
+	// room on that side is negative, and a slotted increment whose delta
+	// alone does not fit the share (the new slot row's test, which the
+	// slotted INSERT evaluates whether or not the row exists) fails and
+	// runs on the base row too.
+	BoundMin, BoundMax string
 	// Precision, when not 0: the counter is a DECIMAL(Precision, Scale)
 	// column (Precision at most 18). Its slots count units of
 	// 10^-Scale (a delta of 1.5 to a DECIMAL(12,4) is 15000 units), so
@@ -173,6 +184,19 @@ func (c *Counter) bounds() (lo, hi string) {
 	return lo, hi
 }
 
+// keptBounds returns the range every successful slotted increment keeps
+// the counter's total in: its range, narrowed by the rule's bounds.
+func (c *Counter) keptBounds() (lo, hi string) {
+	lo, hi = c.bounds()
+	if c.BoundMin != "" {
+		lo = c.BoundMin
+	}
+	if c.BoundMax != "" {
+		hi = c.BoundMax
+	}
+	return lo, hi
+}
+
 // Range returns the counter's range (see Min and Max).
 func (c *Counter) Range() (lo, hi *big.Int) {
 	l, h := c.bounds()
@@ -205,8 +229,10 @@ func (c *Counter) Narrow() bool {
 	if c.Touch {
 		return false
 	}
-	lo, hi := c.Range()
-	if lo == nil || hi == nil {
+	l, h := c.keptBounds()
+	lo, ok1 := new(big.Int).SetString(l, 10)
+	hi, ok2 := new(big.Int).SetString(h, 10)
+	if !ok1 || !ok2 {
 		return false
 	}
 	room := new(big.Int).Mul(new(big.Int).Sub(hi, lo), big.NewInt(ShareScale))
@@ -214,13 +240,13 @@ func (c *Counter) Narrow() bool {
 }
 
 // shareBounds returns the range that slotted increments keep the total in:
-// the counter's range within ±2^53. A delta the server evaluates as a
+// the counter's range (narrowed by the rule's bounds) within ±2^53. A delta the server evaluates as a
 // DOUBLE (a DOUBLE or string parameter: c + ? is then computed in
 // floating point) gives the exact sum there, as the slotted increment
 // does; beyond it the statement runs on the base row, rounded as the
 // server rounds it.
 func (c *Counter) shareBounds() (lo, hi string) {
-	lo, hi = c.bounds()
+	lo, hi = c.keptBounds()
 	exact := big.NewInt(1 << 53)
 	if v, ok := new(big.Int).SetString(lo, 10); ok && v.CmpAbs(exact) > 0 && v.Sign() < 0 {
 		lo = "-" + exact.String()
@@ -273,6 +299,26 @@ func (t *Table) BaseValuesSQL(columns []string, keys []string) string {
 // t has a row with key, none otherwise.
 func (t *Table) ExistsSQL(key string) string {
 	return fmt.Sprintf("SELECT 0, %s, 0, 0 FROM %s WHERE %s", t.RecordID(""), t.Qualified(), t.keyCond("", key))
+}
+
+// BoundsViolationsSQL returns a query of how many slot rows of c, a
+// counter of t (not Keyed) with bounds the rule declares, a slotted
+// increment under those bounds could not have left: a slot row beyond its
+// slot's share of the room the record's base value leaves within the
+// bounds (each slotted increment leaves its slot row within it, and the
+// base value changes only with a fold, which empties the slots). Slot
+// rows written before the rule declared the bounds (or by a proxy whose
+// rule does not) may be such rows; while any is left, the bounds do not
+// hold the total (see Counter.BoundMin).
+func (t *Table) BoundsViolationsSQL(c *Counter) string {
+	min, max := c.shareBounds()
+	base := "CAST(`_t`." + quoteIdent(c.Name) + " AS DECIMAL(21,0))"
+	div := "((`_c`.`slot` + " + itoa(ShareScale) + ") * (`_c`.`slot` + " + itoa(ShareScale+1) + "))"
+	return fmt.Sprintf("SELECT COUNT(*) FROM %s AS `_c` JOIN %s AS `_t` ON `_t`.%s = `_c`.`record_id` "+
+		"WHERE `_c`.`record_type` = %d AND `_c`.`count` <> 0 AND NOT "+
+		"`_c`.`count` BETWEEN -(((%s - (%s)) * %d) DIV %s) AND ((((%s) - %s) * %d) DIV %s)",
+		t.QualifiedSlots(), t.Qualified(), quoteIdent(t.Key), c.RecordType,
+		base, min, ShareScale, div, max, base, ShareScale, div)
 }
 
 func (t *Table) counter(col string) *Counter {

@@ -210,6 +210,12 @@ func liveStatements(p Plan) []string {
 		out = append(out, op.ProbeSQL, op.SQL, op.Guard.KeysSQL, op.Guard.Table.LockSQL(liveKeys(op.Guard.Table)))
 		folds(op.Guard, false)
 	case *UpsertIncrement:
+		if g := op.Generated; g != nil {
+			out = append(out, g.ExistsSQL, g.IDSQL, g.BurnSQL)
+			if g.ClearSQL != "" {
+				out = append(out, g.ClearSQL)
+			}
+		}
 		out = append(out, op.Increment.ProbeSQL, op.Increment.SQL)
 		fb := op.Fallback
 		fb.Original = p.Original

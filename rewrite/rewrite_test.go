@@ -49,10 +49,10 @@ func testCatalog() *Catalog {
 		SlotsTable: "slotted_counters", Slots: 16,
 	}, {
 		// An AUTO_INCREMENT key and a UNIQUE key beside it (Magento's
-		// search_query).
+		// search_query); hits has bounds the rule declares.
 		Schema: "app", Name: "queries", Key: "id",
 		Columns:    []string{"id", "q", "store", "hits"},
-		Counters:   []Counter{{Name: "hits", RecordType: 7, Min: "-2147483648", Max: "2147483647"}},
+		Counters:   []Counter{{Name: "hits", RecordType: 7, Min: "-2147483648", Max: "2147483647", BoundMin: "0", BoundMax: "1000"}},
 		SlotsTable: "slotted_counters", Slots: 16,
 		UniqueKeys:  [][]string{{"q", "store"}},
 		NullDefault: []string{"q"},

@@ -9,6 +9,8 @@ import (
 
 	"github.com/pingcap/tidb/pkg/parser/ast"
 	driver "github.com/pingcap/tidb/pkg/parser/test_driver"
+
+	"github.com/slotproxy/slotproxy/internal/dialect"
 )
 
 // UpsertIncrement is an INSERT of one row … ON DUPLICATE KEY UPDATE whose
@@ -29,6 +31,40 @@ type UpsertIncrement struct {
 	// InsertID is the insert id of the answer of an upsert that updated
 	// the row: its key when the key is AUTO_INCREMENT, else 0.
 	InsertID uint64
+	// Generated is set when the row leaves out t's AUTO_INCREMENT key and
+	// names its record by a UNIQUE key: what the upsert does before it
+	// finds the duplicate that Increment does not.
+	Generated *GeneratedKey
+}
+
+// GeneratedKey is what an upsert that leaves out the table's
+// AUTO_INCREMENT key does besides its increments when the row it
+// duplicates exists: it takes a value of the AUTO_INCREMENT counter (which
+// the server never gives back) and answers with the existing row's key as
+// the insert id. In autocommit, in a transaction of the proxy's: IDSQL,
+// Increment (a delta beyond its slot's share fails before any value is
+// taken), BurnSQL, ClearSQL, COMMIT. In a client's transaction the upsert
+// is not slotted (see the executor's execGeneratedUpsert).
+type GeneratedKey struct {
+	// IDSQL reads the key of the row the UNIQUE key's values name,
+	// locking it in share mode (no row: the record does not exist, and
+	// the statement runs as written).
+	IDSQL string
+	// ExistsSQL is IDSQL without the lock: in a client's transaction the
+	// proxy asks, on a connection of its own, whether the row exists, and
+	// when it does not runs the statement as written at once (IDSQL would
+	// lock the gap where the row goes, which another transaction's insert
+	// of it then waits for: a deadlock where directly one waits).
+	ExistsSQL string
+	// BurnSQL is an INSERT IGNORE of the upsert's row: with the row IDSQL
+	// locked it meets the duplicate, taking one AUTO_INCREMENT value as
+	// the upsert does, and inserts nothing (with a 1062 warning).
+	BurnSQL string
+	// ClearSQL, when set, clears that warning: a statement that reads the
+	// table and returns nothing. MariaDB keeps a statement's warnings
+	// until a statement that uses a table (COMMIT does not clear them);
+	// MySQL's COMMIT clears them, and ClearSQL is empty.
+	ClearSQL string
 }
 
 // Kind is KindIncrement.
@@ -44,13 +80,33 @@ func (o *UpsertIncrement) mapSQL(f func(string) (string, error)) (Op, error) {
 	if err := c.Fallback.mapSQL(f); err != nil {
 		return nil, err
 	}
+	if o.Generated != nil {
+		g := *o.Generated
+		if g.IDSQL, err = f(g.IDSQL); err != nil {
+			return nil, err
+		}
+		if g.ExistsSQL, err = f(g.ExistsSQL); err != nil {
+			return nil, err
+		}
+		if g.BurnSQL, err = f(g.BurnSQL); err != nil {
+			return nil, err
+		}
+		if g.ClearSQL != "" {
+			if g.ClearSQL, err = f(g.ClearSQL); err != nil {
+				return nil, err
+			}
+		}
+		c.Generated = &g
+	}
 	return &c, nil
 }
 
 // upsertIncrement returns the plan of s, an upsert of t through ref planned
 // as fallback, as an UpsertIncrement, or false when it is not one (see
 // UpsertIncrement): one row of VALUES, sent as text, naming the key (an
-// integer, or every column of a Keyed table's key), every column it names
+// integer, or every column of a Keyed table's key) or, leaving out an
+// AUTO_INCREMENT key, every column of a UNIQUE key (see GeneratedKey),
+// every column it names
 // an integer column with an integer literal in the column's range or a
 // CHAR or VARCHAR column with a short ASCII string (so that the row the
 // server builds before it finds the duplicate raises nothing), every
@@ -90,8 +146,10 @@ func (r *Rewriter) upsertIncrement(s *ast.InsertStmt, t *Table, ref *tableRef, w
 		}
 		values[name] = v
 	}
-	// The record: the row with the key the VALUES row names.
+	// The record: the row with the key the VALUES row names (or, the key
+	// left to AUTO_INCREMENT, the values of the UNIQUE key generatedBy).
 	key, match := "", ""
+	var generatedBy []string
 	if t.Keyed() {
 		var conds []string
 		for _, kc := range t.KeyColumns {
@@ -100,6 +158,25 @@ func (r *Rewriter) upsertIncrement(s *ast.InsertStmt, t *Table, ref *tableRef, w
 				return Plan{}, false
 			}
 			conds = append(conds, quoteIdent(kc.Name)+" = "+r.restore(unparen(row[i]), w.sess))
+		}
+		match = strings.Join(conds, " AND ")
+	} else if _, named := values[strings.ToLower(t.Key)]; !named && t.Inserted.KeyAutoIncrement {
+		// The key left to AUTO_INCREMENT (a value above every key in the
+		// table): the row can conflict on a UNIQUE key only, the one
+		// whose every column it names.
+		for _, uk := range t.UniqueKeys {
+			if len(uk) > 0 && !slices.ContainsFunc(uk, func(c string) bool { _, named := values[strings.ToLower(c)]; return !named }) {
+				generatedBy = uk
+				break
+			}
+		}
+		if generatedBy == nil {
+			return Plan{}, false
+		}
+		var conds []string
+		for _, c := range generatedBy {
+			i := slices.IndexFunc(s.Columns, func(n *ast.ColumnName) bool { return strings.EqualFold(n.Name.O, c) })
+			conds = append(conds, quoteIdent(c)+" = "+r.restore(unparen(row[i]), w.sess))
 		}
 		match = strings.Join(conds, " AND ")
 	} else {
@@ -115,8 +192,8 @@ func (r *Rewriter) upsertIncrement(s *ast.InsertStmt, t *Table, ref *tableRef, w
 	}
 unique:
 	for _, uk := range t.UniqueKeys {
-		if t.coversKey(uk) {
-			continue // a row it meets there has its key: the same row
+		if t.coversKey(uk) || generatedBy != nil && slices.Equal(uk, generatedBy) {
+			continue // a row it meets there has its key, or is the record: the same row
 		}
 		for _, c := range uk {
 			_, named := values[strings.ToLower(c)]
@@ -168,7 +245,7 @@ unique:
 		return Plan{}, false
 	}
 	inc, ok := plans[0].Op.(*Increment)
-	if !ok || inc.Zero || len(inc.Keys) != 1 && !(t.Keyed() && len(inc.Keys) == 0) {
+	if !ok || inc.Zero || len(inc.Keys) != 1 && !((t.Keyed() || generatedBy != nil) && len(inc.Keys) == 0) {
 		return Plan{}, false
 	}
 	// The privileges the upsert needs (INSERT of its columns, UPDATE and
@@ -190,6 +267,26 @@ unique:
 	if t.Inserted.KeyAutoIncrement {
 		if n, ok := new(big.Int).SetString(key, 10); ok && n.Sign() > 0 && n.IsUint64() {
 			op.InsertID = n.Uint64()
+		}
+	}
+	if generatedBy != nil {
+		if valuesCalls > 0 && r.opts.Dialect.UpsertRowAlias() {
+			// MySQL's warnings for VALUES(), which the slotted statement
+			// repeats, would not outlive the COMMIT after it (nor the
+			// INSERT IGNORE's).
+			return Plan{}, false
+		}
+		vals := make([]string, len(row))
+		for i, e := range row {
+			vals[i] = r.restore(e, w.sess)
+		}
+		op.Generated = &GeneratedKey{
+			IDSQL:     fmt.Sprintf("SELECT %s FROM %s WHERE %s LOCK IN SHARE MODE", quoteIdent(t.Key), t.Qualified(), match),
+			ExistsSQL: fmt.Sprintf("SELECT %s FROM %s WHERE %s", quoteIdent(t.Key), t.Qualified(), match),
+			BurnSQL:   fmt.Sprintf("INSERT IGNORE INTO %s (%s) VALUES (%s)", t.Qualified(), strings.Join(cols, ", "), strings.Join(vals, ", ")),
+		}
+		if r.opts.Dialect.Flavor != dialect.MySQL {
+			op.Generated.ClearSQL = fmt.Sprintf("SELECT %s FROM %s WHERE FALSE", quoteIdent(t.Key), t.Qualified())
 		}
 	}
 	return Plan{Op: op, Table: t, Reason: "the row's record, when it exists, is incremented in a slot; else the row is inserted as written"}, true

@@ -315,8 +315,9 @@ func (w *reads) impliedComparisons(where ast.ExprNode, ref *tableRef, deltaOf fu
 		}
 		out.compares = true
 		d, ok := deltaOf(ctr)
-		lo, ok1 := new(big.Int).SetString(ctr.Min, 10)
-		hi, ok2 := new(big.Int).SetString(ctr.Max, 10)
+		kl, kh := ctr.keptBounds()
+		lo, ok1 := new(big.Int).SetString(kl, 10)
+		hi, ok2 := new(big.Int).SetString(kh, 10)
 		m, ok3 := new(big.Int).SetString(lit, 10)
 		delta, ok4 := new(big.Int).SetString(d, 10)
 		if !ok || !ok1 || !ok2 || !ok3 || !ok4 {
@@ -540,7 +541,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 	case s.Where == nil:
 		why = "no WHERE clause naming the record by its key"
 	case !w.nullTestsOnly(s.Where, ref) && !implied.ok:
-		why = "the WHERE clause reads a counter (other than c IS NULL, c IS NOT NULL, or a bound that every slotted increment keeps: the column's range, or a CHECK constraint that declares the bound)"
+		why = "the WHERE clause reads a counter (other than c IS NULL, c IS NOT NULL, or a bound that every slotted increment keeps: the column's range, a CHECK constraint that declares the bound, or bounds: in the rule)"
 	default:
 		byUnique := false
 		if keys = keyConjunct(s.Where, t, ref); keys == nil {

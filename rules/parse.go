@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"regexp"
 	"slices"
 	"strconv"
@@ -32,7 +33,7 @@ func Parse(file string, data []byte) (*Rule, error) {
 }
 
 // keys are the keys a rule file may have.
-var keys = []string{"counters", "key", "max_staleness", "mode", "reads", "slots", "table", "touch"}
+var keys = []string{"bounds", "counters", "key", "max_staleness", "mode", "reads", "slots", "table", "touch"}
 
 // required are the keys a rule file must have.
 var required = []string{"table", "key", "counters"}
@@ -112,6 +113,7 @@ func (p *parser) rule() *Rule {
 		ModeLine:     keyLine["mode"],
 		TouchLine:    keyLine["touch"],
 		ReadsLine:    keyLine["reads"],
+		BoundsLine:   keyLine["bounds"],
 		Slots:        DefaultSlots,
 		Mode:         ModeActive,
 		Reads:        ReadsExact,
@@ -172,6 +174,9 @@ func (p *parser) rule() *Rule {
 		if r.Touch, ok = p.columns(v, "touch", "a list of columns assigned together with increments, such as [updated_at]"); ok {
 			p.errs = append(p.errs, r.checkTouch(keyOK, countersOK)...)
 		}
+	}
+	if v := values["bounds"]; v != nil && !isNull(v) {
+		p.bounds(v, r, countersOK)
 	}
 	if v := values["slots"]; v != nil && !isNull(v) {
 		p.slots(v, r)
@@ -266,6 +271,87 @@ func (p *parser) columns(v *yaml.Node, key, want string) (cols []Column, ok bool
 // decimalRE matches the whole numbers accepted for slots: decimal, without
 // leading zeros, which YAML 1.1 readers would take for octal.
 var decimalRE = regexp.MustCompile(`^[-+]?(0|[1-9][0-9]*)$`)
+
+// integerRE matches the whole numbers accepted for bounds.
+var integerRE = regexp.MustCompile(`^-?(0|[1-9][0-9]{0,19})$`)
+
+// bounds decodes the mapping v, counter: {min: m, max: n}, into r.Bounds
+// and checks that each names a counter of the rule (when countersOK)
+// once, with a min no greater than its max.
+func (p *parser) bounds(v *yaml.Node, r *Rule, countersOK bool) {
+	const want = "a mapping of counters to their bounds, such as {attempts: {max: 100}}"
+	if v.Kind != yaml.MappingNode {
+		p.errorf(v.Line, "bounds: want %s, got %s", want, describe(v))
+		return
+	}
+	for i := 0; i+1 < len(v.Content); i += 2 {
+		k, b := yamlkeys.Resolve(v.Content[i]), yamlkeys.Resolve(v.Content[i+1])
+		if k.Kind != yaml.ScalarNode {
+			p.errorf(k.Line, "bounds: want a counter name, got %s", describe(k))
+			continue
+		}
+		name, err := parseColumn(k.Value)
+		if err != nil {
+			p.errorf(k.Line, "bounds: %v", err)
+			continue
+		}
+		bd := Bound{Counter: name, Line: k.Line}
+		if b.Kind != yaml.MappingNode || len(b.Content) == 0 {
+			got := describe(b)
+			if b.Kind == yaml.MappingNode {
+				got = "no bound"
+			}
+			p.errorf(b.Line, "bounds: %s: want {min: m, max: n} (either or both), got %s", name, got)
+			continue
+		}
+		ok := true
+		for j := 0; j+1 < len(b.Content); j += 2 {
+			bk, bv := yamlkeys.Resolve(b.Content[j]), yamlkeys.Resolve(b.Content[j+1])
+			var dst *string
+			switch bk.Value {
+			case "min":
+				dst = &bd.Min
+			case "max":
+				dst = &bd.Max
+			default:
+				p.errorf(bk.Line, "bounds: %s: unknown key %q; want min or max", name, bk.Value)
+				ok = false
+				continue
+			}
+			if *dst != "" {
+				p.errorf(bk.Line, "bounds: %s: %s given twice", name, bk.Value)
+				ok = false
+				continue
+			}
+			if bv.Kind != yaml.ScalarNode || bv.Tag == "!!str" || !integerRE.MatchString(bv.Value) {
+				p.errorf(bv.Line, "bounds: %s: %s: want a whole number, got %s", name, bk.Value, describe(bv))
+				ok = false
+				continue
+			}
+			*dst = bv.Value
+		}
+		if !ok {
+			continue
+		}
+		if bd.Min != "" && bd.Max != "" {
+			lo, _ := new(big.Int).SetString(bd.Min, 10)
+			hi, _ := new(big.Int).SetString(bd.Max, 10)
+			if lo.Cmp(hi) > 0 {
+				p.errorf(k.Line, "bounds: %s: min %s is above max %s", name, bd.Min, bd.Max)
+				continue
+			}
+		}
+		if j := slices.IndexFunc(r.Bounds, func(o Bound) bool { return strings.EqualFold(o.Counter, name) }); j >= 0 {
+			p.errorf(k.Line, "bounds: %q is listed twice (first on line %d)", name, r.Bounds[j].Line)
+			continue
+		}
+		if countersOK && !slices.ContainsFunc(r.Counters, func(c Counter) bool { return strings.EqualFold(c.Name, name) }) {
+			p.errorf(k.Line, "bounds: %q is not one of the rule's counters", name)
+			continue
+		}
+		r.Bounds = append(r.Bounds, bd)
+	}
+}
 
 // slots decodes the slot count v into r.Slots and checks it.
 func (p *parser) slots(v *yaml.Node, r *Rule) {

@@ -12,6 +12,8 @@
 //	touch: [updated_at]       # optional: columns assigned with increments
 //	reads: exact              # optional: exact (default) or rolled_up
 //	max_staleness: 10s        # optional, with reads: rolled_up (default 10s)
+//	bounds:                   # optional: ranges slotted increments keep counters in
+//	  stars: {min: 0, max: 100}
 //
 // Names are written bare, or backquoted to hold a '.', whitespace or a
 // backquote (inside backquotes, a doubled backquote stands for one). YAML
@@ -134,10 +136,27 @@ type Rule struct {
 	// rows at least this often. DefaultMaxStaleness when the file does not
 	// say; only set with ReadsRolledUp.
 	MaxStaleness time.Duration
-	// KeyLine, CountersLine, SlotsLine, ModeLine, TouchLine, ReadsLine and
-	// MaxStalenessLine are the lines of those keys, for later error
-	// messages; 0 for a key the file leaves out.
-	KeyLine, CountersLine, SlotsLine, ModeLine, TouchLine, ReadsLine, MaxStalenessLine int
+	// Bounds are the ranges the rule declares for some of its counters
+	// (bounds: {attempts: {max: 100}}), in file order: slotted increments
+	// keep such a counter's total within its bounds as within its column's
+	// range, so that a condition the bounds imply (phpBB's WHERE
+	// user_login_attempts < 100 with an increment of 1 and max: 100)
+	// holds whenever a slotted increment succeeds. An increment that would
+	// leave them runs on the base row, where the server decides: the
+	// bounds are not a constraint, the column's range and CHECKs are.
+	Bounds []Bound
+	// KeyLine, CountersLine, SlotsLine, ModeLine, TouchLine, ReadsLine,
+	// MaxStalenessLine and BoundsLine are the lines of those keys, for
+	// later error messages; 0 for a key the file leaves out.
+	KeyLine, CountersLine, SlotsLine, ModeLine, TouchLine, ReadsLine, MaxStalenessLine, BoundsLine int
+}
+
+// Bound is a range Rule.Bounds declares for a counter: Min and Max are
+// whole numbers in decimal ("" where the file gives none), Min ≤ Max.
+type Bound struct {
+	Counter  string
+	Min, Max string
+	Line     int
 }
 
 // RolledUp reports whether the rule's plain reads see the rolled-up base

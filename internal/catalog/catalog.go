@@ -309,6 +309,11 @@ func load(ctx context.Context, conn *client.Conn, set *rules.Set, slotsTable str
 	if err := fillUniqueKeys(ctx, conn, all); err != nil {
 		return nil, nil, err
 	}
+	boundNotes, err := verifyBounds(ctx, conn, all)
+	if err != nil {
+		return nil, nil, err
+	}
+	notes = append(notes, boundNotes...)
 	cat := rewrite.NewCatalog(all, others)
 	if err := addViews(ctx, conn, cat, schemas); err != nil {
 		return nil, nil, err
@@ -321,6 +326,42 @@ func load(ctx context.Context, conn *client.Conn, set *rules.Set, slotsTable str
 		}
 	}
 	return cat, notes, nil
+}
+
+// verifyBounds puts in force the bounds rules declare for counters of
+// tables (rules.Rule.Bounds) only where the slot rows already written keep
+// them (rewrite.Table.BoundsViolationsSQL): rows written before the rule
+// declared them may hold more than a bounded slot would, and a condition
+// the bounds imply would then be decided on a total they do not hold.
+// Elsewhere the counter's bounds are dropped, with a note saying so, until
+// a reload after its records are folded.
+func verifyBounds(ctx context.Context, conn *client.Conn, tables []*rewrite.Table) ([]string, error) {
+	var notes []string
+	for _, t := range tables {
+		for i := range t.Counters {
+			c := &t.Counters[i]
+			if c.BoundMin == "" && c.BoundMax == "" {
+				continue
+			}
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			r, err := conn.Execute(t.BoundsViolationsSQL(c))
+			if err != nil {
+				return nil, fmt.Errorf("catalog: checking the slot rows of %s.%s against its bounds: %w", t.Qualified(), c.Name, err)
+			}
+			n, err := r.GetInt(0, 0)
+			if err != nil {
+				return nil, fmt.Errorf("catalog: checking the slot rows of %s.%s against its bounds: %w", t.Qualified(), c.Name, err)
+			}
+			if n > 0 {
+				notes = append(notes, fmt.Sprintf("bounds of %s.%s not in force: %d of its slot rows hold more than its bounds allow (written without them); "+
+					"fold the table (slotproxy rollup --once --all) once every proxy has the rule, then reload", t.Qualified(), c.Name, n))
+				c.BoundMin, c.BoundMax = "", ""
+			}
+		}
+	}
+	return notes, nil
 }
 
 // addViews gives cat the definitions of the views of the ruled schemas,
@@ -417,13 +458,18 @@ func newTable(t *table, r *rules.Rule, slotsTable string) *rewrite.Table {
 			continue
 		}
 		rg := rangeOf(t, c)
-		rt.Counters = append(rt.Counters, rewrite.Counter{
+		ctr := rewrite.Counter{
 			Name:     c.name,
 			Unsigned: c.unsigned() && strings.EqualFold(c.dataType, "bigint"),
 			Min:      rg.lo.String(),
 			Max:      rg.hi.String(),
 			BaseOnly: rg.baseOnly,
-		})
+		}
+		if i := slices.IndexFunc(r.Bounds, func(b rules.Bound) bool { return strings.EqualFold(b.Counter, rc.Name) }); i >= 0 {
+			// Within the range (checkRule refuses bounds beyond it).
+			ctr.BoundMin, ctr.BoundMax = r.Bounds[i].Min, r.Bounds[i].Max
+		}
+		rt.Counters = append(rt.Counters, ctr)
 	}
 	for _, rc := range r.Touch {
 		c := t.column(rc.Name)
@@ -644,6 +690,25 @@ func checkRule(s *schema, r *rules.Rule, slotsTable string, problems, side *[]*r
 			}
 		case !c.integer():
 			report(rc.Line, "counters: %s.%s is %s, not an integer column", name, c.name, c.columnType)
+		}
+	}
+	for _, b := range r.Bounds {
+		c := t.column(b.Counter)
+		if t.keyed() {
+			report(b.Line, "bounds: %s is not keyed by one integer column; bounds are for tables that are", name)
+			break
+		}
+		if c == nil || !c.integer() {
+			if c != nil {
+				report(b.Line, "bounds: %s.%s is %s; bounds are for integer counters", name, c.name, c.columnType)
+			}
+			continue
+		}
+		rg := rangeOf(t, c)
+		for _, v := range []string{b.Min, b.Max} {
+			if n, ok := new(big.Int).SetString(v, 10); ok && (n.Cmp(rg.lo) < 0 || n.Cmp(rg.hi) > 0) {
+				report(b.Line, "bounds: %s of %s.%s is beyond the values the column holds (%s to %s, CHECK constraints included)", v, name, c.name, rg.lo, rg.hi)
+			}
 		}
 	}
 	for _, rc := range r.Touch {

@@ -956,13 +956,13 @@ func TestLoadTouch(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := fmt.Sprintf("%+v", cat.Tables()[0].Counters)
-	want := "[{Name:views RecordType:1 Unsigned:false Min:-2147483648 Max:2147483647 Precision:0 Scale:0 BaseOnly:[] Touch:false Timestamp:false Integer:false FSP:0} " +
-		"{Name:updated_at RecordType:2 Unsigned:false Min: Max: Precision:0 Scale:0 BaseOnly:[] Touch:true Timestamp:false Integer:false FSP:3} " +
-		"{Name:seen_at RecordType:3 Unsigned:false Min: Max: Precision:0 Scale:0 BaseOnly:[] Touch:true Timestamp:true Integer:false FSP:0} " +
-		"{Name:unix_at RecordType:4 Unsigned:false Min:0 Max:4294967295 Precision:0 Scale:0 BaseOnly:[] Touch:true Timestamp:false Integer:true FSP:0} " +
-		"{Name:big_at RecordType:5 Unsigned:false Min:0 Max:9223372036854775806 Precision:0 Scale:0 BaseOnly:[] Touch:true Timestamp:false Integer:true FSP:0} " +
-		"{Name:ubig_at RecordType:6 Unsigned:true Min:0 Max:9223372036854775806 Precision:0 Scale:0 BaseOnly:[] Touch:true Timestamp:false Integer:true FSP:0} " +
-		"{Name:tiny_at RecordType:7 Unsigned:false Min:-128 Max:127 Precision:0 Scale:0 BaseOnly:[] Touch:true Timestamp:false Integer:true FSP:0}]"
+	want := "[{Name:views RecordType:1 Unsigned:false Min:-2147483648 Max:2147483647 BoundMin: BoundMax: Precision:0 Scale:0 BaseOnly:[] Touch:false Timestamp:false Integer:false FSP:0} " +
+		"{Name:updated_at RecordType:2 Unsigned:false Min: Max: BoundMin: BoundMax: Precision:0 Scale:0 BaseOnly:[] Touch:true Timestamp:false Integer:false FSP:3} " +
+		"{Name:seen_at RecordType:3 Unsigned:false Min: Max: BoundMin: BoundMax: Precision:0 Scale:0 BaseOnly:[] Touch:true Timestamp:true Integer:false FSP:0} " +
+		"{Name:unix_at RecordType:4 Unsigned:false Min:0 Max:4294967295 BoundMin: BoundMax: Precision:0 Scale:0 BaseOnly:[] Touch:true Timestamp:false Integer:true FSP:0} " +
+		"{Name:big_at RecordType:5 Unsigned:false Min:0 Max:9223372036854775806 BoundMin: BoundMax: Precision:0 Scale:0 BaseOnly:[] Touch:true Timestamp:false Integer:true FSP:0} " +
+		"{Name:ubig_at RecordType:6 Unsigned:true Min:0 Max:9223372036854775806 BoundMin: BoundMax: Precision:0 Scale:0 BaseOnly:[] Touch:true Timestamp:false Integer:true FSP:0} " +
+		"{Name:tiny_at RecordType:7 Unsigned:false Min:-128 Max:127 BoundMin: BoundMax: Precision:0 Scale:0 BaseOnly:[] Touch:true Timestamp:false Integer:true FSP:0}]"
 	if got != want {
 		t.Errorf("counters:\n%s\nwant\n%s", got, want)
 	}
@@ -1132,5 +1132,93 @@ func TestLoadDecimal(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("counters:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestLoadBounds: a rule's bounds (bounds: {c: {max: n}}) are checked
+// against the column (beyond what it holds, of a table keyed by a string,
+// of a DECIMAL column: refused with file and line), and put in force only
+// while every slot row of the counter is one a slotted increment under
+// them could leave: slot rows written without them leave the counter
+// without bounds, with a note, until a reload after a fold.
+func TestLoadBounds(t *testing.T) {
+	s := newSchema(t, reposTable,
+		"CREATE TABLE users (id INT PRIMARY KEY, attempts TINYINT NOT NULL DEFAULT 0, posts INT UNSIGNED NOT NULL DEFAULT 0, qty DECIMAL(10,2) NOT NULL DEFAULT 0)",
+		"CREATE TABLE named (name VARCHAR(20) PRIMARY KEY, hits INT NOT NULL DEFAULT 0)",
+		"INSERT INTO users (id) VALUES (1), (2)",
+	)
+	conn := connect(t)
+	bad := ruleSet(t, s,
+		"rules/a.yaml", "table: SCHEMA.users\nkey: id\ncounters: [attempts, posts, qty]\nbounds:\n  attempts: {max: 200}\n  posts: {min: -1}\n  qty: {max: 5}\n",
+		"rules/b.yaml", "table: SCHEMA.named\nkey: name\ncounters: [hits]\nbounds:\n  hits: {max: 5}\n",
+	)
+	migrate(t, conn, bad)
+	_, err := catalog.Load(t.Context(), conn, bad, "slotted_counters")
+	want := []string{
+		"rules/a.yaml:5: bounds: 200 of SCHEMA.users.attempts is beyond the values the column holds (-128 to 127, CHECK constraints included)",
+		"rules/a.yaml:6: bounds: -1 of SCHEMA.users.posts is beyond the values the column holds (0 to 4294967295, CHECK constraints included)",
+		"rules/a.yaml:7: bounds: SCHEMA.users.qty is decimal(10,2); bounds are for integer counters",
+		"rules/b.yaml:5: bounds: SCHEMA.named is not keyed by one integer column; bounds are for tables that are",
+	}
+	for i := range want {
+		want[i] = strings.ReplaceAll(want[i], "SCHEMA", s)
+	}
+	if err == nil {
+		t.Fatal("Load succeeded")
+	}
+	if got := strings.Split(err.Error(), "\n"); !reflect.DeepEqual(got, want) {
+		t.Errorf("Load errors:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+
+	set := ruleSet(t, s, "rules/a.yaml", "table: SCHEMA.users\nkey: id\ncounters: [attempts, posts]\nbounds:\n  attempts: {max: 100}\n")
+	load := func() (*rewrite.Counter, []string) {
+		t.Helper()
+		cat, notes, err := catalog.LoadDegrading(t.Context(), conn, set, "slotted_counters")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tb := range cat.Tables() {
+			if tb.Name == "users" {
+				return &tb.Counters[0], notes
+			}
+		}
+		t.Fatal("users not ruled")
+		return nil, nil
+	}
+	c, notes := load()
+	if c.BoundMax != "100" || c.BoundMin != "" || len(notes) != 0 {
+		t.Fatalf("no slot rows: bounds %q..%q, notes %q; want ..100 in force", c.BoundMin, c.BoundMax, notes)
+	}
+	// Slot rows an increment under max 100 may leave: slot 0 holds at
+	// most 100 × 16 / (16 × 17) = 5 over a base of 0.
+	exec := func(q string) {
+		t.Helper()
+		if _, err := conn.Execute(strings.ReplaceAll(q, "SCHEMA", s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec(fmt.Sprintf("INSERT INTO SCHEMA.slotted_counters (record_type, record_id, slot, count) VALUES (%d, 1, 0, 5), (%d, 2, 3, 4)", c.RecordType, c.RecordType))
+	if c, notes = load(); c.BoundMax != "100" || len(notes) != 0 {
+		t.Fatalf("slot rows within the shares: bounds ..%q, notes %q; want ..100 in force", c.BoundMax, notes)
+	}
+	// One beyond slot 0's share, as an increment without the bounds
+	// writes: not in force.
+	exec(fmt.Sprintf("UPDATE SCHEMA.slotted_counters SET count = 6 WHERE record_type = %d AND record_id = 1", c.RecordType))
+	c, notes = load()
+	if c.BoundMax != "" || len(notes) != 1 || !strings.Contains(notes[0], "bounds of `"+s+"`.`users`.attempts not in force: 1 of its slot rows") {
+		t.Fatalf("a slot row beyond its share: bounds ..%q, notes %q; want none in force and a note", c.BoundMax, notes)
+	}
+	// Folded (and a base value beyond the bounds with no slot rows is no
+	// obstacle: a slotted increment that would leave it there fails).
+	exec(fmt.Sprintf("DELETE FROM SCHEMA.slotted_counters WHERE record_type = %d AND record_id = 1", c.RecordType))
+	exec("UPDATE SCHEMA.users SET attempts = 120 WHERE id = 1")
+	if c, notes = load(); c.BoundMax != "100" || len(notes) != 0 {
+		t.Fatalf("after the fold: bounds ..%q, notes %q; want ..100 in force", c.BoundMax, notes)
+	}
+	// A base value beyond the bounds under a slot row of +4, which no
+	// slotted increment under them leaves there: not in force.
+	exec("UPDATE SCHEMA.users SET attempts = 101 WHERE id = 2")
+	if c, notes = load(); c.BoundMax != "" || len(notes) != 1 {
+		t.Fatalf("a base value beyond the bounds under slot rows: bounds ..%q, notes %q; want none in force and a note", c.BoundMax, notes)
 	}
 }

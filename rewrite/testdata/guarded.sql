@@ -42,7 +42,7 @@ UPDATE repos r JOIN pages p ON p.page_id = r.id SET r.downloads = 0, p.views = 0
 INSERT INTO repos (id, name) SELECT id, name FROM users ON DUPLICATE KEY UPDATE downloads = 0
 -- case: REPLACE without the key folds the whole table
 REPLACE INTO repos (name, downloads) VALUES ('x', 1)
--- case: upsert leaving out an AUTO_INCREMENT key: guarded by its UNIQUE key's values
+-- case: upsert leaving out an AUTO_INCREMENT key: slotted in autocommit when its UNIQUE key's row exists, else guarded by those values
 INSERT INTO queries (store, q, hits) VALUES (1, 'red shoes', 1) ON DUPLICATE KEY UPDATE hits = hits + 1
 -- case: REPLACE leaving out an AUTO_INCREMENT key, prepared: guarded by its UNIQUE key's values
 REPLACE INTO queries (q, store, hits) VALUES (?, ?, 40)

@@ -114,3 +114,9 @@ UPDATE repos SET downloads = downloads + ((2 * 3) - 1) WHERE id = 3
 UPDATE repos SET downloads = downloads + (2 * 3) - 1 WHERE id = 3
 -- case: a delta expression beyond 2^53 is a guarded write
 UPDATE repos SET downloads = downloads + 4611686018427387904 * 4 WHERE id = 3
+-- case: a condition the rule's bounds imply (max 1000: before a successful +1 the total is at most 999)
+UPDATE queries SET hits = hits + 1 WHERE id = 3 AND hits < 1000
+-- case: a condition the rule's bounds do not imply runs on the base row
+UPDATE queries SET hits = hits + 1 WHERE id = 3 AND hits < 999
+-- case: a decrement the rule's lower bound implies a condition of
+UPDATE queries SET hits = hits - 2 WHERE id = 3 AND hits >= 2
