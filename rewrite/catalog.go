@@ -363,6 +363,10 @@ type Catalog struct {
 	// FoldCase: the server compares table names case-insensitively
 	// (lower_case_table_names = 1 or 2). Set it before first use.
 	FoldCase bool
+	// BoundsNotInForce says, one line per counter, which bounds of the
+	// rules the catalog did not put in force, and why (see
+	// Counter.BoundMin): for the proxy to log and check to report.
+	BoundsNotInForce []string
 
 	tables map[string]*Table   // "schema.table", lower case
 	slots  map[string]*Table   // "schema.table" of slot tables and registries, lower case: a table ruled there

@@ -50,11 +50,12 @@ func adminConfig(cmd, path string, backend *string) (*config.Config, *rules.Set,
 
 // loadRewriter connects to the backend as the admin account, checks set
 // against the live schema, and returns a rewriter for it and the backend's
-// version. With log set (a reload of a running proxy), a table whose
+// version. With degrade (a reload of a running proxy), a table whose
 // schema gained a side effect that slotted increments would go around is
 // not refused: its increments run on the base row, and each such problem
-// is logged as an error (catalog.LoadDegrading).
-func loadRewriter(ctx context.Context, cfg *config.Config, set *rules.Set, log *slog.Logger) (*rewrite.Rewriter, string, error) {
+// is logged as an error (catalog.LoadDegrading). Bounds of rules that are
+// not in force are logged as warnings.
+func loadRewriter(ctx context.Context, cfg *config.Config, set *rules.Set, log *slog.Logger, degrade bool) (*rewrite.Rewriter, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, schemaTimeout)
 	defer cancel()
 	conn, err := catalog.Connect(ctx, cfg)
@@ -63,7 +64,7 @@ func loadRewriter(ctx context.Context, cfg *config.Config, set *rules.Set, log *
 	}
 	defer conn.Close()
 	var cat *rewrite.Catalog
-	if log == nil {
+	if !degrade {
 		cat, err = catalog.Load(ctx, conn, set, cfg.SlotsTable)
 	} else {
 		var notes []string
@@ -74,6 +75,9 @@ func loadRewriter(ctx context.Context, cfg *config.Config, set *rules.Set, log *
 	}
 	if err != nil {
 		return nil, "", err
+	}
+	for _, n := range cat.BoundsNotInForce {
+		log.Warn("a rule's bounds are not in force", "problem", n)
 	}
 	version := conn.GetServerVersion()
 	return catalog.NewRewriter(cat, version), version, nil

@@ -126,6 +126,7 @@ func check(ctx context.Context, path string, backend *string) checkResult {
 		}
 		res.problems = append(res.problems, found...)
 		res.notes = append(res.notes, narrowNotes(cat)...)
+		res.notes = append(res.notes, cat.BoundsNotInForce...)
 	}
 	if len(unregistered) > 0 {
 		res.notes = append(res.notes, fmt.Sprintf("%d counters have no record type yet (%s); serve registers them when it starts, or run slotproxy migrate",

@@ -113,6 +113,39 @@ func TestCheck(t *testing.T) {
 			"ok: 2 rules, 5 counters\n")
 	})
 
+	// Bounds of a counter whose slot rows hold more than a bounded slot
+	// would (written before the rule declared them): not in force, which
+	// check says, with the repair.
+	t.Run("bounds not in force", func(t *testing.T) {
+		conn, err := sql.Open("mysql", db.RootDSN(schema, ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		var rt int
+		if err := conn.QueryRow("SELECT record_type FROM slotproxy_record_types WHERE table_name = 'repos' AND column_name = 'stars'").Scan(&rt); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Exec("INSERT INTO repos (id) VALUES (7)"); err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Exec("DELETE FROM repos WHERE id = 7")
+		// Slot 0's share of a max of 100 over a base of 0 is 5.
+		if _, err := conn.Exec("INSERT INTO slotted_counters (record_type, record_id, slot, count) VALUES (?, 7, 0, 6)", rt); err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Exec("DELETE FROM slotted_counters WHERE record_type = ?", rt)
+		writeRule("repos.yaml", fmt.Sprintf("table: %s.repos\nkey: id\ncounters: [downloads, stars]\nbounds:\n  stars: {max: 100}\n", schema))
+		defer writeRule("repos.yaml", fmt.Sprintf("table: %s.repos\nkey: id\ncounters: [downloads, stars]\n", schema))
+		check(t, 0, "note: bounds of `"+schema+"`.`repos`.stars not in force: 1 of its slot rows hold more than its bounds allow (written without them); "+
+			"fold the table (slotproxy rollup --once --all) once every proxy has the rule, then reload\n"+
+			"ok: 1 rules, 2 counters\n")
+		if _, err := conn.Exec("UPDATE slotted_counters SET count = 5 WHERE record_type = ?", rt); err != nil {
+			t.Fatal(err)
+		}
+		check(t, 0, "ok: 1 rules, 2 counters\n")
+	})
+
 	t.Run("varchar counter and missing table", func(t *testing.T) {
 		writeRule("repos.yaml", fmt.Sprintf("# the repos table\ntable: %s.repos\nkey: id\ncounters:\n  - downloads\n  - name\n", schema))
 		writeRule("users.yaml", fmt.Sprintf("table: %s.users\nkey: id\ncounters: [logins]\n", schema))

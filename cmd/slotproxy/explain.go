@@ -4,13 +4,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 
 	"github.com/slotproxy/slotproxy/rewrite"
 )
 
 // runExplain implements "slotproxy explain": it prints how the proxy would
 // rewrite a statement.
-func runExplain(args []string, stdout, _ io.Writer) error {
+func runExplain(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("explain", "--config FILE [--backend HOST:PORT] [--db NAME] SQL",
 		"Print what the proxy would send for SQL: the rewritten statement, or\n"+
 			"\"pass-through: REASON\" when it would be sent unchanged. The rules are\n"+
@@ -43,7 +44,7 @@ func runExplain(args []string, stdout, _ io.Writer) error {
 			*db = ""
 		}
 	}
-	rw, _, err := loadRewriter(context.Background(), cfg, set, nil)
+	rw, _, err := loadRewriter(context.Background(), cfg, set, slog.New(slog.NewTextHandler(stderr, nil)), false)
 	if err != nil {
 		return err
 	}

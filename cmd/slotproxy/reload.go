@@ -45,7 +45,7 @@ func (l *live) config() *config.Config { return l.cfg.Load() }
 func (l *live) afterDDL(ctx context.Context) (*rewrite.Rewriter, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	rw, _, err := loadRewriter(ctx, l.config(), l.set, l.log)
+	rw, _, err := loadRewriter(ctx, l.config(), l.set, l.log, true)
 	if err != nil {
 		l.reloads.record(reloadAfterDDL, err)
 		return nil, err
@@ -99,7 +99,7 @@ func (l *live) reload(ctx context.Context, trigger string) {
 	eff := *cur
 	eff.Rules, eff.SlotsTable, eff.Admin = next.Rules, next.SlotsTable, next.Admin
 	eff.SlotPartition = next.SlotPartition
-	rw, _, err := loadRewriter(ctx, &eff, set, l.log)
+	rw, _, err := loadRewriter(ctx, &eff, set, l.log, true)
 	if err != nil {
 		// The same problems, with the same hints, as slotproxy check.
 		fail("reload failed; keeping the previous rules", strings.Join(ruleProblems(err), "; "))

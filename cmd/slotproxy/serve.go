@@ -275,7 +275,7 @@ func startRewriter(ctx context.Context, cfg *config.Config, set *rules.Set, read
 	sigs <-chan os.Signal) (*rewrite.Rewriter, string, error) {
 	wait := time.Second
 	for {
-		rw, version, err := loadRewriter(ctx, cfg, set, nil)
+		rw, version, err := loadRewriter(ctx, cfg, set, logger, false)
 		if err == nil {
 			ready.setWaiting(nil)
 			return rw, version, nil

@@ -313,8 +313,8 @@ func load(ctx context.Context, conn *client.Conn, set *rules.Set, slotsTable str
 	if err != nil {
 		return nil, nil, err
 	}
-	notes = append(notes, boundNotes...)
 	cat := rewrite.NewCatalog(all, others)
+	cat.BoundsNotInForce = boundNotes
 	if err := addViews(ctx, conn, cat, schemas); err != nil {
 		return nil, nil, err
 	}
@@ -333,8 +333,9 @@ func load(ctx context.Context, conn *client.Conn, set *rules.Set, slotsTable str
 // them (rewrite.Table.BoundsViolationsSQL): rows written before the rule
 // declared them may hold more than a bounded slot would, and a condition
 // the bounds imply would then be decided on a total they do not hold.
-// Elsewhere the counter's bounds are dropped, with a note saying so, until
-// a reload after its records are folded.
+// Elsewhere the counter's bounds are dropped, with a note saying so (the
+// catalog's BoundsNotInForce), until a reload after its records are
+// folded.
 func verifyBounds(ctx context.Context, conn *client.Conn, tables []*rewrite.Table) ([]string, error) {
 	var notes []string
 	for _, t := range tables {

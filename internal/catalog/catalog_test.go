@@ -1173,10 +1173,11 @@ func TestLoadBounds(t *testing.T) {
 	set := ruleSet(t, s, "rules/a.yaml", "table: SCHEMA.users\nkey: id\ncounters: [attempts, posts]\nbounds:\n  attempts: {max: 100}\n")
 	load := func() (*rewrite.Counter, []string) {
 		t.Helper()
-		cat, notes, err := catalog.LoadDegrading(t.Context(), conn, set, "slotted_counters")
+		cat, err := catalog.Load(t.Context(), conn, set, "slotted_counters")
 		if err != nil {
 			t.Fatal(err)
 		}
+		notes := cat.BoundsNotInForce
 		for _, tb := range cat.Tables() {
 			if tb.Name == "users" {
 				return &tb.Counters[0], notes
