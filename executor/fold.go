@@ -158,6 +158,9 @@ func (s *Session) slotRowsOf(t *rewrite.Table, keys []string) (rows []rewrite.Sl
 		s.log.Warn("reading slot rows for a fold failed: locking them by range", "rule", ruleName(t), "err", err)
 		return nil, false, nil
 	}
+	if err := s.resolveOwnRows(t); err != nil {
+		return nil, false, err
+	}
 	return s.txn.addOwnRows(ruleName(t), keys, rows), true, nil
 }
 
@@ -198,6 +201,9 @@ func (s *Session) slottedKeys(t *rewrite.Table, after string, limit int, zero bo
 	if after == "" && !s.readsSlotsItself() {
 		// The transaction's own rows (not committed, not read above):
 		// their records go with the first page.
+		if err := s.resolveOwnRows(t); err != nil {
+			return nil, "", false, err
+		}
 		for _, o := range s.txn.ownRows[ruleName(t)] {
 			if o.key == "" {
 				// Records its increments named by another UNIQUE key or
@@ -276,28 +282,92 @@ var errSlotRow = errors.New("slot table row is not (record_type, record_id, slot
 
 // ownSlot is a slot row the transaction's increments wrote: its record
 // type, key ("" when the increment named its records by another UNIQUE
-// key) and slot.
+// key or by the columns of a key of several columns or a string) and
+// slot. guard, for a key "", is the index of that increment's guard in
+// txnState.ownGuards (see resolveOwnRows); -1 otherwise.
 type ownSlot struct {
 	recordType int
 	key        string
 	slot       int
+	guard      int
 }
 
 // noteOwnRows records the slot rows an increment of t wrote in the open
 // transaction: for each record it named (keys; "" for records named by
-// another UNIQUE key), a row of each record type at slot.
-func (x *txnState) noteOwnRows(rule string, keys []string, recordTypes []int, slot int) {
+// another UNIQUE key or a Keyed table's columns, whose increment's guard
+// is ownGuards[rule][guard]), a row of each record type at slot.
+func (x *txnState) noteOwnRows(rule string, keys []string, recordTypes []int, slot, guard int) {
 	if x.ownRows == nil {
 		x.ownRows = map[string][]ownSlot{}
 	}
 	for _, k := range keys {
+		g := -1
+		if k == "" {
+			g = guard
+		}
 		for _, rt := range recordTypes {
-			o := ownSlot{rt, k, slot}
+			o := ownSlot{rt, k, slot, g}
 			if !slices.Contains(x.ownRows[rule], o) {
 				x.ownRows[rule] = append(x.ownRows[rule], o)
 			}
 		}
 	}
+}
+
+// resolveOwnRows gives the transaction's own slot rows of t whose records
+// its increments did not know (key "") the keys of the records their
+// guards find by key, read in share mode: the increment holds those base
+// rows in share mode already, so the read waits for nothing. Without it a
+// fold would take every record it folds for such a row's, and lock slot
+// rows that do not exist (with the gaps before them, which inserts of
+// other records' slot rows then wait for). Rows whose guard cannot tell
+// (records named by another UNIQUE key, whose guard reads the WHERE
+// clause, or a guard that finds other records than its increment
+// matched) stay unknown.
+func (s *Session) resolveOwnRows(t *rewrite.Table) error {
+	rule := ruleName(t)
+	rows := s.txn.ownRows[rule]
+	if !slices.ContainsFunc(rows, func(o ownSlot) bool { return o.key == "" && o.guard >= 0 }) {
+		return nil
+	}
+	found := map[int][]string{}
+	out := make([]ownSlot, 0, len(rows))
+	add := func(o ownSlot) {
+		if !slices.Contains(out, o) {
+			out = append(out, o)
+		}
+	}
+	for _, o := range rows {
+		if o.key != "" || o.guard < 0 || o.guard >= len(s.txn.ownGuards[rule]) {
+			add(o)
+			continue
+		}
+		keys, done := found[o.guard]
+		if !done {
+			g := s.txn.ownGuards[rule][o.guard]
+			if g.guard != nil {
+				if byKey, ok := resolveKeys(t, g.guard.Keys, g.execution()); ok && len(byKey) > 0 {
+					k, errPkt, err := s.queryKeys(t, t.ShareLockSQL(byKey))
+					if err != nil {
+						return err
+					}
+					if errPkt == nil && uint64(len(k)) == g.matched {
+						keys = k
+					}
+				}
+			}
+			found[o.guard] = keys
+		}
+		if keys == nil {
+			add(o) // unknown still
+			continue
+		}
+		for _, k := range keys {
+			add(ownSlot{o.recordType, k, o.slot, -1})
+		}
+	}
+	s.txn.ownRows[rule] = out
+	return nil
 }
 
 // addOwnRows returns rows (committed slot rows of the records with keys)

@@ -675,9 +675,11 @@ func (s *Session) execIncrementOf(p rewrite.Plan, inc *rewrite.Increment, up *re
 			return failed, err
 		}
 		if r.Status&mysql.SERVER_STATUS_IN_TRANS != 0 {
+			guard := -1
 			if len(keys) == 0 {
 				keys = []string{""} // named by a UNIQUE key: any record
 				s.noteOwnGuard(p.Table, inc, ex, matched)
+				guard = len(s.txn.ownGuards[ruleName(p.Table)]) - 1
 			}
 			s.noteOwnIncrement(p.Table, keys)
 			slot := s.slotFor(p.Table)
@@ -686,7 +688,7 @@ func (s *Session) execIncrementOf(p rewrite.Plan, inc *rewrite.Increment, up *re
 				// parameter writes the slot it was planned with.
 				slot = inc.Slot
 			}
-			s.txn.noteOwnRows(ruleName(p.Table), keys, inc.RecordTypes, slot)
+			s.txn.noteOwnRows(ruleName(p.Table), keys, inc.RecordTypes, slot, guard)
 		}
 		ok := *r.OK
 		rowsChanged := uint64(0)

@@ -207,7 +207,7 @@ func liveStatements(p Plan) []string {
 		}
 		out = append(out, op.SQL)
 	case *Increment:
-		out = append(out, op.ProbeSQL, op.SQL, op.Guard.KeysSQL, op.Guard.Table.LockSQL(liveKeys(op.Guard.Table)))
+		out = append(out, op.ProbeSQL, op.SQL, op.Guard.KeysSQL, op.Guard.Table.LockSQL(liveKeys(op.Guard.Table)), op.Guard.Table.ShareLockSQL(liveKeys(op.Guard.Table)))
 		folds(op.Guard, false)
 	case *UpsertIncrement:
 		if g := op.Generated; g != nil {

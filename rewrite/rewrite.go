@@ -162,6 +162,11 @@ func (t *Table) LockSQL(keys []string) string {
 	return fmt.Sprintf("SELECT %s FROM %s FOR UPDATE", t.RecordID(t.Qualified()), t.keysJoin(keys, ""))
 }
 
+// ShareLockSQL is LockSQL locking in share mode.
+func (t *Table) ShareLockSQL(keys []string) string {
+	return fmt.Sprintf("SELECT %s FROM %s LOCK IN SHARE MODE", t.RecordID(t.Qualified()), t.keysJoin(keys, ""))
+}
+
 // WideLockSQL locks the slot rows of every record of the table, and the
 // gaps between them (no slot row of it can be added or changed until the
 // transaction ends), and selects their keys, for a fold after it.
