@@ -728,6 +728,10 @@ func (s *Session) execIncrementOf(p rewrite.Plan, inc *rewrite.Increment, up *re
 // and one that does runs as the fallback.
 func (s *Session) execGeneratedUpsert(p rewrite.Plan, up *rewrite.UpsertIncrement, changed bool, seq *byte, more bool) (bool, error) {
 	inc, g := up.Increment, up.Generated
+	if s.tablesLocked() {
+		// BEGIN would release the client's table locks.
+		return s.execPlan(up.Fallback, nil, seq, more)
+	}
 	if !s.autocommitted() {
 		if s.env.SlotReader != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), slotReadTimeout)

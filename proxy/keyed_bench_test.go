@@ -51,6 +51,12 @@ var keyedIdioms = []struct {
 	{"B+F SMALLINT counter, composite key (coupon usage)",
 		"UPDATE salesrule_coupon_usage SET times_used = times_used + 1 WHERE coupon_id = 5 AND customer_id = 1001",
 		"SELECT times_used FROM salesrule_coupon_usage WHERE coupon_id = 5 AND customer_id = 1001", false},
+	{"C decrement while in stock (stock > 0)",
+		"UPDATE stock SET stock = stock - 1 WHERE id = 1 AND stock > 0",
+		"SELECT CAST(100000000 - stock AS SIGNED) FROM stock WHERE id = 1", false},
+	{"B+F upsert leaving out an AUTO_INCREMENT key, in autocommit (Magento search popularity)",
+		"INSERT INTO search_query (store_id, query_text, popularity) VALUES (1, 'red shoes', 1) ON DUPLICATE KEY UPDATE popularity = popularity + 1",
+		"SELECT popularity FROM search_query WHERE query_text = 'red shoes' AND store_id = 1", true},
 	{"B+D upsert of three rows in autocommit (post views flush)",
 		"INSERT INTO wp_post_views (id, type, period, count) VALUES (123, 0, '20250115', 1), (123, 1, '202503', 1), (123, 4, 'total', 1) " +
 			"ON DUPLICATE KEY UPDATE count = count + VALUES(count)",
@@ -91,13 +97,21 @@ func BenchmarkKeyedHotTx(b *testing.B) {
 		"INSERT INTO Channels VALUES ('kq8w9y3ujtbpmyq1r6f9x3ab7e', 1718000000000, 0, 0, 0)",
 		"CREATE TABLE cataloginventory_stock_item (item_id INT UNSIGNED NOT NULL AUTO_INCREMENT, qty DECIMAL(12,4) DEFAULT NULL, PRIMARY KEY (item_id)) ENGINE=InnoDB",
 		"INSERT INTO cataloginventory_stock_item VALUES (1, 99999999.0000)",
+		"CREATE TABLE stock (id INT UNSIGNED NOT NULL PRIMARY KEY, stock INT UNSIGNED NOT NULL DEFAULT 0) ENGINE=InnoDB",
+		"INSERT INTO stock VALUES (1, 100000000)",
+		"CREATE TABLE search_query (query_id INT UNSIGNED NOT NULL AUTO_INCREMENT, query_text VARCHAR(255) DEFAULT NULL, num_results INT UNSIGNED NOT NULL DEFAULT 0, "+
+			"popularity INT UNSIGNED NOT NULL DEFAULT 0, store_id SMALLINT UNSIGNED NOT NULL DEFAULT 0, PRIMARY KEY (query_id), "+
+			"UNIQUE KEY SEARCH_QUERY_QUERY_TEXT_STORE_ID (query_text, store_id)) ENGINE=InnoDB",
+		"INSERT INTO search_query (query_text, store_id) VALUES ('red shoes', 1)",
 		"INSERT INTO wp_post_views VALUES (123, 4, 'total', 0), (123, 0, '20250115', 0), (123, 1, '202503', 0)",
 		"INSERT INTO ChannelMembers (ChannelId, UserId, MsgCount, MentionCount, MentionCountRoot, LastUpdateAt) "+
 			"SELECT 'other', CONCAT('u', seq), 0, 0, 0, seq FROM "+testdb.Seq(1000)),
 		strings.ReplaceAll(strings.ReplaceAll(keyedRules+
 			"---\ntable: %s.phpbb_topics\nkey: topic_id\ncounters: [topic_posts_approved]\ntouch: [topic_last_view_time]\nslots: 4\n"+
 			"---\ntable: %s.Channels\nkey: Id\ncounters: [TotalMsgCount, TotalMsgCountRoot]\ntouch: [LastPostAt, LastRootPostAt]\nslots: 4\n"+
-			"---\ntable: %s.cataloginventory_stock_item\nkey: item_id\ncounters: [qty]\nslots: 4\n", "slots: 4", "slots: "+slots), "%s", ruled))
+			"---\ntable: %s.cataloginventory_stock_item\nkey: item_id\ncounters: [qty]\nslots: 4\n"+
+			"---\ntable: %s.stock\nkey: id\ncounters: [stock]\nslots: 4\n"+
+			"---\ntable: %s.search_query\nkey: query_id\ncounters: [popularity]\nslots: 4\n", "slots: 4", "slots: "+slots), "%s", ruled))
 	p := startProxy(b, func(c *proxy.Config) { c.Rewriter = newRewriter(cat) })
 	targets := []struct {
 		name string

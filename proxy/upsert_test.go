@@ -209,7 +209,8 @@ func TestUniqueKeyUpsertGuard(t *testing.T) {
 		"CREATE TABLE search_query (query_id INT UNSIGNED NOT NULL AUTO_INCREMENT, query_text VARCHAR(255) DEFAULT NULL, " +
 			"num_results INT UNSIGNED NOT NULL DEFAULT 0, popularity INT UNSIGNED NOT NULL DEFAULT 0, store_id SMALLINT UNSIGNED NOT NULL DEFAULT 0, " +
 			"PRIMARY KEY (query_id), UNIQUE KEY SEARCH_QUERY_QUERY_TEXT_STORE_ID (query_text, store_id)) ENGINE=InnoDB",
-	}, "table: "+ruled+".search_query\nkey: query_id\ncounters: [popularity]\nslots: 4\n")
+		"CREATE TABLE pages (id INT NOT NULL PRIMARY KEY, views INT NOT NULL DEFAULT 0)",
+	}, "table: "+ruled+".search_query\nkey: query_id\ncounters: [popularity]\nslots: 4\n---\ntable: "+ruled+".pages\nkey: id\ncounters: [views]\nslots: 4\n")
 	upsert := func(q string) step {
 		return text("INSERT INTO `search_query` (`store_id`,`query_text`,`popularity`) VALUES (1, '" + q + "', 1) ON DUPLICATE KEY UPDATE `popularity` = `popularity` + 1")
 	}
@@ -309,6 +310,17 @@ func TestGeneratedKeyUpserts(t *testing.T) {
 		text("BEGIN"),
 		upsert("red shoes"),
 		text("ROLLBACK"),
+		// Under LOCK TABLES (which a BEGIN would release: the table
+		// read after it is not locked, and directly that fails).
+		text("LOCK TABLES search_query WRITE"),
+		upsert("red shoes"),
+		text("SELECT COUNT(*) FROM search_query"),
+		text("SELECT COUNT(*) FROM pages"),
+		text("UNLOCK TABLES"),
+		text("LOCK TABLES pages WRITE"),
+		upsert("red shoes"), // search_query is not locked: refused, as directly
+		text("SELECT COUNT(*) FROM pages"),
+		text("UNLOCK TABLES"),
 		// The ids every upsert took: the next insert's.
 		text("INSERT INTO search_query (store_id, query_text) VALUES (1, 'after')"),
 		text("SELECT LAST_INSERT_ID()"),
