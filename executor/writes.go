@@ -215,6 +215,12 @@ func (s *Session) relayPlan(p rewrite.Plan, payload []byte, ex *execution, seq *
 		payload = ex.payload // the client's execution of the statement prepared as planned
 	}
 	res, err := s.relayAs(payload, seq, more)
+	if err == nil && res.Failed() && res.ErrCode != mysql.ER_PARSE_ERROR && ex == nil &&
+		len(payload) > 0 && payload[0] == mysql.COM_QUERY && rewrite.CommitsImplicitly([]byte(p.Original)) {
+		// It committed the transaction before it failed (a TRUNCATE that
+		// waited for a table lock, say): the session is in none.
+		s.status &^= mysql.SERVER_STATUS_IN_TRANS
+	}
 	if err != nil || res.Failed() {
 		return res.Failed(), err
 	}

@@ -112,17 +112,54 @@ func (r *Rewriter) lockTables(text string, toks []token, sess Session) (Plan, bo
 
 // EndsTableLocks reports whether sql (a statement the proxy passes
 // through) releases the session's table locks: UNLOCK TABLES, another
-// LOCK TABLES, BEGIN or START TRANSACTION. It reads only the first word.
+// LOCK TABLES, BEGIN or START TRANSACTION. It reads only the first words.
 func EndsTableLocks(sql []byte) bool {
+	w := leadingWords(sql, 2)
+	switch {
+	case len(w) == 0:
+		return false
+	case w[0] == "UNLOCK", w[0] == "LOCK", w[0] == "BEGIN":
+		return true
+	}
+	return w[0] == "START" && len(w) > 1 && w[1] == "TRANSACTION"
+}
+
+// CommitsImplicitly reports whether sql is a statement that commits the
+// session's transaction before it runs (DDL other than of temporary
+// tables, TRUNCATE, RENAME, GRANT and REVOKE, LOCK TABLES): when it then
+// fails, other than in the parser, the transaction is over all the same,
+// though the error carries no status to say so. It reads only the first
+// words.
+func CommitsImplicitly(sql []byte) bool {
+	w := leadingWords(sql, 2)
+	if len(w) == 0 {
+		return false
+	}
+	switch w[0] {
+	case "CREATE", "DROP":
+		return len(w) < 2 || w[1] != "TEMPORARY"
+	case "ALTER", "RENAME", "TRUNCATE", "GRANT", "REVOKE":
+		return true
+	case "LOCK":
+		return len(w) > 1 && (w[1] == "TABLES" || w[1] == "TABLE")
+	}
+	return false
+}
+
+// leadingWords returns up to n words (runs of identifier bytes) that sql
+// starts with, in upper case, past white space, parentheses and /* */
+// comments; it stops at anything else.
+func leadingWords(sql []byte, n int) []string {
+	var out []string
 	i := 0
-	for i < len(sql) {
+	for i < len(sql) && len(out) < n {
 		switch c := sql[i]; {
 		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '(':
 			i++
 		case c == '/' && i+1 < len(sql) && sql[i+1] == '*':
 			end := strings.Index(string(sql[i+2:]), "*/")
 			if end < 0 {
-				return false
+				return out
 			}
 			i += end + 4
 		default:
@@ -130,15 +167,12 @@ func EndsTableLocks(sql []byte) bool {
 			for j < len(sql) && isIdentByte(sql[j]) {
 				j++
 			}
-			switch strings.ToUpper(string(sql[i:j])) {
-			case "UNLOCK", "LOCK", "BEGIN":
-				return true
-			case "START":
-				rest := strings.TrimLeft(string(sql[j:]), " \t\r\n")
-				return len(rest) >= len("TRANSACTION") && strings.EqualFold(rest[:len("TRANSACTION")], "TRANSACTION")
+			if j == i {
+				return out
 			}
-			return false
+			out = append(out, strings.ToUpper(string(sql[i:j])))
+			i = j
 		}
 	}
-	return false
+	return out
 }
