@@ -306,6 +306,25 @@ func (s *Session) ensureSessionInfo() error {
 	return nil
 }
 
+// readsOwn reports whether a plan of plans reads other columns of ruled
+// tables whose records the open transaction incremented (AsWritten.Reads):
+// it is run as planned, which refreshes them first.
+func (s *Session) readsOwn(plans []rewrite.Plan) bool {
+	if len(s.txn.own) == 0 {
+		return false
+	}
+	for _, p := range plans {
+		if aw, ok := p.Op.(*rewrite.AsWritten); ok {
+			for _, t := range aw.Reads {
+				if len(s.txn.own[ruleName(t)]) > 0 {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
 func (s *Session) rewriteSession() rewrite.Session {
 	return rewrite.Session{DB: s.rw.db, ANSIQuotes: s.rw.ansiQuotes, NoBackslashEscapes: s.rw.noBackslash, Charset: s.rw.charset,
 		TempTables: s.rw.temp, SlotFor: s.slotFor}
@@ -332,7 +351,7 @@ func (s *Session) plan(rw *rewrite.Rewriter, sql []byte) ([]rewrite.Plan, error)
 		s.log.Debug("statement does not parse; passing it through", "err", err)
 		return nil, nil
 	}
-	if !rewrite.Changed(plans) && (s.warnings == nil || len(plans) < 2 || !startsWithShowWarnings(sql)) {
+	if !rewrite.Changed(plans) && (s.warnings == nil || len(plans) < 2 || !startsWithShowWarnings(sql)) && !s.readsOwn(plans) {
 		return nil, nil
 	}
 	// (A SHOW WARNINGS first, for warnings the proxy kept: the

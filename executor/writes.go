@@ -147,6 +147,22 @@ func (s *Session) execPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) 
 		s.metrics().Statement(PathPassThrough, ruleName(p.Table))
 		return s.relayPlan(p, queryPacket(op.SQL), ex, seq, more)
 	default: // *rewrite.AsWritten
+		if aw, ok := p.Op.(*rewrite.AsWritten); ok && len(aw.Reads) > 0 && len(s.txn.own) > 0 {
+			// A read of other columns of records the transaction
+			// incremented: as its UPDATE would have, they are its own
+			// versions of the rows (refreshed past its snapshot).
+			refresh, err := s.snapshotFolds()
+			if err != nil {
+				return false, err
+			}
+			if refresh {
+				if errPkt, err := s.foldOwn(aw.Reads, true); err != nil {
+					return false, err
+				} else if errPkt != nil {
+					return true, s.writeErr(errPkt, seq)
+				}
+			}
+		}
 		s.metrics().Statement(PathPassThrough, ruleName(p.Table))
 		return s.relayPlan(p, queryPacket(p.Original), ex, seq, more)
 	}

@@ -80,7 +80,14 @@ type Op interface {
 }
 
 // AsWritten sends the client's statement as written.
-type AsWritten struct{}
+type AsWritten struct {
+	// Reads, for a read that names ruled tables and reads none of their
+	// counters: those tables. A transaction that incremented records of
+	// them after its snapshot was taken has them refreshed first (a
+	// client's UPDATE would have made the rows its own versions, of every
+	// column: see the executor's foldOwn).
+	Reads []*Table
+}
 
 // Read sends the statement with its counter reads rewritten to totals
 // (SQL), or as written when every counter it reads is read rolled up.

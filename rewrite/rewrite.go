@@ -910,7 +910,14 @@ func (w *reads) readPlan(start, end int) Plan {
 		return w.refused(nil, w.failed)
 	}
 	if len(w.edits) == 0 && len(w.rolled) == 0 {
-		return Plan{Op: &AsWritten{}}
+		op := &AsWritten{}
+		for t := range w.tables {
+			if !t.Shadow {
+				op.Reads = append(op.Reads, t)
+			}
+		}
+		sort.Slice(op.Reads, func(i, j int) bool { return op.Reads[i].Qualified() < op.Reads[j].Qualified() })
+		return Plan{Op: op}
 	}
 	op := &Read{SQL: apply(w.sql, start, end, w.edits), RolledUp: w.rolled}
 	p := Plan{Op: op}
