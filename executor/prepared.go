@@ -68,7 +68,7 @@ func (st *stmtInfo) keepLongData(i int, chunk []byte) {
 func (st *stmtInfo) resetLongData() { st.longData, st.longVals = nil, nil }
 
 func (s *Session) handlePrepare(rw *rewrite.Rewriter, payload []byte) error {
-	plans, err := s.plan(rw, payload[1:])
+	plans, err := s.planAll(rw, payload[1:])
 	if ue := (*rewrite.UnparsedError)(nil); errors.As(err, &ue) {
 		return s.checkUnparsed(payload[1:], ue, true)
 	}
@@ -76,7 +76,7 @@ func (s *Session) handlePrepare(rw *rewrite.Rewriter, payload []byte) error {
 		return err
 	}
 	if len(plans) != 1 {
-		return s.prepareRelayed(rw, payload)
+		return s.prepareRelayed(rw, payload, nil)
 	}
 	p := plans[0]
 	switch p.Op.(type) {
@@ -94,7 +94,8 @@ func (s *Session) handlePrepare(rw *rewrite.Rewriter, payload []byte) error {
 		// Prepared as the client wrote it; executions are counted.
 		sql = p.Original
 	case p.AsWritten():
-		return s.prepareRelayed(rw, payload)
+		aw, _ := p.Op.(*rewrite.AsWritten)
+		return s.prepareRelayed(rw, payload, aw.Reads)
 	}
 	var orig [][]byte
 	switch p.Op.(type) {
@@ -136,7 +137,7 @@ func (s *Session) handlePrepare(rw *rewrite.Rewriter, payload []byte) error {
 // (or does not plan) and keeps the statement's text: an execution after a
 // reload that gives it a plan (a rule added for the table it reads) runs by
 // that plan (see handleExecute).
-func (s *Session) prepareRelayed(rw *rewrite.Rewriter, payload []byte) error {
+func (s *Session) prepareRelayed(rw *rewrite.Rewriter, payload []byte, reads []*rewrite.Table) error {
 	res, err := s.forward(payload, wire.Prepare, nil)
 	if err != nil || res.Failed() || rw == nil {
 		return err
@@ -144,7 +145,7 @@ func (s *Session) prepareRelayed(rw *rewrite.Rewriter, payload []byte) error {
 	if s.rw.stmts == nil {
 		s.rw.stmts = map[uint32]*stmtInfo{}
 	}
-	s.rw.stmts[res.StmtID] = &stmtInfo{plan: rewrite.Plan{Op: &rewrite.AsWritten{}, Original: string(payload[1:])}, params: res.Params, rw: rw, relayed: true}
+	s.rw.stmts[res.StmtID] = &stmtInfo{plan: rewrite.Plan{Op: &rewrite.AsWritten{Reads: reads}, Original: string(payload[1:])}, params: res.Params, rw: rw, relayed: true}
 	return nil
 }
 
@@ -160,6 +161,14 @@ func (s *Session) handleExecute(rw *rewrite.Rewriter, payload []byte) error {
 		st = s.rw.stmts[binary.LittleEndian.Uint32(payload[1:])]
 	}
 	if st != nil && st.relayed && (st.rw == rw || rw == nil) {
+		// (A read of other columns of records the transaction
+		// incremented refreshes them first.)
+		if errPkt, err := s.refreshOwnReads(st.plan); err != nil {
+			return err
+		} else if errPkt != nil {
+			seq := s.respSeq
+			return s.writeErr(errPkt, &seq)
+		}
 		st = nil
 	}
 	if st != nil && st.relayed {

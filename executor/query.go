@@ -333,6 +333,21 @@ func (s *Session) rewriteSession() rewrite.Session {
 // plan rewrites sql when it names a ruled table. It returns nil plans for
 // statements to send unchanged.
 func (s *Session) plan(rw *rewrite.Rewriter, sql []byte) ([]rewrite.Plan, error) {
+	plans, err := s.planAll(rw, sql)
+	if err != nil || plans == nil {
+		return nil, err
+	}
+	if !rewrite.Changed(plans) && (s.warnings == nil || len(plans) < 2 || !startsWithShowWarnings(sql)) && !s.readsOwn(plans) {
+		return nil, nil
+	}
+	// (A SHOW WARNINGS first, for warnings the proxy kept: the
+	// statements run one by one, that one answered by the proxy.)
+	return plans, nil
+}
+
+// planAll is plan returning the plans of a statement that names a ruled
+// table also when they send it unchanged.
+func (s *Session) planAll(rw *rewrite.Rewriter, sql []byte) ([]rewrite.Plan, error) {
 	if len(sql) == 0 || !rw.Catalog().Mentions(unsafe.String(&sql[0], len(sql))) {
 		return nil, nil
 	}
@@ -351,11 +366,6 @@ func (s *Session) plan(rw *rewrite.Rewriter, sql []byte) ([]rewrite.Plan, error)
 		s.log.Debug("statement does not parse; passing it through", "err", err)
 		return nil, nil
 	}
-	if !rewrite.Changed(plans) && (s.warnings == nil || len(plans) < 2 || !startsWithShowWarnings(sql)) && !s.readsOwn(plans) {
-		return nil, nil
-	}
-	// (A SHOW WARNINGS first, for warnings the proxy kept: the
-	// statements run one by one, that one answered by the proxy.)
 	return plans, nil
 }
 

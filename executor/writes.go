@@ -147,25 +147,32 @@ func (s *Session) execPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) 
 		s.metrics().Statement(PathPassThrough, ruleName(p.Table))
 		return s.relayPlan(p, queryPacket(op.SQL), ex, seq, more)
 	default: // *rewrite.AsWritten
-		if aw, ok := p.Op.(*rewrite.AsWritten); ok && len(aw.Reads) > 0 && len(s.txn.own) > 0 {
-			// A read of other columns of records the transaction
-			// incremented: as its UPDATE would have, they are its own
-			// versions of the rows (refreshed past its snapshot).
-			refresh, err := s.snapshotFolds()
-			if err != nil {
-				return false, err
-			}
-			if refresh {
-				if errPkt, err := s.foldOwn(aw.Reads, true); err != nil {
-					return false, err
-				} else if errPkt != nil {
-					return true, s.writeErr(errPkt, seq)
-				}
-			}
+		if errPkt, err := s.refreshOwnReads(p); err != nil {
+			return false, err
+		} else if errPkt != nil {
+			return true, s.writeErr(errPkt, seq)
 		}
 		s.metrics().Statement(PathPassThrough, ruleName(p.Table))
 		return s.relayPlan(p, queryPacket(p.Original), ex, seq, more)
 	}
+}
+
+// refreshOwnReads runs before p, a read of ruled tables that reads none of
+// their counters (rewrite.AsWritten.Reads), in a transaction that
+// incremented records of them after its snapshot began: those records are
+// folded (foldOwn), which makes their rows the transaction's own versions,
+// as the client's UPDATE would have, so that their other columns read as
+// directly. errPkt is the server's error that ended the fold.
+func (s *Session) refreshOwnReads(p rewrite.Plan) (errPkt []byte, err error) {
+	aw, ok := p.Op.(*rewrite.AsWritten)
+	if !ok || !s.readsOwn([]rewrite.Plan{p}) {
+		return nil, nil
+	}
+	refresh, err := s.snapshotFolds()
+	if err != nil || !refresh {
+		return nil, err
+	}
+	return s.foldOwn(aw.Reads, true)
 }
 
 // openViews opens, in the client's transaction, the views whose

@@ -187,13 +187,13 @@ func (t *twin) staleOtherColumns() bool {
 	return t.staleRow && !t.weak && !t.serializable
 }
 
-// plainSelect reports whether st is one SELECT sent as text: the proxy
-// refreshes the records a transaction incremented before such a read (of
-// counters or not), so that their other columns read as the
-// transaction's own versions, as directly; prepared reads, reads inside
-// writes and multi-statement queries it does not (limits.md).
+// plainSelect reports whether st is one SELECT, as text or prepared: the
+// proxy refreshes the records a transaction incremented before such a
+// read (of counters or not), so that their other columns read as the
+// transaction's own versions, as directly; reads inside writes and
+// multi-statement queries it does not (limits.md).
 func plainSelect(st Step) bool {
-	return st.Args == nil && !st.Multi && strings.HasPrefix(strings.ToUpper(strings.TrimSpace(st.SQL)), "SELECT")
+	return !st.Multi && strings.HasPrefix(strings.ToUpper(strings.TrimSpace(st.SQL)), "SELECT")
 }
 
 // rangeError reports whether o ended in an out-of-range error (1264,
