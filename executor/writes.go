@@ -739,32 +739,31 @@ func (s *Session) execIncrementOf(p rewrite.Plan, inc *rewrite.Increment, up *re
 // execGeneratedUpsert runs up, an upsert whose row leaves out its table's
 // AUTO_INCREMENT key and names its record by a UNIQUE key (see
 // rewrite.GeneratedKey). In autocommit, in a transaction of the proxy's:
-// it reads the record's key, locking its base row in share mode; runs the
-// slotted increment; then takes one AUTO_INCREMENT value as the upsert
-// does when it meets the duplicate, clears that statement's warning
-// (rewrite.GeneratedKey.ClearSQL), and commits. The answer is the
-// server's to an upsert that updated: 2 affected rows and the record's
-// key as the insert id, or 0 and 0 when every delta is 0 (changed
-// false). No such row: the statement as written. A delta beyond its
-// slot's share: the fallback (nothing taken yet).
+// the slotted increment (which locks the row in share mode); then one
+// AUTO_INCREMENT value taken as the upsert takes it when it meets the
+// duplicate; a read of the row's key (which also clears the warning of the
+// statement before); COMMIT. The answer is the server's to an upsert that
+// updated: 2 affected rows and the record's key as the insert id, or 0
+// and 0 when every delta is 0 (changed false); no warnings. No such row:
+// the statement as written. A delta beyond its slot's share: the
+// fallback (nothing taken yet).
 //
 // In a client's transaction the value would be taken by an insert that
 // meets the duplicate, whose lock on the gap at the end of the table the
 // server keeps to the transaction's end: two such transactions taking a
 // second value each wait for the other (MySQL reports the deadlock). So
 // there, a row that does not exist (asked on a connection of the
-// proxy's, see rewrite.GeneratedKey.ExistsSQL) is inserted as written,
-// and one that does runs as the fallback.
+// proxy's) is inserted as written, and one that does runs as the
+// fallback. Under LOCK TABLES (which BEGIN would release), the fallback.
 func (s *Session) execGeneratedUpsert(p rewrite.Plan, up *rewrite.UpsertIncrement, changed bool, seq *byte, more bool) (bool, error) {
 	inc, g := up.Increment, up.Generated
 	if s.tablesLocked() {
-		// BEGIN would release the client's table locks.
 		return s.execPlan(up.Fallback, nil, seq, more)
 	}
 	if !s.autocommitted() {
 		if s.env.SlotReader != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), slotReadTimeout)
-			rows, err := s.env.SlotReader.ReadSlotRows(ctx, g.ExistsSQL)
+			rows, err := s.env.SlotReader.ReadSlotRows(ctx, g.IDSQL)
 			cancel()
 			if err != nil {
 				s.log.Warn("reading whether an upsert's record exists failed", "rule", ruleName(p.Table), "err", err)
@@ -782,7 +781,7 @@ func (s *Session) execGeneratedUpsert(p rewrite.Plan, up *rewrite.UpsertIncremen
 		}
 		// failed ends the transaction after a statement failed: again
 		// after a deadlock or lock wait an autocommit statement is retried
-		// for; else the error is the upsert's.
+		// for; else the error is the upsert's, answered.
 		failed := func(r *wire.Response) (again bool, err error) {
 			if _, err := s.query("ROLLBACK"); err != nil {
 				return false, err
@@ -791,34 +790,6 @@ func (s *Session) execGeneratedUpsert(p rewrite.Plan, up *rewrite.UpsertIncremen
 				return true, nil
 			}
 			return false, s.writeErr(r.Err, seq)
-		}
-		id, err := s.query(g.IDSQL)
-		if err != nil {
-			return false, err
-		}
-		if id.Failed() {
-			if again, err := failed(id); again || err != nil {
-				if again {
-					continue
-				}
-				return false, err
-			}
-			return true, nil
-		}
-		if len(id.Rows) != 1 {
-			// No such row: the upsert inserts it.
-			if _, err := s.query("ROLLBACK"); err != nil {
-				return false, err
-			}
-			return s.execAsWritten(p, nil, seq, more)
-		}
-		vals, err := wire.TextRow(id.Rows[0])
-		if err != nil || len(vals) != 1 || vals[0] == nil {
-			return false, fmt.Errorf("upsert: cannot read the record's key: %v", err)
-		}
-		insertID, err := strconv.ParseUint(string(vals[0]), 10, 64)
-		if err != nil {
-			return false, fmt.Errorf("upsert: the record's key %q: %w", vals[0], err)
 		}
 		r, err := s.query(inc.SQL)
 		if err != nil {
@@ -834,10 +805,9 @@ func (s *Session) execGeneratedUpsert(p rewrite.Plan, up *rewrite.UpsertIncremen
 				}
 				return s.execPlan(up.Fallback, nil, seq, more)
 			}
-			if again, err := failed(r); again || err != nil {
-				if again {
-					continue
-				}
+			if again, err := failed(r); again {
+				continue
+			} else if err != nil {
 				return false, err
 			}
 			return true, nil
@@ -846,17 +816,20 @@ func (s *Session) execGeneratedUpsert(p rewrite.Plan, up *rewrite.UpsertIncremen
 			return false, errors.New("slotted increment returned rows")
 		}
 		if n, ok := infoRecords(r.OK.Info); r.OK.Affected == 0 && (!ok || n == 0) {
-			return false, errors.New("upsert: the slotted increment found no locked row")
+			// No such row: the upsert inserts it.
+			if _, err := s.query("ROLLBACK"); err != nil {
+				return false, err
+			}
+			return s.execAsWritten(p, nil, seq, more)
 		}
 		burn, err := s.query(g.BurnSQL)
 		if err != nil {
 			return false, err
 		}
 		if burn.Failed() {
-			if again, err := failed(burn); again || err != nil {
-				if again {
-					continue
-				}
+			if again, err := failed(burn); again {
+				continue
+			} else if err != nil {
 				return false, err
 			}
 			return true, nil
@@ -866,10 +839,29 @@ func (s *Session) execGeneratedUpsert(p rewrite.Plan, up *rewrite.UpsertIncremen
 			// else is a server this plan does not know.
 			return false, errors.New("upsert: taking an AUTO_INCREMENT value inserted a row")
 		}
-		if g.ClearSQL != "" {
-			if errPkt, err := s.queryErr(g.ClearSQL); err != nil || errPkt != nil {
-				return false, errOr(err, errors.New("upsert: clearing the INSERT IGNORE's warning failed"))
+		id, err := s.query(g.IDSQL)
+		if err != nil {
+			return false, err
+		}
+		if id.Failed() {
+			if again, err := failed(id); again {
+				continue
+			} else if err != nil {
+				return false, err
 			}
+			return true, nil
+		}
+		var insertID uint64
+		if len(id.Rows) == 1 {
+			vals, err := wire.TextRow(id.Rows[0])
+			if err == nil && len(vals) == 1 && vals[0] != nil {
+				insertID, err = strconv.ParseUint(string(vals[0]), 10, 64)
+			}
+			if err != nil {
+				return false, fmt.Errorf("upsert: the record's key: %w", err)
+			}
+		} else {
+			return false, errors.New("upsert: the locked row was not found by its key")
 		}
 		c, err := s.query("COMMIT")
 		if err != nil {

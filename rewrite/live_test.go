@@ -211,10 +211,7 @@ func liveStatements(p Plan) []string {
 		folds(op.Guard, false)
 	case *UpsertIncrement:
 		if g := op.Generated; g != nil {
-			out = append(out, g.ExistsSQL, g.IDSQL, g.BurnSQL)
-			if g.ClearSQL != "" {
-				out = append(out, g.ClearSQL)
-			}
+			out = append(out, g.BurnSQL, g.IDSQL)
 		}
 		out = append(out, op.Increment.ProbeSQL, op.Increment.SQL)
 		fb := op.Fallback

@@ -1061,16 +1061,12 @@ func Explain(plans []Plan, err error) string {
 		case *UpsertIncrement:
 			fmt.Fprintf(&b, "-- %s\n", p.Reason)
 			if g := op.Generated; g != nil {
-				b.WriteString("-- the key left to AUTO_INCREMENT: in autocommit, in a transaction: the record's key (the insert id), the increment, one AUTO_INCREMENT value taken;\n")
-				b.WriteString("-- in a client's transaction, a row that does not exist is inserted as written, else the guarded upsert runs\n")
-				fmt.Fprintf(&b, "exists (in a client's transaction, on another connection): %s\n%s\n", g.ExistsSQL, g.IDSQL)
+				b.WriteString("-- the key left to AUTO_INCREMENT: in autocommit, in a transaction: the increment, one AUTO_INCREMENT value taken, the record's key (the insert id);\n")
+				b.WriteString("-- in a client's transaction, a row that does not exist (asked on another connection) is inserted as written, else the guarded upsert runs\n")
 			}
 			fmt.Fprintf(&b, "%s\n", op.Increment.SQL)
 			if g := op.Generated; g != nil {
-				fmt.Fprintf(&b, "%s\n", g.BurnSQL)
-				if g.ClearSQL != "" {
-					fmt.Fprintf(&b, "%s\n", g.ClearSQL)
-				}
+				fmt.Fprintf(&b, "%s\n%s\n", g.BurnSQL, g.IDSQL)
 			}
 			fmt.Fprintf(&b, "privilege check: %s\n", op.Increment.ProbeSQL)
 			b.WriteString("-- no such record: the statement as written\n")

@@ -9,8 +9,6 @@ import (
 
 	"github.com/pingcap/tidb/pkg/parser/ast"
 	driver "github.com/pingcap/tidb/pkg/parser/test_driver"
-
-	"github.com/slotproxy/slotproxy/internal/dialect"
 )
 
 // UpsertIncrement is an INSERT of one row … ON DUPLICATE KEY UPDATE whose
@@ -41,30 +39,23 @@ type UpsertIncrement struct {
 // AUTO_INCREMENT key does besides its increments when the row it
 // duplicates exists: it takes a value of the AUTO_INCREMENT counter (which
 // the server never gives back) and answers with the existing row's key as
-// the insert id. In autocommit, in a transaction of the proxy's: IDSQL,
-// Increment (a delta beyond its slot's share fails before any value is
-// taken), BurnSQL, ClearSQL, COMMIT. In a client's transaction the upsert
-// is not slotted (see the executor's execGeneratedUpsert).
+// the insert id. In autocommit, in a transaction of the proxy's:
+// Increment (which locks the row in share mode; a delta beyond its slot's
+// share fails before any value is taken), BurnSQL, IDSQL, COMMIT. In a
+// client's transaction the upsert is not slotted (see the executor's
+// execGeneratedUpsert).
 type GeneratedKey struct {
-	// IDSQL reads the key of the row the UNIQUE key's values name,
-	// locking it in share mode (no row: the record does not exist, and
-	// the statement runs as written).
-	IDSQL string
-	// ExistsSQL is IDSQL without the lock: in a client's transaction the
-	// proxy asks, on a connection of its own, whether the row exists, and
-	// when it does not runs the statement as written at once (IDSQL would
-	// lock the gap where the row goes, which another transaction's insert
-	// of it then waits for: a deadlock where directly one waits).
-	ExistsSQL string
-	// BurnSQL is an INSERT IGNORE of the upsert's row: with the row IDSQL
-	// locked it meets the duplicate, taking one AUTO_INCREMENT value as
-	// the upsert does, and inserts nothing (with a 1062 warning).
+	// BurnSQL is an INSERT IGNORE of the upsert's row: with the row the
+	// increment locked it meets the duplicate, taking one AUTO_INCREMENT
+	// value as the upsert does, and inserts nothing (with a 1062
+	// warning).
 	BurnSQL string
-	// ClearSQL, when set, clears that warning: a statement that reads the
-	// table and returns nothing. MariaDB keeps a statement's warnings
-	// until a statement that uses a table (COMMIT does not clear them);
-	// MySQL's COMMIT clears them, and ClearSQL is empty.
-	ClearSQL string
+	// IDSQL reads the key of the row the UNIQUE key's values name: after
+	// BurnSQL, the record's key for the answer's insert id (a read of the
+	// table, which clears the INSERT IGNORE's warning on MariaDB as on
+	// MySQL); in a client's transaction, run by the proxy on a connection
+	// of its own, whether the row exists.
+	IDSQL string
 }
 
 // Kind is KindIncrement.
@@ -85,16 +76,8 @@ func (o *UpsertIncrement) mapSQL(f func(string) (string, error)) (Op, error) {
 		if g.IDSQL, err = f(g.IDSQL); err != nil {
 			return nil, err
 		}
-		if g.ExistsSQL, err = f(g.ExistsSQL); err != nil {
-			return nil, err
-		}
 		if g.BurnSQL, err = f(g.BurnSQL); err != nil {
 			return nil, err
-		}
-		if g.ClearSQL != "" {
-			if g.ClearSQL, err = f(g.ClearSQL); err != nil {
-				return nil, err
-			}
 		}
 		c.Generated = &g
 	}
@@ -281,12 +264,8 @@ unique:
 			vals[i] = r.restore(e, w.sess)
 		}
 		op.Generated = &GeneratedKey{
-			IDSQL:     fmt.Sprintf("SELECT %s FROM %s WHERE %s LOCK IN SHARE MODE", quoteIdent(t.Key), t.Qualified(), match),
-			ExistsSQL: fmt.Sprintf("SELECT %s FROM %s WHERE %s", quoteIdent(t.Key), t.Qualified(), match),
-			BurnSQL:   fmt.Sprintf("INSERT IGNORE INTO %s (%s) VALUES (%s)", t.Qualified(), strings.Join(cols, ", "), strings.Join(vals, ", ")),
-		}
-		if r.opts.Dialect.Flavor != dialect.MySQL {
-			op.Generated.ClearSQL = fmt.Sprintf("SELECT %s FROM %s WHERE FALSE", quoteIdent(t.Key), t.Qualified())
+			IDSQL:   fmt.Sprintf("SELECT %s FROM %s WHERE %s", quoteIdent(t.Key), t.Qualified(), match),
+			BurnSQL: fmt.Sprintf("INSERT IGNORE INTO %s (%s) VALUES (%s)", t.Qualified(), strings.Join(cols, ", "), strings.Join(vals, ", ")),
 		}
 	}
 	return Plan{Op: op, Table: t, Reason: "the row's record, when it exists, is incremented in a slot; else the row is inserted as written"}, true
