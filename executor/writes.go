@@ -763,7 +763,7 @@ func (s *Session) execGeneratedUpsert(p rewrite.Plan, up *rewrite.UpsertIncremen
 	if !s.autocommitted() {
 		if s.env.SlotReader != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), slotReadTimeout)
-			rows, err := s.env.SlotReader.ReadSlotRows(ctx, g.IDSQL)
+			rows, err := s.env.SlotReader.ReadSlotRows(ctx, g.ExistsSQL)
 			cancel()
 			if err != nil {
 				s.log.Warn("reading whether an upsert's record exists failed", "rule", ruleName(p.Table), "err", err)

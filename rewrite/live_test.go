@@ -211,7 +211,7 @@ func liveStatements(p Plan) []string {
 		folds(op.Guard, false)
 	case *UpsertIncrement:
 		if g := op.Generated; g != nil {
-			out = append(out, g.BurnSQL, g.IDSQL)
+			out = append(out, g.BurnSQL, g.IDSQL, g.ExistsSQL)
 		}
 		out = append(out, op.Increment.ProbeSQL, op.Increment.SQL)
 		fb := op.Fallback

@@ -1063,6 +1063,7 @@ func Explain(plans []Plan, err error) string {
 			if g := op.Generated; g != nil {
 				b.WriteString("-- the key left to AUTO_INCREMENT: in autocommit, in a transaction: the increment, one AUTO_INCREMENT value taken, the record's key (the insert id);\n")
 				b.WriteString("-- in a client's transaction, a row that does not exist (asked on another connection) is inserted as written, else the guarded upsert runs\n")
+				fmt.Fprintf(&b, "exists: %s\n", g.ExistsSQL)
 			}
 			fmt.Fprintf(&b, "%s\n", op.Increment.SQL)
 			if g := op.Generated; g != nil {

@@ -53,9 +53,12 @@ type GeneratedKey struct {
 	// IDSQL reads the key of the row the UNIQUE key's values name: after
 	// BurnSQL, the record's key for the answer's insert id (a read of the
 	// table, which clears the INSERT IGNORE's warning on MariaDB as on
-	// MySQL); in a client's transaction, run by the proxy on a connection
-	// of its own, whether the row exists.
+	// MySQL).
 	IDSQL string
+	// ExistsSQL selects the row as a SlotReader reads rows (see
+	// Table.ExistsSQL): in a client's transaction the proxy asks, on a
+	// connection of its own, whether the row exists.
+	ExistsSQL string
 }
 
 // Kind is KindIncrement.
@@ -77,6 +80,9 @@ func (o *UpsertIncrement) mapSQL(f func(string) (string, error)) (Op, error) {
 			return nil, err
 		}
 		if g.BurnSQL, err = f(g.BurnSQL); err != nil {
+			return nil, err
+		}
+		if g.ExistsSQL, err = f(g.ExistsSQL); err != nil {
 			return nil, err
 		}
 		c.Generated = &g
@@ -264,8 +270,9 @@ unique:
 			vals[i] = r.restore(e, w.sess)
 		}
 		op.Generated = &GeneratedKey{
-			IDSQL:   fmt.Sprintf("SELECT %s FROM %s WHERE %s", quoteIdent(t.Key), t.Qualified(), match),
-			BurnSQL: fmt.Sprintf("INSERT IGNORE INTO %s (%s) VALUES (%s)", t.Qualified(), strings.Join(cols, ", "), strings.Join(vals, ", ")),
+			IDSQL:     fmt.Sprintf("SELECT %s FROM %s WHERE %s", quoteIdent(t.Key), t.Qualified(), match),
+			ExistsSQL: fmt.Sprintf("SELECT 0, %s, 0, 0 FROM %s WHERE %s", quoteIdent(t.Key), t.Qualified(), match),
+			BurnSQL:   fmt.Sprintf("INSERT IGNORE INTO %s (%s) VALUES (%s)", t.Qualified(), strings.Join(cols, ", "), strings.Join(vals, ", ")),
 		}
 	}
 	return Plan{Op: op, Table: t, Reason: "the row's record, when it exists, is incremented in a slot; else the row is inserted as written"}, true
