@@ -781,7 +781,8 @@ func (s *Session) execGeneratedUpsert(p rewrite.Plan, up *rewrite.UpsertIncremen
 		}
 		// failed ends the transaction after a statement failed: again
 		// after a deadlock or lock wait an autocommit statement is retried
-		// for; else the error is the upsert's, answered.
+		// for; else the error is the upsert's, answered (the statement
+		// failed when err is nil).
 		failed := func(r *wire.Response) (again bool, err error) {
 			if _, err := s.query("ROLLBACK"); err != nil {
 				return false, err
@@ -805,12 +806,10 @@ func (s *Session) execGeneratedUpsert(p rewrite.Plan, up *rewrite.UpsertIncremen
 				}
 				return s.execPlan(up.Fallback, nil, seq, more)
 			}
-			if again, err := failed(r); again {
-				continue
-			} else if err != nil {
-				return false, err
+			if again, err := failed(r); !again {
+				return err == nil, err
 			}
-			return true, nil
+			continue
 		}
 		if r.OK == nil {
 			return false, errors.New("slotted increment returned rows")
@@ -827,12 +826,10 @@ func (s *Session) execGeneratedUpsert(p rewrite.Plan, up *rewrite.UpsertIncremen
 			return false, err
 		}
 		if burn.Failed() {
-			if again, err := failed(burn); again {
-				continue
-			} else if err != nil {
-				return false, err
+			if again, err := failed(burn); !again {
+				return err == nil, err
 			}
-			return true, nil
+			continue
 		}
 		if burn.OK == nil || burn.OK.Affected != 0 {
 			// The row is locked: the INSERT IGNORE meets it. Anything
@@ -844,12 +841,10 @@ func (s *Session) execGeneratedUpsert(p rewrite.Plan, up *rewrite.UpsertIncremen
 			return false, err
 		}
 		if id.Failed() {
-			if again, err := failed(id); again {
-				continue
-			} else if err != nil {
-				return false, err
+			if again, err := failed(id); !again {
+				return err == nil, err
 			}
-			return true, nil
+			continue
 		}
 		var insertID uint64
 		if len(id.Rows) == 1 {

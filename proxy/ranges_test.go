@@ -403,10 +403,19 @@ func TestCheckBoundedCondition(t *testing.T) {
 	if err != nil || len(plans) != 1 || plans[0].Kind() != rewrite.KindIncrement {
 		t.Fatalf("%s: planned %v %v, want a slotted increment", q, plans, err)
 	}
+	cappedAtOnce(t, rw, ruled, q, "SELECT user_login_attempts FROM phpbb_users WHERE user_id = 2", 100)
+}
+
+// cappedAtOnce runs q, an increment by 1 capped at limit by its condition,
+// 160 times from 8 clients at once through a proxy with rw (database db),
+// and checks that exactly limit of them changed the row and the total,
+// read by total, is limit: none failed, none counted twice or lost.
+func cappedAtOnce(t *testing.T, rw *rewrite.Rewriter, db, q, total string, limit int64) {
+	t.Helper()
 	p := startProxyFull(t, func(c *proxy.Config) { c.Rewriter = rw }, nil)
 	const clients, each = 8, 20
 	var changed, unchanged atomic.Int64
-	onClients(t, p.addr, ruled, clients, func(_ int, c *client.Conn) error {
+	onClients(t, p.addr, db, clients, func(_ int, c *client.Conn) error {
 		for range each {
 			r, err := c.Execute(q)
 			if err != nil {
@@ -420,19 +429,19 @@ func TestCheckBoundedCondition(t *testing.T) {
 		}
 		return nil
 	})
-	c, err := client.Connect(p.addr, testdb.User, testdb.Password, ruled)
+	c, err := client.Connect(p.addr, testdb.User, testdb.Password, db)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	r, err := c.Execute("SELECT user_login_attempts FROM phpbb_users WHERE user_id = 2")
+	r, err := c.Execute(total)
 	if err != nil {
 		t.Fatal(err)
 	}
 	v, _ := r.GetInt(0, 0)
 	t.Logf("%d changed the row, %d did not; total %d; %d planned as slotted increments", changed.Load(), unchanged.Load(), v, p.srv.Stats().RewrittenWrites)
-	if v != 100 || changed.Load() != 100 || unchanged.Load() != clients*each-100 {
-		t.Errorf("total %d after %d changes and %d without; want 100, 100 and %d", v, changed.Load(), unchanged.Load(), clients*each-100)
+	if v != limit || changed.Load() != limit || unchanged.Load() != clients*each-limit {
+		t.Errorf("total %d after %d changes and %d without; want %d, %d and %d", v, changed.Load(), unchanged.Load(), limit, limit, clients*each-limit)
 	}
 }
 
@@ -501,38 +510,7 @@ func TestDeclaredBounds(t *testing.T) {
 		t.Errorf("%d statements slotted, want at least the first 30 conditional increments", st.RewrittenWrites)
 	}
 
-	p := startProxyFull(t, func(c *proxy.Config) { c.Rewriter = rw }, nil)
-	const clients, each = 8, 20
-	q3 := strings.Replace(q, "user_id = 2", "user_id = 3", 1)
-	var changed, unchanged atomic.Int64
-	onClients(t, p.addr, ruled, clients, func(_ int, c *client.Conn) error {
-		for range each {
-			r, err := c.Execute(q3)
-			if err != nil {
-				return err
-			}
-			if r.AffectedRows == 1 {
-				changed.Add(1)
-			} else {
-				unchanged.Add(1)
-			}
-		}
-		return nil
-	})
-	c, err := client.Connect(p.addr, testdb.User, testdb.Password, ruled)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	r, err := c.Execute("SELECT user_login_attempts FROM phpbb_users WHERE user_id = 3")
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, _ := r.GetInt(0, 0)
-	t.Logf("%d changed the row, %d did not; total %d; %d planned as slotted increments", changed.Load(), unchanged.Load(), v, p.srv.Stats().RewrittenWrites)
-	if v != 100 || changed.Load() != 100 || unchanged.Load() != clients*each-100 {
-		t.Errorf("total %d after %d changes and %d without; want 100, 100 and %d", v, changed.Load(), unchanged.Load(), clients*each-100)
-	}
+	cappedAtOnce(t, rw, ruled, strings.Replace(q, "user_id = 2", "user_id = 3", 1), "SELECT user_login_attempts FROM phpbb_users WHERE user_id = 3", 100)
 }
 
 // onClients runs work on n connections to the proxy at addr (database db)

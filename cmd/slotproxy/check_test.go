@@ -37,6 +37,21 @@ func TestCheck(t *testing.T) {
 		}
 		return n
 	}
+	// starsType returns a root connection to schema and the record type
+	// of repos.stars.
+	starsType := func(t *testing.T) (*sql.DB, int) {
+		t.Helper()
+		conn, err := sql.Open("mysql", db.RootDSN(schema, ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		var rt int
+		if err := conn.QueryRow("SELECT record_type FROM slotproxy_record_types WHERE table_name = 'repos' AND column_name = 'stars'").Scan(&rt); err != nil {
+			t.Fatal(err)
+		}
+		return conn, rt
+	}
 	check := func(t *testing.T, code int, stdout string) {
 		t.Helper()
 		out, stderr, got := runCLI(t, "check", "--config", path)
@@ -78,15 +93,7 @@ func TestCheck(t *testing.T) {
 	// A total outside the column's range, as versions that gave every
 	// counter BIGINT's range could leave: named, with the repair.
 	t.Run("unfoldable record", func(t *testing.T) {
-		conn, err := sql.Open("mysql", db.RootDSN(schema, ""))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		var rt int
-		if err := conn.QueryRow("SELECT record_type FROM slotproxy_record_types WHERE table_name = 'repos' AND column_name = 'stars'").Scan(&rt); err != nil {
-			t.Fatal(err)
-		}
+		conn, rt := starsType(t)
 		if _, err := conn.Exec("INSERT INTO slotted_counters (record_type, record_id, slot, count) VALUES (?, 2, 0, -3), (?, 2, 1, 1)", rt, rt); err != nil {
 			t.Fatal(err)
 		}
@@ -117,15 +124,7 @@ func TestCheck(t *testing.T) {
 	// would (written before the rule declared them): not in force, which
 	// check says, with the repair.
 	t.Run("bounds not in force", func(t *testing.T) {
-		conn, err := sql.Open("mysql", db.RootDSN(schema, ""))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		var rt int
-		if err := conn.QueryRow("SELECT record_type FROM slotproxy_record_types WHERE table_name = 'repos' AND column_name = 'stars'").Scan(&rt); err != nil {
-			t.Fatal(err)
-		}
+		conn, rt := starsType(t)
 		if _, err := conn.Exec("INSERT INTO repos (id) VALUES (7)"); err != nil {
 			t.Fatal(err)
 		}
