@@ -367,11 +367,14 @@ func TestGeneratedKeyUpserts(t *testing.T) {
 		}
 		return int64(r.InsertId)
 	}
-	before := p.srv.Stats().RewrittenWrites
+	before, retriedBefore := p.srv.Stats().RewrittenWrites, p.srv.Stats().Retries
 	direct, proxied := nextID(testdb.Shared().Addr, plain), nextID(p.addr, ruled)
-	slotted := p.srv.Stats().RewrittenWrites - before
-	if direct != proxied {
-		t.Errorf("the insert after %d concurrent upserts got id %d through the proxy, %d directly", clients*each, proxied, direct)
+	slotted, retried := p.srv.Stats().RewrittenWrites-before, int64(p.srv.Stats().Retries-retriedBefore)
+	// Each upsert took one value, as directly; an attempt the proxy ran
+	// again after a deadlock (two first increments of one slot row, say)
+	// may have taken one more, which the server never gives back.
+	if proxied < direct || proxied > direct+retried {
+		t.Errorf("the insert after %d concurrent upserts got id %d through the proxy (%d retries), %d directly", clients*each, proxied, retried, direct)
 	}
 	_, want, _, _ := counterSpread(t, testdb.Shared().Addr, plain, "search_query", "popularity")
 	if _, got, _, _ := counterSpread(t, p.addr, ruled, "search_query", "popularity"); got != want {
