@@ -454,6 +454,13 @@ func (g *gen) step(c Class) Step {
 		}
 		return Step{SQL: g.insertSQL("INSERT INTO", t, col, k)}
 	case Upsert:
+		if t.AutoInc && g.r.IntN(2) == 0 {
+			// The key left to AUTO_INCREMENT, the row named by its
+			// unique name (Magento's search popularity).
+			lo, hi := col.Bounds()
+			return Step{SQL: fmt.Sprintf("INSERT INTO %s (name, %s) VALUES ('n%d', %s) ON DUPLICATE KEY UPDATE %s = %s + 1",
+				t.Name, col.Name, 1+g.r.IntN(8), nearValue(g.r, lo, hi), col.Name, col.Name)}
+		}
 		if g.r.IntN(3) == 0 {
 			// Prepared, as Go's and Node's drivers send it.
 			lo, hi := col.Bounds()

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"math/big"
 	"math/rand/v2"
+	"slices"
 	"strings"
 )
 
@@ -83,6 +84,10 @@ type Column struct {
 	// CheckLo and CheckHi, when non-nil, are the bounds of the table's
 	// CHECK constraint on the column (within the type's range).
 	CheckLo, CheckHi *big.Int
+	// BoundLo and BoundHi, when either is non-nil, are bounds the table's
+	// rule declares for the column (bounds:), within what it accepts: no
+	// constraint, a range slotted increments keep the total in.
+	BoundLo, BoundHi *big.Int
 }
 
 // Nullable reports whether the column accepts NULL.
@@ -122,7 +127,10 @@ type Table struct {
 	Slots      int
 	HasName    bool
 	UniqueName bool
-	HasView    bool
+	// AutoInc: the key is AUTO_INCREMENT (an integer key with a unique
+	// name), so upserts may leave it out and name the row by its name.
+	AutoInc bool
+	HasView bool
 	// Rows are the seed rows: the key, then one literal per counter, then
 	// the name when HasName.
 	Rows [][]string
@@ -203,7 +211,27 @@ func genTable(r *rand.Rand, name string) *Table {
 	}
 	t.HasName = r.IntN(2) == 0
 	t.UniqueName = t.HasName && r.IntN(2) == 0
+	t.AutoInc = t.UniqueName && !t.StringKey() && r.IntN(3) == 0
 	t.HasView = r.IntN(3) == 0
+	if !t.StringKey() {
+		for _, c := range t.Counters {
+			if c.Type.Decimal() || !slices.Contains(t.Ruled, c.Name) || r.IntN(4) != 0 {
+				continue
+			}
+			// Bounds as the conditions of inc-cond imply them (c < 100,
+			// c <= 1000000, c >= 2, c > 0), within what the column holds.
+			lo, hi := c.Bounds()
+			if r.IntN(3) != 0 {
+				c.BoundHi = minBig(hi, big.NewInt(int64(pick(r, []int{100, 1000000}))))
+			}
+			if c.BoundHi == nil || r.IntN(2) == 0 {
+				c.BoundLo = maxBig(lo, big.NewInt(int64(pick(r, []int{0, 2}))))
+			}
+			if c.BoundLo != nil && c.BoundHi != nil && c.BoundLo.Cmp(c.BoundHi) > 0 {
+				c.BoundLo = nil
+			}
+		}
+	}
 	nrows := 2 + r.IntN(5)
 	for i := range nrows {
 		row := []string{t.KeyLiteral(int64(i + 1))}
@@ -251,6 +279,9 @@ func (s *Schema) DDL() []string {
 	var out []string
 	for _, t := range s.Tables {
 		cols := []string{"id " + t.KeyType + " NOT NULL PRIMARY KEY"}
+		if t.AutoInc {
+			cols[0] = "id " + t.KeyType + " NOT NULL AUTO_INCREMENT PRIMARY KEY"
+		}
 		for _, c := range t.Counters {
 			cols = append(cols, c.ddl())
 		}
@@ -301,7 +332,24 @@ func (s *Schema) Rules(ruledSchema string) []string {
 	}
 	var out []string
 	for _, t := range s.Tables {
-		out = append(out, fmt.Sprintf("table: %s.%s\nkey: id\ncounters: [%s]\nslots: %d\n", ruledSchema, t.Name, strings.Join(t.Ruled, ", "), t.Slots))
+		rule := fmt.Sprintf("table: %s.%s\nkey: id\ncounters: [%s]\nslots: %d\n", ruledSchema, t.Name, strings.Join(t.Ruled, ", "), t.Slots)
+		var bounds []string
+		for _, c := range t.Counters {
+			var b []string
+			if c.BoundLo != nil {
+				b = append(b, "min: "+c.BoundLo.String())
+			}
+			if c.BoundHi != nil {
+				b = append(b, "max: "+c.BoundHi.String())
+			}
+			if len(b) > 0 {
+				bounds = append(bounds, fmt.Sprintf("  %s: {%s}\n", c.Name, strings.Join(b, ", ")))
+			}
+		}
+		if len(bounds) > 0 {
+			rule += "bounds:\n" + strings.Join(bounds, "")
+		}
+		out = append(out, rule)
 	}
 	return out
 }
