@@ -134,6 +134,11 @@ type twin struct {
 	// weak: the connection set READ COMMITTED or READ UNCOMMITTED at some
 	// point.
 	weak bool
+	// levelWeak: the session's level is READ COMMITTED or READ
+	// UNCOMMITTED (the last it set); txnWeak: it was when the open
+	// transaction began (a SET SESSION TRANSACTION ISOLATION LEVEL inside
+	// a transaction applies to the next one).
+	levelWeak, txnWeak bool
 	// lastTxn are the steps of the last transaction that ended on this
 	// connection (see documentedLock).
 	lastTxn []Step
@@ -159,7 +164,7 @@ type twin struct {
 // other connection committed, where directly the rows the statement did
 // not change stay as its snapshot had them.
 func (t *twin) foldedOthers() bool {
-	return t.foldedFresh && !t.weak && !t.serializable
+	return t.foldedFresh && !t.txnWeak && !t.serializable
 }
 
 // keyOnlyWhere matches a WHERE clause that names rows by key alone.
@@ -267,6 +272,9 @@ func (t *twin) follow(st Step, o obs) {
 		t.serializable = t.serializable || strings.Contains(upper, "SERIALIZABLE")
 		t.readUncommitted = strings.Contains(upper, "READ UNCOMMITTED")
 		t.weak = t.weak || strings.Contains(upper, "READ UNCOMMITTED") || strings.Contains(upper, "READ COMMITTED")
+		if strings.Contains(upper, "SESSION") {
+			t.levelWeak = strings.Contains(upper, "READ UNCOMMITTED") || strings.Contains(upper, "READ COMMITTED")
+		}
 	}
 	if len(o.results) == 0 {
 		return
@@ -304,6 +312,9 @@ func (t *twin) follow(st Step, o obs) {
 			t.failedInc = t.failedInc || isIncrement(st)
 		}
 	case last.inTrans:
+		if len(t.txn) == 0 {
+			t.txnWeak = t.levelWeak
+		}
 		t.txn = append(t.txn, st)
 	default:
 		t.txn, t.failedInc = nil, false
