@@ -98,11 +98,13 @@ type Counter struct {
 	// Slotted increments keep the total within them as within the range
 	// (see keptBounds), so that a comparison they imply holds whenever
 	// one succeeds. An increment on the base row may take the base value
-	// beyond them (they are no constraint): then a slot's share of the
-	// room on that side is negative, and a slotted increment whose delta
-	// alone does not fit the share (the new slot row's test, which the
-	// slotted INSERT evaluates whether or not the row exists) fails and
-	// runs on the base row too.
+	// beyond them (they are no constraint); a slotted increment then
+	// fails (its share is NULL while the base value is outside the
+	// bounds) and runs on the base row too. Without that test a base
+	// value below the lower bound passed the lower test of an increment
+	// (its share of the room below rounds to 0), and `c > 0` was taken for
+	// implied where the total was 0 (the fuzzer's
+	// mysql-1795864487908586870).
 	BoundMin, BoundMax string
 	// Precision, when not 0: the counter is a DECIMAL(Precision, Scale)
 	// column (Precision at most 18). Its slots count units of
@@ -303,21 +305,23 @@ func (t *Table) ExistsSQL(key string) string {
 
 // BoundsViolationsSQL returns a query of how many slot rows of c, a
 // counter of t (not Keyed) with bounds the rule declares, a slotted
-// increment under those bounds could not have left: a slot row beyond its
-// slot's share of the room the record's base value leaves within the
-// bounds (each slotted increment leaves its slot row within it, and the
-// base value changes only with a fold, which empties the slots). Slot
-// rows written before the rule declared the bounds (or by a proxy whose
-// rule does not) may be such rows; while any is left, the bounds do not
-// hold the total (see Counter.BoundMin).
+// increment under those bounds could not have left: a slot row of a
+// record whose base value is outside the bounds, or beyond its slot's
+// share of the room the base value leaves within them (each slotted
+// increment needs the base value within the bounds and leaves its slot
+// row within its share, and the base value changes only with a fold,
+// which empties the slots). Slot rows written before the rule declared
+// the bounds (or by a proxy whose rule does not) may be such rows; while
+// any is left, the bounds do not hold the total (see Counter.BoundMin).
 func (t *Table) BoundsViolationsSQL(c *Counter) string {
 	min, max := c.shareBounds()
+	kl, kh := c.keptBounds()
 	base := "CAST(`_t`." + quoteIdent(c.Name) + " AS DECIMAL(21,0))"
 	div := "((`_c`.`slot` + " + itoa(ShareScale) + ") * (`_c`.`slot` + " + itoa(ShareScale+1) + "))"
 	return fmt.Sprintf("SELECT COUNT(*) FROM %s AS `_c` JOIN %s AS `_t` ON `_t`.%s = `_c`.`record_id` "+
-		"WHERE `_c`.`record_type` = %d AND `_c`.`count` <> 0 AND NOT "+
-		"`_c`.`count` BETWEEN -(((%s - (%s)) * %d) DIV %s) AND ((((%s) - %s) * %d) DIV %s)",
-		t.QualifiedSlots(), t.Qualified(), quoteIdent(t.Key), c.RecordType,
+		"WHERE `_c`.`record_type` = %d AND `_c`.`count` <> 0 AND NOT (%s BETWEEN %s AND %s AND "+
+		"`_c`.`count` BETWEEN -(((%s - (%s)) * %d) DIV %s) AND ((((%s) - %s) * %d) DIV %s))",
+		t.QualifiedSlots(), t.Qualified(), quoteIdent(t.Key), c.RecordType, base, kl, kh,
 		base, min, ShareScale, div, max, base, ShareScale, div)
 }
 

@@ -1300,7 +1300,19 @@ func (r *Rewriter) slottedIncrement(t *Table, ref *tableRef, ctrs []*Counter, va
 		}
 		min, max := c.shareBounds()
 		base := "CAST(" + c.unitsSQL(ref.qual+"."+quoteIdent(c.Name)) + " AS DECIMAL(21,0))"
-		return "-(((" + base + " - (" + min + ")) * " + scale + ") DIV " + div + ")", "((((" + max + ") - " + base + ") * " + scale + ") DIV " + div + ")"
+		lo, hi = "-((("+base+" - ("+min+")) * "+scale+") DIV "+div+")", "(((("+max+") - "+base+") * "+scale+") DIV "+div+")"
+		if c.BoundMin != "" || c.BoundMax != "" {
+			// The rule's bounds are no constraint: an increment on the
+			// base row may take the base value beyond them, and there a
+			// slot's share of the room on the far side rounds to 0 (an
+			// increment of a base below the lower bound passes the lower
+			// test): the slots keep the total within the bounds only
+			// while the base value is (see Counter.BoundMin).
+			kl, kh := c.keptBounds()
+			in := base + " BETWEEN " + kl + " AND " + kh
+			lo, hi = "IF("+in+", "+lo+", NULL)", "IF("+in+", "+hi+", NULL)"
+		}
+		return lo, hi
 	}
 	kept := ""
 	if decimal {

@@ -55,7 +55,8 @@ func ParseReproducer(text string) (*Sequence, error) {
 			case trimmed == "---":
 				rules = append(rules, "")
 			case trimmed != "":
-				rules[len(rules)-1] += trimmed + "\n"
+				// (Indentation kept: a rule's bounds are a nested mapping.)
+				rules[len(rules)-1] += strings.TrimRight(line, " \t\r") + "\n"
 			}
 		case "steps":
 			m := reproducerStep.FindStringSubmatch(line)
