@@ -488,9 +488,8 @@ func TestDeclaredBounds(t *testing.T) {
 	// below takes them (one slot: 14 of them, then one on the base row,
 	// and 5 more): the base value stays above the bounds (105) under a
 	// negative slot (-5), where the condition is false (100 < 100): the
-	// slotted +1 fails (its delta alone does not fit the share of the
-	// room below 100 that a base of 105 leaves) and it runs on the base
-	// row.
+	// slotted +1 fails (the base value is beyond the bounds) and it runs
+	// on the base row.
 	for range 20 {
 		steps = append(steps, text("UPDATE phpbb_users SET user_login_attempts = user_login_attempts - 1 WHERE user_id = 2"))
 	}
