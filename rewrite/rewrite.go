@@ -633,6 +633,7 @@ func (r *Rewriter) plan(st ast.StmtNode, sql string, start, end int, sess Sessio
 		if _, ok := p.Op.(*Read); ok && s.LockInfo != nil && s.LockInfo.LockType != ast.SelectLockNone {
 			w.lockedRead(&p, s)
 		}
+		w.notedReads(&p)
 	case *ast.SetOprStmt:
 		if ip, ok := r.inlinedRead(st, sql, start, end, sess, slot); ok {
 			return r.shadow(ip)
@@ -640,6 +641,7 @@ func (r *Rewriter) plan(st ast.StmtNode, sql string, start, end int, sess Sessio
 		w.rolledOK = !lockingSetOpr(s)
 		w.visit(st)
 		p = w.readPlan(start, end)
+		w.notedReads(&p)
 	case *ast.LoadDataStmt:
 		t := r.cat.lookup(schemaOr(s.Table.Schema.O, sess.DB), s.Table.Name.O)
 		if t == nil || sess.shadowed(t.Schema, t.Name) || s.OnDuplicate != ast.OnDuplicateKeyHandlingReplace {
@@ -910,14 +912,7 @@ func (w *reads) readPlan(start, end int) Plan {
 		return w.refused(nil, w.failed)
 	}
 	if len(w.edits) == 0 && len(w.rolled) == 0 {
-		op := &AsWritten{}
-		for t := range w.tables {
-			if !t.Shadow {
-				op.Reads = append(op.Reads, t)
-			}
-		}
-		sort.Slice(op.Reads, func(i, j int) bool { return op.Reads[i].Qualified() < op.Reads[j].Qualified() })
-		return Plan{Op: op}
+		return Plan{Op: &AsWritten{}}
 	}
 	op := &Read{SQL: apply(w.sql, start, end, w.edits), RolledUp: w.rolled}
 	p := Plan{Op: op}
@@ -942,6 +937,23 @@ func (w *reads) readPlan(start, end int) Plan {
 	}
 	p.Table = shadow
 	return p
+}
+
+// notedReads gives p, the plan of a SELECT, when it sends the statement as
+// written, the ruled tables the statement names (AsWritten.Reads): only
+// reads, not the writes that plan their reads with readPlan (an INSERT
+// names its table, which it does not read).
+func (w *reads) notedReads(p *Plan) {
+	aw, ok := p.Op.(*AsWritten)
+	if !ok || len(p.Then) > 0 {
+		return
+	}
+	for t := range w.tables {
+		if !t.Shadow {
+			aw.Reads = append(aw.Reads, t)
+		}
+	}
+	sort.Slice(aw.Reads, func(i, j int) bool { return aw.Reads[i].Qualified() < aw.Reads[j].Qualified() })
 }
 
 // refused is the plan for a statement that cannot be planned exactly: t is
