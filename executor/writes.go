@@ -238,10 +238,13 @@ func (s *Session) relayPlan(p rewrite.Plan, payload []byte, ex *execution, seq *
 		payload = ex.payload // the client's execution of the statement prepared as planned
 	}
 	res, err := s.relayAs(payload, seq, more)
-	if err == nil && res.Failed() && res.ErrCode != mysql.ER_PARSE_ERROR && ex == nil &&
+	if err == nil && res.Failed() && res.ErrCode == mysql.ER_LOCK_WAIT_TIMEOUT && ex == nil &&
 		len(payload) > 0 && payload[0] == mysql.COM_QUERY && rewrite.CommitsImplicitly([]byte(p.Original)) {
-		// It committed the transaction before it failed (a TRUNCATE that
-		// waited for a table lock, say): the session is in none.
+		// It committed the transaction, then waited for a lock and gave
+		// up (a TRUNCATE that waited for another transaction's table
+		// lock, say): the session is in none. (Other errors of such a
+		// statement may come before its commit, a read-only server's
+		// say: the transaction is left as the proxy knew it.)
 		s.status &^= mysql.SERVER_STATUS_IN_TRANS
 	}
 	if err != nil || res.Failed() {

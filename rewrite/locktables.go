@@ -127,9 +127,8 @@ func EndsTableLocks(sql []byte) bool {
 // CommitsImplicitly reports whether sql is a statement that commits the
 // session's transaction before it runs (DDL other than of temporary
 // tables, TRUNCATE, RENAME, GRANT and REVOKE, LOCK TABLES): when it then
-// fails, other than in the parser, the transaction is over all the same,
-// though the error carries no status to say so. It reads only the first
-// words.
+// fails waiting for a lock, the transaction is over all the same, though
+// the error carries no status to say so. It reads only the first words.
 func CommitsImplicitly(sql []byte) bool {
 	w := leadingWords(sql, 2)
 	if len(w) == 0 {
