@@ -6,10 +6,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -87,11 +89,16 @@ func writeFile(t *testing.T, name, content string) string {
 	return path
 }
 
-// freeAddr returns a loopback address with a port that was free a moment ago.
+// freeAddr returns a loopback address with a port that was free a moment
+// ago, below the kernel's range of ephemeral ports where it can: a port of
+// that range, freed, may become the local port of any process's outgoing
+// connection before the test's serve binds it (a CI run saw "bind: address
+// already in use"). The two servers' runs, side by side, draw from halves
+// of the ports below it.
 func freeAddr(t testing.TB) string {
 	t.Helper()
 	for {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		ln, err := listenBelowEphemeral()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -111,6 +118,34 @@ func freeAddr(t testing.TB) string {
 			return addr
 		}
 	}
+}
+
+// listenBelowEphemeral listens on a loopback port below the ephemeral
+// range (/proc/sys/net/ipv4/ip_local_port_range), in the half of the ports
+// from 10000 up to it that SLOTPROXY_TEST_SERVER picks; on a port the
+// kernel picks where there is no such room.
+func listenBelowEphemeral() (net.Listener, error) {
+	low := 0
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			low, _ = strconv.Atoi(f[0])
+		}
+	}
+	const base = 10000
+	if low-base < 2000 {
+		return net.Listen("tcp", "127.0.0.1:0")
+	}
+	half := (low - base) / 2
+	from := base
+	if os.Getenv("SLOTPROXY_TEST_SERVER") == "mysql" {
+		from += half
+	}
+	for range 100 {
+		if ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", from+rand.IntN(half))); err == nil {
+			return ln, nil
+		}
+	}
+	return net.Listen("tcp", "127.0.0.1:0")
 }
 
 // freeAddrs are the addresses freeAddr returned.
