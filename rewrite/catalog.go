@@ -259,6 +259,18 @@ func (c *Counter) shareBounds() (lo, hi string) {
 	return lo, hi
 }
 
+// shareSQL returns the SQL of the least and the greatest value the slot
+// row of slot (an expression of the slot number) may hold over the base
+// value base (a DECIMAL(21,0) expression): minus and plus the slot's share
+// of the room the base value leaves below and above shareBounds (see
+// ShareScale).
+func (c *Counter) shareSQL(base, slot string) (lo, hi string) {
+	min, max := c.shareBounds()
+	scale := itoa(ShareScale)
+	div := "((" + slot + " + " + scale + ") * (" + slot + " + " + itoa(ShareScale+1) + "))"
+	return "-(((" + base + " - (" + min + ")) * " + scale + ") DIV " + div + ")", "((((" + max + ") - " + base + ") * " + scale + ") DIV " + div + ")"
+}
+
 // FitsShare reports whether a slotted increment by delta, into slot
 // slot, of a record whose base value is base stays within the slot's
 // share of c's range (the slotted INSERT's own test, for a new slot row):
@@ -314,15 +326,12 @@ func (t *Table) ExistsSQL(key string) string {
 // the bounds (or by a proxy whose rule does not) may be such rows; while
 // any is left, the bounds do not hold the total (see Counter.BoundMin).
 func (t *Table) BoundsViolationsSQL(c *Counter) string {
-	min, max := c.shareBounds()
 	kl, kh := c.keptBounds()
 	base := "CAST(`_t`." + quoteIdent(c.Name) + " AS DECIMAL(21,0))"
-	div := "((`_c`.`slot` + " + itoa(ShareScale) + ") * (`_c`.`slot` + " + itoa(ShareScale+1) + "))"
+	lo, hi := c.shareSQL(base, "`_c`.`slot`")
 	return fmt.Sprintf("SELECT COUNT(*) FROM %s AS `_c` JOIN %s AS `_t` ON `_t`.%s = `_c`.`record_id` "+
-		"WHERE `_c`.`record_type` = %d AND `_c`.`count` <> 0 AND NOT (%s BETWEEN %s AND %s AND "+
-		"`_c`.`count` BETWEEN -(((%s - (%s)) * %d) DIV %s) AND ((((%s) - %s) * %d) DIV %s))",
-		t.QualifiedSlots(), t.Qualified(), quoteIdent(t.Key), c.RecordType, base, kl, kh,
-		base, min, ShareScale, div, max, base, ShareScale, div)
+		"WHERE `_c`.`record_type` = %d AND `_c`.`count` <> 0 AND NOT (%s BETWEEN %s AND %s AND `_c`.`count` BETWEEN %s AND %s)",
+		t.QualifiedSlots(), t.Qualified(), quoteIdent(t.Key), c.RecordType, base, kl, kh, lo, hi)
 }
 
 func (t *Table) counter(col string) *Counter {

@@ -1287,8 +1287,6 @@ func (r *Rewriter) slottedIncrement(t *Table, ref *tableRef, ctrs []*Counter, va
 		}
 	}
 	key := t.RecordID(ref.qual)
-	scale := itoa(ShareScale)
-	div := "((`_s`.`_slotproxy_slot` + " + scale + ") * (`_s`.`_slotproxy_slot` + " + itoa(ShareScale+1) + "))"
 	share := func(i int) (lo, hi string) {
 		c := ctrs[i]
 		if c.Touch {
@@ -1298,9 +1296,8 @@ func (r *Rewriter) slottedIncrement(t *Table, ref *tableRef, ctrs []*Counter, va
 			}
 			return lo, hi
 		}
-		min, max := c.shareBounds()
 		base := "CAST(" + c.unitsSQL(ref.qual+"."+quoteIdent(c.Name)) + " AS DECIMAL(21,0))"
-		lo, hi = "-((("+base+" - ("+min+")) * "+scale+") DIV "+div+")", "(((("+max+") - "+base+") * "+scale+") DIV "+div+")"
+		lo, hi = c.shareSQL(base, "`_s`.`_slotproxy_slot`")
 		if c.BoundMin != "" || c.BoundMax != "" {
 			// The rule's bounds are no constraint: an increment on the
 			// base row may take the base value beyond them, and there a
