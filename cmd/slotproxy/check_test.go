@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/slotproxy/slotproxy/internal/testdb"
@@ -235,5 +236,52 @@ func TestHint(t *testing.T) {
 		if got := hint(msg); got != want {
 			t.Errorf("hint(%q) = %q, want %q", msg, got, want)
 		}
+	}
+}
+
+// TestServeBoundsNotInForce: serve logs, at start and at each reload, the
+// bounds of a rule it does not put in force because a slot row holds more
+// than a slot under them may (written before the rule declared them), and
+// puts them in force at the reload after the row is within them.
+func TestServeBoundsNotInForce(t *testing.T) {
+	schema, path := schemaConfig(t, freeAddr(t))
+	migrateSchema(t, path)
+	conn, err := sql.Open("mysql", testdb.Shared().RootDSN(schema, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var rt int
+	if err := conn.QueryRow("SELECT record_type FROM slotproxy_record_types WHERE table_name = 'repos' AND column_name = 'stars'").Scan(&rt); err != nil {
+		t.Fatal(err)
+	}
+	// Slot 0's share of a max of 100 over a base of 0 is 5.
+	if _, err := conn.Exec("INSERT INTO slotted_counters (record_type, record_id, slot, count) VALUES (?, 1, 0, 6)", rt); err != nil {
+		t.Fatal(err)
+	}
+	rule := fmt.Sprintf("table: %s.repos\nkey: id\ncounters: [downloads, stars]\nbounds:\n  stars: {max: 100}\n", schema)
+	if err := os.WriteFile(filepath.Join(filepath.Dir(path), "rules", "repos.yaml"), []byte(rule), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startServe(t, "serve", "--config", path)
+	const warn = `msg="a rule's bounds are not in force"`
+	if line := p.waitFor(t, warn); !strings.Contains(line, "repos`.stars not in force: 1 of its slot rows") {
+		t.Errorf("at start: %s", line)
+	}
+	p.waitFor(t, "msg=listening")
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	p.waitFor(t, warn) // the reload says it again
+	p.waitFor(t, `msg="reloaded rules"`)
+	if _, err := conn.Exec("UPDATE slotted_counters SET count = 5 WHERE record_type = ?", rt); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	p.waitFor(t, `msg="reloaded rules"`)
+	if n := strings.Count(p.stderr(), warn); n != 2 {
+		t.Errorf("%d warnings about bounds not in force, want 2 (at start and the first reload):\n%s", n, p.stderr())
 	}
 }
