@@ -56,6 +56,8 @@ func run() error {
 	rulesDir := fs.String("rules", os.Getenv("RULES"), "your rules `DIR` (env RULES; default: the config's rules, else the example rule)")
 	dir := fs.String("dir", ".local/run", "state `DIR` of this run")
 	bin := fs.String("slotproxy", ".local/bin/slotproxy", "the slotproxy `BINARY` to run")
+	proxyPort := fs.Int("port", 3307, "the proxy's `PORT` when free (0: any free port)")
+	metricsPort := fs.Int("metrics-port", 9307, "the metrics `PORT` when free (0: any free port)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return err
 	}
@@ -117,11 +119,11 @@ func run() error {
 		return err
 	}
 
-	proxyAddr, err := freeAddr(3307)
+	proxyAddr, err := freeAddr(*proxyPort)
 	if err != nil {
 		return err
 	}
-	metricsAddr, err := freeAddr(9307)
+	metricsAddr, err := freeAddr(*metricsPort)
 	if err != nil {
 		return err
 	}

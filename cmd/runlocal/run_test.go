@@ -59,8 +59,10 @@ func startRun(t *testing.T) (run *exec.Cmd, state string, out *lockedBuffer, exi
 	}
 	state = filepath.Join(work, ".local", "run")
 	out = &lockedBuffer{}
+	// Any free ports: the two servers' runs of this test, side by side,
+	// would both find 3307 and 9307 free and one fail to bind them.
 	run = exec.Command(filepath.Join(bin, "runlocal"), "--dir", state, "--slotproxy", filepath.Join(bin, "slotproxy"),
-		"--server", string(flavor))
+		"--server", string(flavor), "--port", "0", "--metrics-port", "0")
 	run.Dir = repo
 	run.Env = append(os.Environ(), "CONFIG=", "RULES=", "SERVER=")
 	run.Stdout, run.Stderr = out, out
