@@ -465,15 +465,24 @@ func syncWait() string {
 // syncedExec runs one statement on a connection that first waits until its
 // node has applied every write committed on the cluster before.
 func syncedExec(db *sql.DB, q string) (sql.Result, error) {
-	conn, err := db.Conn(context.Background())
-	if err != nil {
-		return nil, err
+	for attempt := 1; ; attempt++ {
+		conn, err := db.Conn(context.Background())
+		if err != nil {
+			return nil, err
+		}
+		if _, err := conn.ExecContext(context.Background(), syncWait()); err != nil {
+			conn.Close()
+			// A pooled connection that broke while idle (the proxy ended
+			// it during a stall): q was not sent, so another is safe.
+			if attempt < 3 && (errors.Is(err, mysql.ErrInvalidConn) || errors.Is(err, driver.ErrBadConn)) {
+				continue
+			}
+			return nil, err
+		}
+		res, err := conn.ExecContext(context.Background(), q)
+		conn.Close()
+		return res, err
 	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(context.Background(), syncWait()); err != nil {
-		return nil, err
-	}
-	return conn.ExecContext(context.Background(), q)
 }
 
 // syncedTotals runs a query of three integer columns, as syncedExec does,
