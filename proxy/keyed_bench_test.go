@@ -48,6 +48,12 @@ var keyedIdioms = []struct {
 	{"G DECIMAL counter (Magento stock)",
 		"UPDATE cataloginventory_stock_item SET qty = qty - 1 WHERE item_id = 1",
 		"SELECT CAST(99999999 - qty AS SIGNED) FROM cataloginventory_stock_item WHERE item_id = 1", false},
+	{"G CASE of decrements by product (Magento stock correction)",
+		"UPDATE `cataloginventory_stock_item` SET `qty` = CASE product_id WHEN 14 THEN qty-2 WHEN 27 THEN qty-1 ELSE qty END WHERE (product_id IN (14, 27)) AND (website_id = 0)",
+		"SELECT CAST(99999999 - qty AS SIGNED) FROM cataloginventory_stock_item WHERE item_id = 2", false},
+	{"F condition on an unindexed, non-unique column (OpenCart statistics, decimal literal)",
+		"UPDATE `oc_statistics` SET `value` = (`value` + 129.99) WHERE `code` = 'order_sale'",
+		"SELECT CAST(value / 129.99 AS SIGNED) FROM oc_statistics WHERE code = 'order_sale'", false},
 	{"B+F SMALLINT counter, composite key (coupon usage)",
 		"UPDATE salesrule_coupon_usage SET times_used = times_used + 1 WHERE coupon_id = 5 AND customer_id = 1001",
 		"SELECT times_used FROM salesrule_coupon_usage WHERE coupon_id = 5 AND customer_id = 1001", false},
@@ -95,8 +101,12 @@ func BenchmarkKeyedHotTx(b *testing.B) {
 		"CREATE TABLE Channels (Id VARCHAR(26) NOT NULL, LastPostAt BIGINT, TotalMsgCount BIGINT, LastRootPostAt BIGINT DEFAULT 0, "+
 			"TotalMsgCountRoot BIGINT, PRIMARY KEY (Id)) ENGINE=InnoDB",
 		"INSERT INTO Channels VALUES ('kq8w9y3ujtbpmyq1r6f9x3ab7e', 1718000000000, 0, 0, 0)",
-		"CREATE TABLE cataloginventory_stock_item (item_id INT UNSIGNED NOT NULL AUTO_INCREMENT, qty DECIMAL(12,4) DEFAULT NULL, PRIMARY KEY (item_id)) ENGINE=InnoDB",
-		"INSERT INTO cataloginventory_stock_item VALUES (1, 99999999.0000)",
+		"CREATE TABLE cataloginventory_stock_item (item_id INT UNSIGNED NOT NULL AUTO_INCREMENT, product_id INT UNSIGNED NOT NULL DEFAULT 0, stock_id SMALLINT UNSIGNED NOT NULL DEFAULT 0, "+
+			"qty DECIMAL(12,4) DEFAULT NULL, website_id SMALLINT UNSIGNED NOT NULL DEFAULT 0, PRIMARY KEY (item_id), "+
+			"UNIQUE KEY CATALOGINVENTORY_STOCK_ITEM_PRODUCT_ID_STOCK_ID (product_id, stock_id), KEY CATALOGINVENTORY_STOCK_ITEM_WEBSITE_ID (website_id)) ENGINE=InnoDB",
+		"INSERT INTO cataloginventory_stock_item (item_id, product_id, stock_id, qty, website_id) VALUES (1, 14, 1, 99999999.0000, 0), (2, 27, 1, 99999999.0000, 0), (3, 14, 2, 5, 1)",
+		"CREATE TABLE oc_statistics (statistics_id INT NOT NULL AUTO_INCREMENT, code VARCHAR(64) NOT NULL, value DECIMAL(15,4) NOT NULL, PRIMARY KEY (statistics_id)) ENGINE=InnoDB",
+		"INSERT INTO oc_statistics (code, value) VALUES ('order_sale', 0), ('order_processing', 0), ('order_complete', 0), ('order_other', 0)",
 		"CREATE TABLE stock (id INT UNSIGNED NOT NULL PRIMARY KEY, stock INT UNSIGNED NOT NULL DEFAULT 0) ENGINE=InnoDB",
 		"INSERT INTO stock VALUES (1, 100000000)",
 		"CREATE TABLE search_query (query_id INT UNSIGNED NOT NULL AUTO_INCREMENT, query_text VARCHAR(255) DEFAULT NULL, num_results INT UNSIGNED NOT NULL DEFAULT 0, "+
@@ -110,6 +120,7 @@ func BenchmarkKeyedHotTx(b *testing.B) {
 			"---\ntable: %s.phpbb_topics\nkey: topic_id\ncounters: [topic_posts_approved]\ntouch: [topic_last_view_time]\nslots: 4\n"+
 			"---\ntable: %s.Channels\nkey: Id\ncounters: [TotalMsgCount, TotalMsgCountRoot]\ntouch: [LastPostAt, LastRootPostAt]\nslots: 4\n"+
 			"---\ntable: %s.cataloginventory_stock_item\nkey: item_id\ncounters: [qty]\nslots: 4\n"+
+			"---\ntable: %s.oc_statistics\nkey: statistics_id\ncounters: [value]\nslots: 4\n"+
 			"---\ntable: %s.stock\nkey: id\ncounters: [stock]\nslots: 4\n"+
 			"---\ntable: %s.search_query\nkey: query_id\ncounters: [popularity]\nslots: 4\n", "slots: 4", "slots: "+slots), "%s", ruled))
 	p := startProxy(b, func(c *proxy.Config) { c.Rewriter = newRewriter(cat) })

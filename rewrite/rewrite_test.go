@@ -29,7 +29,8 @@ func testCatalog() *Catalog {
 		SlotsTable: "slotted_counters", Slots: 100,
 		Inserted: Inserted{Required: []string{"id"}, IntRanges: map[string][2]string{
 			"id": {"-9223372036854775808", "9223372036854775807"}, "owner_id": {"-2147483648", "2147483647"},
-			"downloads": {"-2147483648", "2147483647"}, "stars": {"0", "4294967295"}}},
+			"downloads": {"-2147483648", "2147483647"}, "stars": {"0", "4294967295"}},
+			StrLens: map[string]int{"name": 50}},
 	}, {
 		Schema: "app", Name: "pages", Key: "page_id",
 		Columns:    []string{"page_id", "views"},

@@ -443,6 +443,9 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 		// greatest: a touch column assigned GREATEST(v, itself) (see
 		// greatestOfSelf).
 		greatest bool
+		// byRow: the delta is a CASE on another column of the row (see
+		// caseIncrement); delta is nil.
+		byRow *caseDelta
 	}
 	var incs []inc
 	// keep: the conditions under which assignments of other columns
@@ -450,6 +453,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 	var keep, keepCols []string
 	touches := 0
 	absolute, other := false, false
+	caseOf := false // a counter is assigned a CASE
 	var otherCol string
 	w.skip = map[*ast.ColumnNameExpr]bool{}
 	for _, a := range s.List {
@@ -490,6 +494,15 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 		}
 		delta, minus, self := w.selfIncrement(a, ref)
 		if delta == nil {
+			if _, ok := unparen(a.Expr).(*ast.CaseExpr); ok {
+				// Whether every row takes a branch depends on the
+				// literals' values (a template's are stand-ins).
+				caseOf = true
+			}
+			if cd := r.caseIncrement(a, ref, s.Where, w.sess); cd != nil {
+				incs = append(incs, inc{ctr: ctr, byRow: cd})
+				continue
+			}
 			absolute = true
 			continue
 		}
@@ -507,6 +520,9 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 		implied = w.impliedComparisons(s.Where, ref, func(c *Counter) (string, bool) {
 			for _, in := range incs {
 				if in.ctr == c {
+					if in.byRow != nil {
+						return "", false
+					}
 					d := intLiteral(in.delta)
 					if d == "" || c.Decimal() {
 						// (A DECIMAL counter's range is in its units.)
@@ -545,11 +561,17 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 	default:
 		byUnique := false
 		if keys = keyConjunct(s.Where, t, ref); keys == nil {
-			if byUnique, oneRecord, byPrimary = uniqueConjuncts(s.Where, t, ref); !byUnique {
-				why = "the WHERE clause does not require " + t.Key + " = value or " + t.Key + " IN (values), or a UNIQUE key's columns = values"
+			byUnique, oneRecord, byPrimary = uniqueConjuncts(s.Where, t, ref)
+			if !byUnique && (!rowCondition(s.Where, ref) || len(implied.spans) > 0) {
+				why = "the WHERE clause does not require " + t.Key + " = value or " + t.Key + " IN (values), or a UNIQUE key's columns = values, and is not a condition on the row's other columns that converts nothing (column = literal of its type, IN, BETWEEN, IS NULL, AND, OR, NOT)"
 				if t.Keyed() {
-					why = "the WHERE clause does not name every column of the key " + t.KeyDescription() + ", or of a UNIQUE key, by column = value"
+					why = "the WHERE clause does not name every column of the key " + t.KeyDescription() + ", or of a UNIQUE key, by column = value, and is not a condition on the row's other columns that converts nothing (column = literal of its type, IN, BETWEEN, IS NULL, AND, OR, NOT)"
 				}
+				break
+			}
+			if s.Limit != nil && !byUnique {
+				// LIMIT n stops after n rows of the scan's order.
+				why = "a LIMIT with a condition that names no key"
 				break
 			}
 			if s.Limit != nil {
@@ -568,6 +590,9 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 			break
 		}
 		for _, in := range incs {
+			if in.byRow != nil {
+				continue // integer literals that are not 0
+			}
 			if in.ctr.Decimal() && isDecimalLiteral(in.delta) && !wholeUnits(in.delta, in.ctr.Scale) {
 				why, keys = "the delta of "+in.ctr.Name+" is finer than the column, which rounds it", nil
 				break
@@ -582,6 +607,9 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 				why, keys = "the delta of "+in.ctr.Name+" is not an integer literal or a placeholder", nil
 				if in.ctr.Decimal() {
 					why = "the delta of " + in.ctr.Name + " is not a number literal or a placeholder"
+					if v, ok := in.delta.(*driver.ValueExpr); ok && v.Kind() == driver.KindString {
+						why = "the delta of " + in.ctr.Name + " is a string: the server adds it to the DECIMAL column in DOUBLE arithmetic, whose rounding (and Note 1265) depends on the total"
+					}
 				}
 				break
 			}
@@ -592,7 +620,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 		}
 		zero := true
 		for _, in := range incs {
-			zero = zero && (in.ctr.Touch || isZero(in.delta))
+			zero = zero && (in.ctr.Touch || in.byRow == nil && isZero(in.delta))
 		}
 		if touches > 0 && zero {
 			// Whether the time changes the row is known only on it.
@@ -603,10 +631,19 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 		ctrs := make([]*Counter, len(incs))
 		values := make([]string, len(incs))
 		greatest := make([]bool, len(incs))
+		byRow := make([]bool, len(incs))
 		inc := &Increment{Zero: true, Counters: len(incs)}
 		for i, in := range incs {
 			ctrs[i] = in.ctr
 			inc.RecordTypes = append(inc.RecordTypes, in.ctr.RecordType)
+			if in.byRow != nil {
+				values[i], byRow[i] = in.byRow.SQL, true
+				inc.Zero = false
+				inc.DeltaParams = append(inc.DeltaParams, -1)
+				inc.DeltaZero = append(inc.DeltaZero, false)
+				inc.Deltas = append(inc.Deltas, Delta{Column: in.ctr.Name, Param: -1})
+				continue
+			}
 			values[i] = r.restore(in.delta, w.sess)
 			greatest[i] = in.greatest
 			if in.ctr.Touch {
@@ -636,12 +673,12 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 		ws := s.Where.OriginTextPosition()
 		we := exprEnd(w.sql, w.sess, ws)
 		if where, ok := implied.without(w.sql, ws, we); ok && we > ws {
-			p := Plan{Op: inc, Table: t, valueDependent: implied.compares || constExpr}
+			p := Plan{Op: inc, Table: t, valueDependent: implied.compares || constExpr || caseOf}
 			if len(implied.spans) > 0 {
 				p.Reason = "the WHERE clause's bound on a counter holds whenever the slotted increment keeps the counter within its range; it is checked that way"
 			}
 			inc.Slot = -1
-			inc.SQL = r.slottedIncrement(t, ref, ctrs, values, greatest, keep, where, func(n int) int {
+			inc.SQL = r.slottedIncrement(t, ref, ctrs, values, greatest, byRow, keep, where, func(n int) int {
 				if w.slot != nil {
 					inc.Slot = w.slot(n)
 				} else {
@@ -717,7 +754,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 			SingleTable: !g.Wide,
 		},
 		Table:          t,
-		valueDependent: implied.compares || constExpr,
+		valueDependent: implied.compares || constExpr || caseOf,
 	}
 	if why != "" {
 		p.Reason = "increment not slotted (" + why + "): the records' slots are folded and it runs on the base row"
@@ -1268,10 +1305,14 @@ unique:
 //
 // Placeholders keep their original order: the deltas and times (in the
 // derived table, in SET order), then those of the WHERE clause.
-func (r *Rewriter) slottedIncrement(t *Table, ref *tableRef, ctrs []*Counter, values []string, greatest []bool, keep []string, where string, pick func(int) int) string {
+func (r *Rewriter) slottedIncrement(t *Table, ref *tableRef, ctrs []*Counter, values []string, greatest, byRow []bool, keep []string, where string, pick func(int) int) string {
 	slot := pick(t.Slots)
 	var rows strings.Builder
 	decimal := false
+	// n is a slot row's delta: the derived table's, or a delta of each
+	// row (byRow) where it has one.
+	n := "`_u`.`_slotproxy_n`"
+	var rowDeltas []string
 	for i, c := range ctrs {
 		v := values[i]
 		if c.Touch {
@@ -1280,11 +1321,24 @@ func (r *Rewriter) slottedIncrement(t *Table, ref *tableRef, ctrs []*Counter, va
 			v = c.unitsSQL(v)
 			decimal = true
 		}
+		if byRow[i] {
+			rowDeltas = append(rowDeltas, fmt.Sprintf(" WHEN %d THEN %s", c.RecordType, v))
+			v = "0"
+		}
 		if i == 0 {
 			fmt.Fprintf(&rows, "SELECT %d AS `_slotproxy_rt`, %s AS `_slotproxy_n`", c.RecordType, v)
 		} else {
 			fmt.Fprintf(&rows, " UNION ALL SELECT %d, %s", c.RecordType, v)
 		}
+	}
+	switch {
+	case len(rowDeltas) == 1 && len(ctrs) == 1:
+		n = values[0]
+		if ctrs[0].Decimal() {
+			n = ctrs[0].unitsSQL(n)
+		}
+	case len(rowDeltas) > 0:
+		n = "CASE `_u`.`_slotproxy_rt`" + strings.Join(rowDeltas, "") + " ELSE " + n + " END"
 	}
 	key := t.RecordID(ref.qual)
 	share := func(i int) (lo, hi string) {
@@ -1314,7 +1368,7 @@ func (r *Rewriter) slottedIncrement(t *Table, ref *tableRef, ctrs []*Counter, va
 	kept := ""
 	if decimal {
 		// A whole number of units, else the column would round it.
-		keep = append(slices.Clip(keep), "`_u`.`_slotproxy_n` = FLOOR(`_u`.`_slotproxy_n`)")
+		keep = append(slices.Clip(keep), n+" = FLOOR("+n+")")
 	}
 	if len(keep) > 0 {
 		kept = strings.Join(keep, " AND ") + " AND "
@@ -1335,7 +1389,6 @@ func (r *Rewriter) slottedIncrement(t *Table, ref *tableRef, ctrs []*Counter, va
 		return kept + v + " BETWEEN " + lo.String() + " END AND " + hi.String() + " END"
 	}
 	errOutOfShare := "(18446744073709551615 + (" + key + " = " + key + "))"
-	n := "`_u`.`_slotproxy_n`"
 	// A NULL base value stays NULL when incremented (c + 1), or becomes
 	// the delta (COALESCE(c, 0) + 1): its range bounds are NULL, so the
 	// upsert raises errOutOfShare and the executor runs the client's

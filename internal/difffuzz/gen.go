@@ -23,6 +23,8 @@ const (
 	IncPrepared Class = "inc-prepared" // UPDATE t SET c = c + ? WHERE id = ?, prepared
 	IncSpelling Class = "inc-spelling" // COALESCE(c, 0) + n, IFNULL, n + c, parentheses, qualified names
 	IncCond     Class = "inc-cond"     // WHERE id = k AND c < 100, AND c IS NOT NULL
+	IncScan     Class = "inc-scan"     // WHERE on other columns: name = 'n1', id > k, name IS NULL, ...
+	IncCase     Class = "inc-case"     // c = CASE id WHEN k1 THEN c + n1 ... END WHERE id IN (k1, ...)
 	ReadPoint   Class = "read-point"   // SELECT id, c FROM t WHERE id = k (text or prepared)
 	ReadStar    Class = "read-star"    // SELECT * FROM t ORDER BY id
 	ReadAgg     Class = "read-agg"     // SUM, MAX, COUNT, GROUP BY
@@ -57,7 +59,7 @@ const (
 
 // Classes is every class, in the order the generator draws them.
 var Classes = []Class{
-	IncKey, IncRange, IncIn, IncMulti, IncPrepared, IncSpelling, IncCond,
+	IncKey, IncRange, IncIn, IncMulti, IncPrepared, IncSpelling, IncCond, IncScan, IncCase,
 	ReadPoint, ReadStar, ReadAgg, ReadOrder, ReadWhere, ReadJoin, ReadSub, ReadView, ReadLock,
 	WriteAbs, Insert, Reinsert, Upsert, Replace, DeleteKey, DeleteCond, Truncate, ViewDDL,
 	TxBegin, TxCommit, TxRollback, TxSavepoint, Autocommit, Isolation, SQLMode, Warnings, Multi, MultiWarn, MultiRead, Rollup,
@@ -94,7 +96,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Weights: map[Class]int{
-			IncKey: 10, IncRange: 3, IncIn: 4, IncMulti: 3, IncPrepared: 5, IncSpelling: 3, IncCond: 3,
+			IncKey: 10, IncRange: 3, IncIn: 4, IncMulti: 3, IncPrepared: 5, IncSpelling: 3, IncCond: 3, IncScan: 3, IncCase: 2,
 			ReadPoint: 5, ReadStar: 4, ReadAgg: 3, ReadOrder: 2, ReadWhere: 3, ReadJoin: 2, ReadSub: 2, ReadView: 2, ReadLock: 2,
 			WriteAbs: 3, Insert: 3, Reinsert: 2, Upsert: 3, Replace: 2, DeleteKey: 2, DeleteCond: 1, Truncate: 1, ViewDDL: 1,
 			TxBegin: 5, TxCommit: 3, TxRollback: 2, TxSavepoint: 2, Autocommit: 1, Isolation: 2, SQLMode: 1, Warnings: 2, Multi: 2, MultiWarn: 2, MultiRead: 2, Rollup: 2,
@@ -386,6 +388,33 @@ func (g *gen) step(c Class) Step {
 			cond = col.Name + " IS NOT NULL"
 		}
 		return Step{SQL: fmt.Sprintf("UPDATE %s SET %s WHERE id = %s AND %s", t.Name, g.incExpr(col, g.delta(col, false)), t.KeyLiteral(g.key(t)), cond)}
+	case IncScan:
+		k1, k2 := t.KeyLiteral(g.key(t)), t.KeyLiteral(g.key(t))
+		conds := []string{"id > " + k1, "id BETWEEN " + k1 + " AND " + k2, "NOT (id = " + k1 + ") AND " + col.Name + " IS NOT NULL",
+			"id <> " + k1 + " OR id < " + k2}
+		if t.HasName {
+			n1, n2 := fmt.Sprintf("'n%d'", g.key(t)), fmt.Sprintf("'n%d'", g.key(t))
+			conds = append(conds, "name = "+n1, "name IN ("+n1+", "+n2+")", "name IS NULL", "name <> "+n1+" AND id <= "+k2,
+				"name = 0") // a conversion: on the base rows
+		}
+		return Step{SQL: fmt.Sprintf("UPDATE %s SET %s WHERE %s", t.Name, g.incExpr(col, g.delta(col, g.r.IntN(5) == 0)), pick(g.r, conds))}
+	case IncCase:
+		keys := g.keys2(t)
+		var whens, in []string
+		for _, k := range keys {
+			d := g.delta(col, g.r.IntN(6) == 0)
+			if g.r.IntN(8) == 0 {
+				d = newInt(0) // a branch that changes nothing: on the base rows
+			}
+			op := pick(g.r, []string{"+", "-"})
+			whens = append(whens, fmt.Sprintf("WHEN %s THEN %s %s %s", t.KeyLiteral(k), col.Name, op, d))
+			in = append(in, t.KeyLiteral(k))
+		}
+		if g.r.IntN(5) == 0 {
+			in = append(in, t.KeyLiteral(g.key(t))) // a row may take the ELSE
+		}
+		els := pick(g.r, []string{" ELSE " + col.Name, ""})
+		return Step{SQL: fmt.Sprintf("UPDATE %s SET %s = CASE id %s%s END WHERE id IN (%s)", t.Name, col.Name, strings.Join(whens, " "), els, strings.Join(in, ", "))}
 	case ReadPoint:
 		if g.r.IntN(2) == 0 {
 			return Step{SQL: fmt.Sprintf("SELECT id, %s FROM %s WHERE id = ?", col.Name, t.Name), Args: []any{t.KeyArg(g.key(t))}}

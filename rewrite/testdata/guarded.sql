@@ -20,7 +20,7 @@ INSERT INTO repos (id, downloads) VALUES (3, 10) ON DUPLICATE KEY UPDATE downloa
 INSERT INTO repos (id, downloads) VALUES (3, 1) ON DUPLICATE KEY UPDATE downloads = downloads + 1
 -- case: upsert incrementing two counters, one by VALUES()
 INSERT INTO repos (id, downloads, stars) VALUES (1, 4, 0) ON DUPLICATE KEY UPDATE downloads = downloads + VALUES(downloads), stars = stars + 1
--- case: upsert naming a string column: the row it builds could fail, guarded
+-- case: upsert naming a string column whose literal fits it (the row it builds cannot fail): slotted
 INSERT INTO repos (id, name, downloads) VALUES (2, 'x', 1) ON DUPLICATE KEY UPDATE downloads = downloads + 1
 -- case: upsert of several rows: guarded
 INSERT INTO repos (id, downloads) VALUES (1, 1), (2, 1) ON DUPLICATE KEY UPDATE downloads = downloads + 1

@@ -24,8 +24,24 @@ UPDATE app.repos SET downloads = downloads + 1 WHERE id = 3
 -- case: unqualified name in another database is not ruled
 -- session: db=other
 UPDATE repos SET downloads = downloads + 1 WHERE id = 3
--- case: increment with another WHERE stays on the base column
+-- case: records found by a condition on other columns: the rows it finds, locked in share mode
 UPDATE repos SET downloads = downloads + 1 WHERE name = 'x'
+-- case: a condition on other columns with IN, NOT, OR, BETWEEN and IS NULL
+UPDATE repos SET downloads = downloads - 2, stars = stars + 1 WHERE owner_id IN (1, 3) AND NOT (name = 'b' OR owner_id IS NULL) AND owner_id BETWEEN -1 AND 5
+-- case: a condition that converts a value stays on the base column
+UPDATE repos SET downloads = downloads + 1 WHERE owner_id = '3'
+-- case: a condition on other columns with a LIMIT stays on the base column
+UPDATE repos SET downloads = downloads + 1 WHERE name <> 'x' LIMIT 1
+-- case: a condition with a placeholder on other columns stays on the base column
+UPDATE repos SET downloads = downloads + 1 WHERE owner_id = ?
+-- case: a CASE of deltas by another column, every row taking a branch
+UPDATE repos SET downloads = CASE owner_id WHEN 1 THEN downloads - 2 WHEN 3 THEN downloads + 1 ELSE downloads END WHERE owner_id IN (1, 3)
+-- case: a CASE of deltas of a DECIMAL counter by key
+UPDATE stock SET qty = CASE id WHEN 1 THEN qty-2 WHEN 2 THEN qty-1 ELSE qty END WHERE (id IN (1, 2))
+-- case: a CASE of deltas with another counter's increment
+UPDATE repos SET stars = stars + 1, downloads = CASE name WHEN 'a' THEN downloads + 1 WHEN 'x' THEN downloads + 3 END WHERE name IN ('x', 'a')
+-- case: a CASE whose ELSE some row takes stays on the base column
+UPDATE repos SET downloads = CASE owner_id WHEN 1 THEN downloads - 2 ELSE downloads END WHERE owner_id IN (1, 3)
 -- case: increment with IN (k1, k2): a slot row per key
 UPDATE repos SET downloads = downloads + 1 WHERE id IN (1, 2)
 -- case: increment plus another column stays on the base column

@@ -4,9 +4,9 @@ UPDATE members SET msgs = msgs + 1 WHERE user_id = 1 AND channel = 'a'
 UPDATE members SET msgs = msgs + ? WHERE channel = ? AND user_id = ?
 -- case: keyed increment with another condition
 UPDATE members SET msgs = msgs + 2 WHERE channel = 'a' AND user_id = 1 AND note IS NULL
--- case: keyed increment naming part of the key runs on the base rows
+-- case: keyed increment naming part of the key: the rows the condition finds
 UPDATE members SET msgs = msgs + 1 WHERE channel = 'a'
--- case: keyed increment of several records by IN lists runs on the base rows
+-- case: keyed increment of several records by IN lists: the rows the condition finds
 UPDATE members SET msgs = msgs + 1 WHERE channel IN ('a', 'b') AND user_id IN (1, 2)
 -- case: keyed read of every column
 SELECT * FROM members ORDER BY channel, user_id
