@@ -942,6 +942,20 @@ func (s *Session) execOnBase(p rewrite.Plan, inc *rewrite.Increment, ex *executi
 	return s.execGuardedWith(p, op, inc, ex, seq, more, func() ([]byte, []byte, error) { return s.statementPacket(p.Original, ex) }, nil)
 }
 
+// counterUnits returns a counter's value as the server sends it (text) in
+// the counter's units: the integer itself, or a DECIMAL's digits with its
+// point removed (scale digits after it, as the server writes them).
+func counterUnits(v string, scale int) (*big.Int, bool) {
+	if scale > 0 {
+		whole, frac, ok := strings.Cut(v, ".")
+		if !ok || len(frac) != scale {
+			return nil, false
+		}
+		v = whole + frac
+	}
+	return new(big.Int).SetString(v, 10)
+}
+
 // orderedKeys returns the keys of an increment of several records by key
 // (canonical integers, ascending: the order an UPDATE … WHERE key IN (…)
 // writes them in) and its deltas by counter, when a row can make it fail
@@ -1153,11 +1167,16 @@ func (s *Session) lockIncrementInOrder(t *rewrite.Table, keys []string, deltas m
 			if vals[i] == nil {
 				continue // NULL + d is NULL: no error
 			}
-			v, ok := new(big.Int).SetString(string(vals[i]), 10)
+			v, ok := counterUnits(string(vals[i]), c.Scale)
 			if !ok {
 				continue
 			}
-			v.Add(v, deltas[strings.ToLower(c.Name)])
+			d := deltas[strings.ToLower(c.Name)]
+			if c.Scale > 0 {
+				// A DECIMAL counter's range is in its units (10^-Scale).
+				d = new(big.Int).Mul(d, new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(c.Scale)), nil))
+			}
+			v.Add(v, d)
 			lo, hi := c.Range()
 			if s.rw.strict && (v.Cmp(lo) < 0 || v.Cmp(hi) > 0) || !s.rw.strict && failsAnyMode(v, lo, hi) {
 				return locked, nil, nil // the statement stops here
@@ -1403,7 +1422,100 @@ func (s *Session) execGuarded(p rewrite.Plan, op *rewrite.Guarded, ex *execution
 			return ex.payload, nil, nil
 		}
 		return queryPacket(op.SQL), nil, nil
-	}, nil)
+	}, s.guardInOrder(p, op, ex))
+}
+
+// guardInOrder returns, for a guarded UPDATE of several records of an
+// integer key named by `key IN (…)` (a counter whose CHECK the slots
+// cannot keep, say), the guard's lock that takes their rows one at a
+// time, in the order the UPDATE writes them, up to the first the
+// statement fails on: directly the UPDATE stops there (a range error, a
+// CHECK), never reaching, or waiting for, the rows after it. After each
+// row is locked and folded, the statement restricted to that row
+// (Guarded.Restrict) is tried under a savepoint and undone; a failure
+// there is the statement's at that row. nil when the statement is not
+// such an UPDATE.
+func (s *Session) guardInOrder(p rewrite.Plan, op *rewrite.Guarded, ex *execution) func() ([]string, []byte, error) {
+	if len(op.Guards) != 1 || op.Restrict == "" || !op.SingleTable || op.Delete || op.FoldAfter || p.Table == nil || p.Table.Key == "" {
+		return nil
+	}
+	g := op.Guards[0]
+	upper := strings.ToUpper(p.Original)
+	if g.Wide || len(g.Keys) < 2 || !strings.HasPrefix(strings.TrimSpace(upper), "UPDATE") || strings.Contains(upper, "ORDER BY") {
+		return nil
+	}
+	keys, ok := resolveKeys(p.Table, g.Keys, ex)
+	if !ok || len(keys) < 2 {
+		return nil
+	}
+	for _, k := range keys {
+		if !canonicalInt([]byte(k)) {
+			return nil
+		}
+	}
+	slices.SortFunc(keys, func(a, b string) int {
+		x, _ := new(big.Int).SetString(a, 10)
+		y, _ := new(big.Int).SetString(b, 10)
+		return x.Cmp(y)
+	})
+	keys = slices.Compact(keys)
+	t := p.Table
+	return func() (locked []string, errPkt []byte, err error) {
+		for i, k := range keys {
+			found, errPkt, err := s.lockKeys(t, []string{k})
+			if err != nil || errPkt != nil {
+				return nil, errPkt, err
+			}
+			if len(found) == 0 {
+				continue
+			}
+			locked = append(locked, k)
+			if errPkt, err := s.foldKeys(t, found); err != nil || errPkt != nil {
+				return nil, errPkt, err
+			}
+			if i == len(keys)-1 {
+				break
+			}
+			fails, errPkt, err := s.tryRestricted(op, k, ex)
+			if err != nil || errPkt != nil {
+				return nil, errPkt, err
+			}
+			if fails {
+				break // the statement stops at this row
+			}
+		}
+		return locked, nil, nil
+	}
+}
+
+// tryRestricted runs op's statement restricted to the record of key k
+// under a savepoint, undoes it, and reports whether it failed (other than
+// on a lock, whose error it returns).
+func (s *Session) tryRestricted(op *rewrite.Guarded, k string, ex *execution) (fails bool, errPkt []byte, err error) {
+	const sp = "`_slotproxy_try`"
+	if r, err := s.query("SAVEPOINT " + sp); err != nil || r.Failed() {
+		if err != nil {
+			return false, nil, err
+		}
+		return false, r.Err, nil
+	}
+	restricted := strings.Replace(op.Restrict, rewrite.RestrictKeys, k, 1)
+	buf, res, errPkt, err := s.sendMain(func() ([]byte, []byte, error) { return s.statementPacket(restricted, ex) })
+	if err != nil || errPkt != nil {
+		return false, errPkt, err
+	}
+	if res.Failed() && (res.ErrCode == mysql.ER_LOCK_DEADLOCK || res.ErrCode == mysql.ER_LOCK_WAIT_TIMEOUT) {
+		return false, buf.Packets[len(buf.Packets)-1], nil
+	}
+	for _, q := range []string{"ROLLBACK TO SAVEPOINT " + sp, "RELEASE SAVEPOINT " + sp} {
+		if r, err := s.query(q); err != nil || r.Failed() {
+			if err != nil {
+				return false, nil, err
+			}
+			return false, r.Err, nil
+		}
+	}
+	return res.Failed(), nil, nil
 }
 
 // execGuardedWith is execGuarded whose statement is main's: the command
