@@ -938,8 +938,8 @@ func (s *Session) execOnBase(p rewrite.Plan, inc *rewrite.Increment, ex *executi
 		lockInOrder := func() ([]string, []byte, error) { return s.lockIncrementInOrder(p.Table, keys, deltas) }
 		return s.execGuardedWith(p, op, inc, ex, seq, more, func() ([]byte, []byte, error) { return s.statementPacket(p.Original, ex) }, lockInOrder)
 	}
-	op := &rewrite.Guarded{SQL: p.Original, Guards: []*rewrite.Guard{inc.Guard}, SingleTable: true}
-	return s.execGuardedWith(p, op, inc, ex, seq, more, func() ([]byte, []byte, error) { return s.statementPacket(p.Original, ex) }, nil)
+	op := &rewrite.Guarded{SQL: p.Original, Guards: []*rewrite.Guard{inc.Guard}, SingleTable: true, Restrict: inc.Restrict}
+	return s.execGuardedWith(p, op, inc, ex, seq, more, func() ([]byte, []byte, error) { return s.statementPacket(p.Original, ex) }, s.guardInOrder(p, op, ex))
 }
 
 // counterUnits returns a counter's value as the server sends it (text) in
@@ -1441,7 +1441,13 @@ func (s *Session) guardInOrder(p rewrite.Plan, op *rewrite.Guarded, ex *executio
 	}
 	g := op.Guards[0]
 	upper := strings.ToUpper(p.Original)
-	if g.Wide || len(g.Keys) < 2 || !strings.HasPrefix(strings.TrimSpace(upper), "UPDATE") || strings.Contains(upper, "ORDER BY") {
+	if g.Wide || g.Fallback != nil || !strings.HasPrefix(strings.TrimSpace(upper), "UPDATE") || strings.Contains(upper, "ORDER BY") {
+		return nil
+	}
+	if len(g.Keys) == 0 && g.KeysSQL != "" && s.autocommitted() && !s.tablesLocked() {
+		return s.scanInOrder(p, op, ex)
+	}
+	if len(g.Keys) < 2 || len(g.Keys) > maxTriedRows {
 		return nil
 	}
 	keys, ok := resolveKeys(p.Table, g.Keys, ex)
@@ -1485,6 +1491,83 @@ func (s *Session) guardInOrder(p rewrite.Plan, op *rewrite.Guarded, ex *executio
 			}
 		}
 		return locked, nil, nil
+	}
+}
+
+// maxTriedRows bounds the rows a guarded UPDATE locks one at a time with a
+// trial each (guardInOrder, scanInOrder): beyond it they are locked at
+// once, as the statement's guard locks them.
+const maxTriedRows = 16
+
+// scanInOrder is guardInOrder for an autocommit UPDATE whose rows its
+// WHERE clause finds by a scan (a condition that names no key): the rows it
+// matches now, read without locks in the order the statement's own scan
+// reads them (the guard's query, whose WHERE clause is the statement's),
+// are locked, folded and tried one at a time up to the first it fails on;
+// when none fails, every row it may touch is locked and folded as the
+// guard locks them (rows committed since the read among them).
+func (s *Session) scanInOrder(p rewrite.Plan, op *rewrite.Guarded, ex *execution) func() ([]string, []byte, error) {
+	g := op.Guards[0]
+	t := p.Table
+	plain, found := strings.CutSuffix(g.KeysSQL, " FOR UPDATE")
+	if !found {
+		return nil
+	}
+	return func() ([]string, []byte, error) {
+		var r *wire.Response
+		var err error
+		binaryRows := ex != nil && len(g.KeysParams) > 0
+		if binaryRows {
+			r, err = s.executeInternalRows(plain, ex.params, g.KeysParams, maxTriedRows)
+		} else if err = s.send(queryPacket(plain)); err == nil {
+			r, err = s.readRows(maxTriedRows)
+		}
+		var be *backendError
+		switch {
+		case errors.As(err, &be):
+			return nil, be.pkt, nil
+		case err != nil:
+			return nil, nil, err
+		case r.Failed():
+			return nil, r.Err, nil
+		}
+		candidates, err := guardKeys(t, r, binaryRows)
+		if err != nil {
+			return nil, nil, err
+		}
+		if r.Dropped == 0 {
+			for i, k := range candidates {
+				found, errPkt, err := s.lockKeys(t, []string{k})
+				if err != nil || errPkt != nil {
+					return nil, errPkt, err
+				}
+				if len(found) == 0 {
+					continue
+				}
+				if errPkt, err := s.foldKeys(t, found); err != nil || errPkt != nil {
+					return nil, errPkt, err
+				}
+				if i == len(candidates)-1 {
+					break
+				}
+				fails, errPkt, err := s.tryRestricted(op, k, ex)
+				if err != nil || errPkt != nil {
+					return nil, errPkt, err
+				}
+				if fails {
+					// The statement stops at this row: the ones before it
+					// are locked, and folded.
+					return candidates[:i+1], nil, nil
+				}
+			}
+		}
+		locked, errPkt, err := s.lockAndFoldKeys(op.Guards, ex)
+		if errors.Is(err, errTooManyKeys) {
+			// Every slotted record was folded instead (see
+			// lockAndFoldKeys): which rows it locked is not known.
+			return nil, nil, nil
+		}
+		return locked, errPkt, err
 	}
 }
 

@@ -191,6 +191,10 @@ type Increment struct {
 	// several records: it may fail on one record after writing another's
 	// slot rows.
 	PerRecord bool
+	// Restrict is the client's statement with its WHERE clause also
+	// requiring the key to be among RestrictKeys (see Guarded.Restrict):
+	// on the base rows, the statement tried on one row at a time.
+	Restrict string
 	// Guard locks and folds the records, for running the client's
 	// statement on the base rows instead (a delta beyond the slot's share
 	// of the range, a key or delta the server converts, a table locked
@@ -537,6 +541,7 @@ func (o *Increment) mapSQL(f func(string) (string, error)) (Op, error) {
 	c, m := *o, &sqlMapper{f: f}
 	m.text(&c.SQL)
 	m.text(&c.ProbeSQL)
+	m.text(&c.Restrict)
 	if c.Deltas != nil {
 		c.Deltas = slices.Clone(c.Deltas)
 		for i := range c.Deltas {

@@ -701,6 +701,9 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 				from += " FORCE INDEX (PRIMARY)"
 			}
 			inc.ProbeSQL = w.probe(start, end, ws, we)
+			if t.Key != "" {
+				inc.Restrict = w.restricted(s.Where, ref, t, start, end)
+			}
 			inc.PrivKey = maskInts(maskSentinels(inc.ProbeSQL), w.sess)
 			inc.Guard = &Guard{
 				Table:      t,
