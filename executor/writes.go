@@ -1137,31 +1137,20 @@ func (s *Session) lockIncrementInOrder(t *rewrite.Table, keys []string, deltas m
 			ctrs = append(ctrs, c)
 		}
 	}
-	for _, k := range keys {
-		found, errPkt, err := s.lockKeys(t, []string{k})
-		if err != nil || errPkt != nil {
-			return nil, errPkt, err
-		}
-		if len(found) == 0 {
-			continue
-		}
-		locked = append(locked, k)
-		if errPkt, err := s.foldKeys(t, found); err != nil || errPkt != nil {
-			return nil, errPkt, err
-		}
+	return s.lockEachInOrder(t, keys, func(_ int, k string) (bool, []byte, error) {
 		r, err := s.query(t.ValuesSQL(cols, k))
 		if err != nil {
-			return nil, nil, err
+			return false, nil, err
 		}
 		if r.Failed() {
-			return nil, r.Err, nil
+			return false, r.Err, nil
 		}
 		if len(r.Rows) != 1 {
-			continue
+			return false, nil, nil
 		}
 		vals, err := wire.TextRow(r.Rows[0])
 		if err != nil || len(vals) != len(ctrs) {
-			return nil, nil, errors.New("guard: cannot read the record's counters")
+			return false, nil, errors.New("guard: cannot read the record's counters")
 		}
 		for i, c := range ctrs {
 			if vals[i] == nil {
@@ -1179,8 +1168,36 @@ func (s *Session) lockIncrementInOrder(t *rewrite.Table, keys []string, deltas m
 			v.Add(v, d)
 			lo, hi := c.Range()
 			if s.rw.strict && (v.Cmp(lo) < 0 || v.Cmp(hi) > 0) || !s.rw.strict && failsAnyMode(v, lo, hi) {
-				return locked, nil, nil // the statement stops here
+				return true, nil, nil // the statement stops here
 			}
+		}
+		return false, nil, nil
+	})
+}
+
+// lockEachInOrder locks the rows of keys of t one at a time, in order,
+// folding each record's slots, and asks stops after each (i its index)
+// whether the statement stops at that row; it returns the keys it locked
+// (those of rows that exist), the last being the one it stopped at.
+func (s *Session) lockEachInOrder(t *rewrite.Table, keys []string, stops func(i int, k string) (bool, []byte, error)) (locked []string, errPkt []byte, err error) {
+	for i, k := range keys {
+		found, errPkt, err := s.lockKeys(t, []string{k})
+		if err != nil || errPkt != nil {
+			return nil, errPkt, err
+		}
+		if len(found) == 0 {
+			continue
+		}
+		locked = append(locked, k)
+		if errPkt, err := s.foldKeys(t, found); err != nil || errPkt != nil {
+			return nil, errPkt, err
+		}
+		stop, errPkt, err := stops(i, k)
+		if err != nil || errPkt != nil {
+			return nil, errPkt, err
+		}
+		if stop {
+			break
 		}
 	}
 	return locked, nil, nil
@@ -1466,31 +1483,19 @@ func (s *Session) guardInOrder(p rewrite.Plan, op *rewrite.Guarded, ex *executio
 	})
 	keys = slices.Compact(keys)
 	t := p.Table
-	return func() (locked []string, errPkt []byte, err error) {
-		for i, k := range keys {
-			found, errPkt, err := s.lockKeys(t, []string{k})
-			if err != nil || errPkt != nil {
-				return nil, errPkt, err
-			}
-			if len(found) == 0 {
-				continue
-			}
-			locked = append(locked, k)
-			if errPkt, err := s.foldKeys(t, found); err != nil || errPkt != nil {
-				return nil, errPkt, err
-			}
-			if i == len(keys)-1 {
-				break
-			}
-			fails, errPkt, err := s.tryRestricted(op, k, ex)
-			if err != nil || errPkt != nil {
-				return nil, errPkt, err
-			}
-			if fails {
-				break // the statement stops at this row
-			}
+	return func() ([]string, []byte, error) {
+		return s.lockEachInOrder(t, keys, s.tryEach(op, ex, len(keys)))
+	}
+}
+
+// tryEach is lockEachInOrder's stops for n rows of op's statement: the
+// statement tried on each row but the last (see tryRestricted).
+func (s *Session) tryEach(op *rewrite.Guarded, ex *execution, n int) func(int, string) (bool, []byte, error) {
+	return func(i int, k string) (bool, []byte, error) {
+		if i == n-1 {
+			return true, nil, nil
 		}
-		return locked, nil, nil
+		return s.tryRestricted(op, k, ex)
 	}
 }
 
@@ -1535,30 +1540,20 @@ func (s *Session) scanInOrder(p rewrite.Plan, op *rewrite.Guarded, ex *execution
 		if err != nil {
 			return nil, nil, err
 		}
-		if r.Dropped == 0 {
-			for i, k := range candidates {
-				found, errPkt, err := s.lockKeys(t, []string{k})
-				if err != nil || errPkt != nil {
-					return nil, errPkt, err
-				}
-				if len(found) == 0 {
-					continue
-				}
-				if errPkt, err := s.foldKeys(t, found); err != nil || errPkt != nil {
-					return nil, errPkt, err
-				}
+		if r.Dropped == 0 && len(candidates) > 0 {
+			stopped := false
+			try := s.tryEach(op, ex, len(candidates))
+			locked, errPkt, err := s.lockEachInOrder(t, candidates, func(i int, k string) (bool, []byte, error) {
 				if i == len(candidates)-1 {
-					break
+					return false, nil, nil // the rest are locked below
 				}
-				fails, errPkt, err := s.tryRestricted(op, k, ex)
-				if err != nil || errPkt != nil {
-					return nil, errPkt, err
-				}
-				if fails {
-					// The statement stops at this row: the ones before it
-					// are locked, and folded.
-					return candidates[:i+1], nil, nil
-				}
+				stop, errPkt, err := try(i, k)
+				stopped = stop
+				return stop, errPkt, err
+			})
+			if err != nil || errPkt != nil || stopped {
+				// Stopped: the statement fails at the last row locked.
+				return locked, errPkt, err
 			}
 		}
 		locked, errPkt, err := s.lockAndFoldKeys(op.Guards, ex)

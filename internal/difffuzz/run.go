@@ -321,6 +321,16 @@ func (t *twin) follow(st Step, o obs) {
 	}
 }
 
+// partWayError reports whether code is an error an UPDATE raises at one of
+// its rows: beyond a column's range, or a CHECK constraint.
+func partWayError(code uint16) bool {
+	switch code {
+	case 1264, 1690, 3819, 4025:
+		return true
+	}
+	return false
+}
+
 // isIncrement reports whether st may be an increment (a reproducer's steps
 // have no class: the SQL of an UPDATE that adds or subtracts).
 func isIncrement(st Step) bool {
@@ -805,6 +815,15 @@ func (r *run) documentedLock(t *twin, step Step, p, d obs) string {
 	spared := d.blocked && !p.blocked || sooner(d, p, 1205) || sooner(d, p, 1213)
 	if !waited && !deadlocked && !spared {
 		return ""
+	}
+	if waited && !d.blocked && len(d.results) == 1 && d.results[0].isErr && partWayError(d.results[0].code) &&
+		strings.HasPrefix(strings.ToUpper(strings.TrimSpace(step.SQL)), "UPDATE") {
+		// limits.md: a guarded write that fails on one of its rows locked
+		// the rows after it first (beyond the rows an UPDATE by key list,
+		// or in autocommit by a scan, tries one at a time), and waited for
+		// one another transaction holds; directly the UPDATE failed at
+		// that row at once.
+		return "a write that fails part way directly, whose guard waited for a row after the one it fails on"
 	}
 	// A deadlock forms on both sides, but the server ends the transaction
 	// it weighs least (rows locked and changed), which the proxy's own
