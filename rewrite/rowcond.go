@@ -84,8 +84,8 @@ func literalOf(e ast.ExprNode, k colKind) bool {
 // NOT of comparisons (=, <>, <, <=, >, >=, <=>) of the table's integer
 // columns with number literals and of its CHAR and VARCHAR columns with
 // ASCII string literals, IN lists and BETWEEN of such literals, and IS
-// [NOT] NULL of any of its columns but touch columns (a counter's total is
-// NULL exactly when its base value is). No placeholder, function,
+// [NOT] NULL of those columns and of counters (a counter's total is NULL
+// exactly when its base value is). No placeholder, function,
 // subquery or other table: nothing in it converts a value (which warns,
 // and in strict mode fails, once per evaluation), reads a counter's value
 // or depends on when it runs.
@@ -128,8 +128,11 @@ func rowCondition(where ast.ExprNode, ref *tableRef) bool {
 			if ctr := ref.table.counter(c.Name.Name.O); ctr != nil {
 				return !ctr.Touch
 			}
-			_, _, ok = rowColumn(c, ref)
-			return ok
+			// Not a column of another kind: a generated column (which
+			// IntRanges and StrLens leave out) may compute its NULL from
+			// a counter's value, which the base row alone does not hold.
+			_, k, ok := rowColumn(c, ref)
+			return ok && k != kindOther
 		}
 		return false
 	}
