@@ -881,6 +881,14 @@ func (r *run) documentedLock(t *twin, step Step, p, d obs) string {
 			// read); the slotted increment's locking read waits for it.
 			return "a wait at READ COMMITTED for a row an open transaction inserted, which the UPDATE skips directly"
 		}
+		if waited && o != t && t.weak && incrementStep(step) && slices.ContainsFunc(txn, lockingRead) {
+			// limits.md: the same for a row the open transaction locked
+			// (FOR UPDATE) that the increment's WHERE clause does not
+			// match: directly the UPDATE reads its committed version
+			// and skips it; the slotted increment's locking read of the
+			// rows its scan reads (IN lists read as ranges) waits.
+			return "a wait at READ COMMITTED for a row an open transaction locked, which the UPDATE skips directly"
+		}
 		if waited && o != t && slices.ContainsFunc(txn, Step.readsInShareMode) {
 			// limits.md: a read in share mode of counters locks the
 			// records it folds exclusively, and keeps them.
