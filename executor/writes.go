@@ -1453,6 +1453,12 @@ func (s *Session) execGuarded(p rewrite.Plan, op *rewrite.Guarded, ex *execution
 // there is the statement's at that row. nil when the statement is not
 // such an UPDATE.
 func (s *Session) guardInOrder(p rewrite.Plan, op *rewrite.Guarded, ex *execution) func() ([]string, []byte, error) {
+	if s.tablesLocked() {
+		// Under LOCK TABLES no other session holds its rows, and an
+		// autocommit statement runs outside any transaction, where a
+		// trial could not be undone.
+		return nil
+	}
 	if len(op.Guards) != 1 || op.Restrict == "" || !op.SingleTable || op.Delete || op.FoldAfter || p.Table == nil || p.Table.Key == "" {
 		return nil
 	}
