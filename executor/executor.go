@@ -237,6 +237,8 @@ type Session struct {
 	stmtsInCommand, stmtIndex int
 	// lastPath is the path of the last statement handled (LastPath).
 	lastPath string
+	// wait is the running statement's lock-wait budget (lockwait.go).
+	wait lockWait
 }
 
 // NewSession starts the executor's view of a session whose authentication

@@ -248,7 +248,7 @@ func (s *Session) handleExecute(rw *rewrite.Rewriter, payload []byte) error {
 		ex.slotStmt, ex.slotParam, ex.slotted = st.slotStmt, st.slotParam, true
 	}
 	seq := s.respSeq
-	_, err = s.execPlan(p, ex, &seq, false)
+	_, err = s.runPlan(p, ex, &seq, false)
 	return err
 }
 

@@ -544,7 +544,7 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 	for i, p := range plans {
 		more := i < len(plans)-1
 		s.stmtIndex = i
-		failed, err := s.execPlan(p, nil, &seq, more)
+		failed, err := s.runPlan(p, nil, &seq, more)
 		if err != nil {
 			return err
 		}
@@ -567,7 +567,7 @@ func (s *Session) execCut(rw *rewrite.Rewriter, plans []rewrite.Plan, seq *byte)
 			run = plans[:cut+1]
 		}
 		for i, p := range run {
-			failed, err := s.execPlan(p, nil, seq, cut >= 0 || i < len(run)-1)
+			failed, err := s.runPlan(p, nil, seq, cut >= 0 || i < len(run)-1)
 			if err != nil || failed {
 				return err // an error ends a multi-statement query
 			}
@@ -648,7 +648,7 @@ func (s *Session) checkUnparsed(sql []byte, ue *rewrite.UnparsedError, prepare b
 	}
 	if ue.Fallback != nil && !prepare {
 		s.log.Debug("statement names a ruled table and does not parse; folded first, then run as written", "err", ue.Err)
-		_, err := s.execPlan(*ue.Fallback, nil, &seq, false)
+		_, err := s.runPlan(*ue.Fallback, nil, &seq, false)
 		return err
 	}
 	s.log.Debug("statement names a ruled table and does not parse; refused", "err", ue.Err)

@@ -1406,6 +1406,10 @@ func (s *Session) retry(code uint16, attempt int) bool {
 	s.metrics().Retry()
 	backoff := time.Duration(attempt) * time.Millisecond
 	time.Sleep(backoff + rand.N(backoff))
+	if err := s.boundLockWait(); err != nil {
+		// The backend is gone: the retry's own send reports it.
+		s.log.Debug("bounding the retry's lock wait", "err", err)
+	}
 	return true
 }
 

@@ -4,7 +4,11 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/go-mysql-org/go-mysql/client"
+
+	"github.com/slotproxy/slotproxy/internal/testdb"
 	"github.com/slotproxy/slotproxy/proxy"
 )
 
@@ -197,4 +201,87 @@ func TestGuardBeyondKeyLimit(t *testing.T) {
 		text("SELECT * FROM t1 ORDER BY id"),
 	)
 	runDifferentialWith(t, cat, plain, ruled, corpus, func(s *proxy.Server) { proxy.SetMaxGuardKeys(s, 3) })
+}
+
+// TestRetryKeepsLockWaitBudget: an autocommit statement that waits for a
+// row another transaction holds fails after innodb_lock_wait_timeout
+// directly. Through the proxy the same wait can end in a deadlock instead
+// (the holder's increment holds the row in share mode, and the holder then
+// asks for it exclusively), and the proxy runs the statement again: that
+// retry used to wait a whole timeout again and succeed once the holder
+// committed, long after the statement would have failed directly — an
+// increment the client would not have made (the differential fuzzer's
+// finding, MariaDB seed 1795875190962004974). The retry now waits only what
+// is left of the statement's timeout, rounded to the variable's second.
+func TestRetryKeepsLockWaitBudget(t *testing.T) {
+	const plain, ruled = "budget_plain", "budget_ruled"
+	cat := loadedSetup(t, plain, ruled, []string{
+		"CREATE TABLE t1 (id INT NOT NULL PRIMARY KEY, c1 SMALLINT NOT NULL DEFAULT 0, c2 SMALLINT NOT NULL DEFAULT 0, name VARCHAR(20) NULL)",
+		"INSERT INTO t1 (id, c1, c2) VALUES (1, 9, 5), (2, 7, 18)",
+	}, "table: "+ruled+".t1\nkey: id\ncounters: [c1, c2]\nslots: 8\n")
+	p := startProxy(t, func(c *proxy.Config) { c.Rewriter = newRewriter(cat) })
+	connect := func(addr, db string) *client.Conn {
+		c, err := client.Connect(addr, testdb.User, testdb.Password, db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		if _, err := c.Execute("SET SESSION innodb_lock_wait_timeout = 2"); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	type outcome struct {
+		waited      string // the waiting statement's response
+		took        time.Duration
+		warnings    string // its SHOW WARNINGS
+		timeout, c2 string // the session's timeout after it, the total
+	}
+	run := func(addr, db string) outcome {
+		holder, waiter := connect(addr, db), connect(addr, db)
+		exec := func(c *client.Conn, sql string) {
+			t.Helper()
+			if _, err := c.Execute(sql); err != nil {
+				t.Fatalf("%s: %v", sql, err)
+			}
+		}
+		exec(holder, "BEGIN")
+		exec(holder, "UPDATE t1 SET c1 = c1 + 1 WHERE id = 2")
+		start := time.Now()
+		done := make(chan outcome, 1)
+		go func() {
+			// A condition on the counter: the proxy locks the row and
+			// folds its slots first.
+			r, err := waiter.Execute("UPDATE t1 SET c2 = c2 + 1 WHERE id = 2 AND 0 < c2")
+			o := outcome{waited: renderTyped(r, err), took: time.Since(start)}
+			o.warnings = renderTyped(waiter.Execute("SHOW WARNINGS"))
+			o.timeout = renderTyped(waiter.Execute("SELECT @@SESSION.innodb_lock_wait_timeout"))
+			done <- o
+		}()
+		time.Sleep(1600 * time.Millisecond)
+		exec(holder, "UPDATE t1 SET name = 'x' WHERE id = 2") // the row, exclusively
+		time.Sleep(time.Until(start.Add(3 * time.Second)))
+		exec(holder, "COMMIT")
+		o := <-done
+		o.c2 = renderTyped(holder.Execute("SELECT c1, c2 FROM t1 WHERE id = 2"))
+		return o
+	}
+	direct := run(testdb.Shared().Addr, plain)
+	proxied := run(p.addr, ruled)
+	if !strings.Contains(direct.waited, "1205") {
+		t.Fatalf("directly the waiting statement answered %s, want 1205 (the scenario assumes it)", direct.waited)
+	}
+	for _, c := range []struct{ what, direct, proxy string }{
+		{"the waiting statement", direct.waited, proxied.waited},
+		{"its SHOW WARNINGS", direct.warnings, proxied.warnings},
+		{"the session's innodb_lock_wait_timeout after it", direct.timeout, proxied.timeout},
+		{"the totals", direct.c2, proxied.c2},
+	} {
+		if c.direct != c.proxy {
+			t.Errorf("%s:\n proxy:  %s\n direct: %s", c.what, c.proxy, c.direct)
+		}
+	}
+	if d := proxied.took - direct.took; d < -600*time.Millisecond || d > 600*time.Millisecond {
+		t.Errorf("the waiting statement failed after %v through the proxy, %v directly", proxied.took, direct.took)
+	}
 }
