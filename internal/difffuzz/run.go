@@ -346,10 +346,22 @@ func conditionalWrite(st Step) bool {
 	return (strings.HasPrefix(upper, "UPDATE") || strings.HasPrefix(upper, "DELETE")) && strings.Contains(upper, " WHERE ") && strings.Contains(upper, " AND ")
 }
 
-// inserts reports whether st inserts rows (INSERT, REPLACE, an upsert).
+// inserts reports whether st inserts rows (INSERT, REPLACE, an upsert),
+// in any statement of a multi-statement query.
 func (st Step) inserts() bool {
-	upper := strings.ToUpper(strings.TrimSpace(st.SQL))
-	return strings.HasPrefix(upper, "INSERT") || strings.HasPrefix(upper, "REPLACE")
+	parts := []string{st.SQL}
+	if st.Multi {
+		// The generator joins a multi-statement query's statements with
+		// "; " and puts no semicolon in a literal.
+		parts = strings.Split(st.SQL, ";")
+	}
+	for _, part := range parts {
+		upper := strings.ToUpper(strings.TrimSpace(part))
+		if strings.HasPrefix(upper, "INSERT") || strings.HasPrefix(upper, "REPLACE") {
+			return true
+		}
+	}
+	return false
 }
 
 // readsInShareMode reports whether st is a locking read in share mode.
