@@ -641,6 +641,17 @@ func (s *Session) execIncrementOf(p rewrite.Plan, inc *rewrite.Increment, up *re
 		payload := queryPacket(inc.SQL)
 		if ex != nil {
 			payload = ex.slottedPacket(s, p.Table)
+		} else if inc.ByKeys != "" {
+			byKeys, errPkt, err := s.incrementByKeys(p.Table, inc)
+			if err != nil || errPkt != nil {
+				if err != nil {
+					return false, err
+				}
+				return true, s.writeErr(errPkt, seq)
+			}
+			if byKeys != "" {
+				payload = queryPacket(byKeys)
+			}
 		}
 		if err := s.send(payload); err != nil {
 			return false, err
@@ -737,6 +748,33 @@ func (s *Session) execIncrementOf(p rewrite.Plan, inc *rewrite.Increment, up *re
 		s.recordIncrement(p, inc, ex, &ok)
 		return false, s.writeOK(ok, seq, more)
 	}
+}
+
+// incrementByKeys returns the slotted increment inc (whose records a
+// condition on the row finds) made to increment the records whose rows
+// the condition matches now, read without locks, when the session runs at
+// READ COMMITTED (see rewrite.Increment.ScanKeys); "" to run inc.SQL
+// (another level, or more rows than a guard may lock).
+func (s *Session) incrementByKeys(t *rewrite.Table, inc *rewrite.Increment) (string, []byte, error) {
+	if err := s.ensureSessionInfo(); err != nil {
+		return "", nil, err
+	}
+	if s.isolation() != "READ-COMMITTED" {
+		// At READ UNCOMMITTED a read without locks sees the rows other
+		// transactions wrote and have not committed, where the UPDATE's
+		// semi-consistent read goes by their committed versions.
+		return "", nil, nil
+	}
+	limit := s.maxGuardKeys()
+	keys, errPkt, err := s.queryKeys(t, inc.ScanKeys+" LIMIT "+strconv.Itoa(limit+1))
+	if err != nil || errPkt != nil || len(keys) > limit {
+		return "", errPkt, err
+	}
+	list := "NULL" // no row: the increment matches none
+	if len(keys) > 0 {
+		list = strings.Join(keys, ", ")
+	}
+	return strings.Replace(inc.ByKeys, rewrite.RestrictKeys, list, 1), nil, nil
 }
 
 // execGeneratedUpsert runs up, an upsert whose row leaves out its table's

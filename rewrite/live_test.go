@@ -208,6 +208,10 @@ func liveStatements(p Plan) []string {
 		out = append(out, op.SQL)
 	case *Increment:
 		out = append(out, op.ProbeSQL, op.SQL, op.Guard.KeysSQL, op.Guard.Table.LockSQL(liveKeys(op.Guard.Table)), op.Guard.Table.ShareLockSQL(liveKeys(op.Guard.Table)))
+		if op.ScanKeys != "" {
+			keys := strings.Join(liveKeys(op.Guard.Table), ", ")
+			out = append(out, op.ScanKeys, strings.Replace(op.ByKeys, RestrictKeys, keys, 1), strings.Replace(op.ByKeys, RestrictKeys, "NULL", 1))
+		}
 		folds(op.Guard, false)
 	case *UpsertIncrement:
 		if g := op.Generated; g != nil {

@@ -195,6 +195,18 @@ type Increment struct {
 	// requiring the key to be among RestrictKeys (see Guarded.Restrict):
 	// on the base rows, the statement tried on one row at a time.
 	Restrict string
+	// ScanKeys and ByKeys, for an increment whose records a condition on
+	// the row finds (no key named) in a table keyed by an integer:
+	// ScanKeys reads the keys of the rows the condition matches without
+	// locking them, and ByKeys is SQL whose records are also required to
+	// be among RestrictKeys, read by the primary key. At READ COMMITTED
+	// the executor runs ScanKeys, then ByKeys with the keys it found (at
+	// READ UNCOMMITTED ScanKeys would see rows not committed): the rows it
+	// locks are those the UPDATE would,
+	// which skips a row another transaction holds when the row's committed
+	// version does not match (semi-consistent read), where SQL's locking
+	// read of every row scanned would wait for it. Empty otherwise.
+	ScanKeys, ByKeys string
 	// Guard locks and folds the records, for running the client's
 	// statement on the base rows instead (a delta beyond the slot's share
 	// of the range, a key or delta the server converts, a table locked
@@ -542,6 +554,8 @@ func (o *Increment) mapSQL(f func(string) (string, error)) (Op, error) {
 	m.text(&c.SQL)
 	m.text(&c.ProbeSQL)
 	m.text(&c.Restrict)
+	m.text(&c.ScanKeys)
+	m.text(&c.ByKeys)
 	if c.Deltas != nil {
 		c.Deltas = slices.Clone(c.Deltas)
 		for i := range c.Deltas {

@@ -544,6 +544,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 	var keys []ast.ExprNode
 	oneRecord := false // named by a UNIQUE key's equalities: at most one record
 	byPrimary := false // a keyed table's records named by its primary key
+	byScan := false    // the records are the rows a condition on them finds
 	switch {
 	case absolute || counters == 0:
 	case other:
@@ -579,9 +580,10 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 				why = "a LIMIT with a UNIQUE key's values"
 				break
 			}
-			// The records are the rows the unique key finds: their keys
-			// are known only once the statement ran.
+			// The records are the rows the unique key (or the condition)
+			// finds: their keys are known only once the statement ran.
 			keys = []ast.ExprNode{}
+			byScan = !byUnique
 		}
 		if s.Limit != nil && len(keys) > 1 {
 			// LIMIT n may stop before the last key (a template's LIMIT is
@@ -703,6 +705,21 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 			inc.ProbeSQL = w.probe(start, end, ws, we)
 			if t.Key != "" {
 				inc.Restrict = w.restricted(s.Where, ref, t, start, end)
+			}
+			if byScan && !t.Keyed() {
+				// At READ COMMITTED the UPDATE skips a row another
+				// transaction holds when the row's committed version does
+				// not match (semi-consistent read); the upsert's locking
+				// read would wait for it. The executor reads the keys of
+				// the committed rows that match first, then increments
+				// those by key (see Increment.ScanKeys).
+				key := t.RecordID(ref.qual)
+				picked := inc.Slot
+				byKeys := *ref
+				byKeys.from = ref.from + " FORCE INDEX (PRIMARY)"
+				inc.ScanKeys = fmt.Sprintf("SELECT %s FROM %s WHERE %s", key, ref.from, parenthesize(where))
+				inc.ByKeys = r.slottedIncrement(t, &byKeys, ctrs, values, greatest, byRow, keep,
+					parenthesize(where)+" AND "+key+" IN ("+RestrictKeys+")", func(int) int { return picked })
 			}
 			inc.PrivKey = maskInts(maskSentinels(inc.ProbeSQL), w.sess)
 			inc.Guard = &Guard{
