@@ -977,7 +977,25 @@ func (s *Session) execOnBase(p rewrite.Plan, inc *rewrite.Increment, ex *executi
 		return s.execGuardedWith(p, op, inc, ex, seq, more, func() ([]byte, []byte, error) { return s.statementPacket(p.Original, ex) }, lockInOrder)
 	}
 	op := &rewrite.Guarded{SQL: p.Original, Guards: []*rewrite.Guard{inc.Guard}, SingleTable: true, Restrict: inc.Restrict}
-	return s.execGuardedWith(p, op, inc, ex, seq, more, func() ([]byte, []byte, error) { return s.statementPacket(p.Original, ex) }, s.guardInOrder(p, op, ex))
+	main := func() ([]byte, []byte, error) { return s.statementPacket(p.Original, ex) }
+	var narrow func([]string)
+	if len(inc.Keys) == 0 && inc.Restrict != "" && s.isolation() == "READ-COMMITTED" {
+		// At READ COMMITTED the UPDATE skips a row another transaction
+		// holds when the row's committed version does not match (InnoDB's
+		// semi-consistent read), where the guard's locking read of every
+		// row its scan reads would wait for it: the records are those the
+		// statement matches now, read without locks (scanInOrder), and
+		// the statement is narrowed to them, whose slots were folded.
+		narrow = func(keys []string) {
+			list := "NULL" // no row: the statement matches none
+			if len(keys) > 0 {
+				list = strings.Join(keys, ", ")
+			}
+			restricted := strings.Replace(inc.Restrict, rewrite.RestrictKeys, list, 1)
+			main = func() ([]byte, []byte, error) { return s.statementPacket(restricted, ex) }
+		}
+	}
+	return s.execGuardedWith(p, op, inc, ex, seq, more, func() ([]byte, []byte, error) { return main() }, s.guardInOrder(p, op, ex, narrow))
 }
 
 // counterUnits returns a counter's value as the server sends it (text) in
@@ -1481,7 +1499,7 @@ func (s *Session) execGuarded(p rewrite.Plan, op *rewrite.Guarded, ex *execution
 			return ex.payload, nil, nil
 		}
 		return queryPacket(op.SQL), nil, nil
-	}, s.guardInOrder(p, op, ex))
+	}, s.guardInOrder(p, op, ex, nil))
 }
 
 // guardInOrder returns, for a guarded UPDATE of several records of an
@@ -1494,7 +1512,7 @@ func (s *Session) execGuarded(p rewrite.Plan, op *rewrite.Guarded, ex *execution
 // (Guarded.Restrict) is tried under a savepoint and undone; a failure
 // there is the statement's at that row. nil when the statement is not
 // such an UPDATE.
-func (s *Session) guardInOrder(p rewrite.Plan, op *rewrite.Guarded, ex *execution) func() ([]string, []byte, error) {
+func (s *Session) guardInOrder(p rewrite.Plan, op *rewrite.Guarded, ex *execution, narrow func([]string)) func() ([]string, []byte, error) {
 	if s.tablesLocked() {
 		// Under LOCK TABLES no other session holds its rows, and an
 		// autocommit statement runs outside any transaction, where a
@@ -1510,7 +1528,7 @@ func (s *Session) guardInOrder(p rewrite.Plan, op *rewrite.Guarded, ex *executio
 		return nil
 	}
 	if len(g.Keys) == 0 && g.KeysSQL != "" && s.autocommitted() && !s.tablesLocked() {
-		return s.scanInOrder(p, op, ex)
+		return s.scanInOrder(p, op, ex, narrow)
 	}
 	if len(g.Keys) < 2 || len(g.Keys) > maxTriedRows {
 		return nil
@@ -1558,8 +1576,10 @@ const maxTriedRows = 16
 // reads them (the guard's query, whose WHERE clause is the statement's),
 // are locked, folded and tried one at a time up to the first it fails on;
 // when none fails, every row it may touch is locked and folded as the
-// guard locks them (rows committed since the read among them).
-func (s *Session) scanInOrder(p rewrite.Plan, op *rewrite.Guarded, ex *execution) func() ([]string, []byte, error) {
+// guard locks them (rows committed since the read among them) — or, with
+// narrow set, none other: narrow gets the rows locked, to which the caller
+// narrows the statement (op.Restrict).
+func (s *Session) scanInOrder(p rewrite.Plan, op *rewrite.Guarded, ex *execution, narrow func([]string)) func() ([]string, []byte, error) {
 	g := op.Guards[0]
 	t := p.Table
 	plain, found := strings.CutSuffix(g.KeysSQL, " FOR UPDATE")
@@ -1587,6 +1607,13 @@ func (s *Session) scanInOrder(p rewrite.Plan, op *rewrite.Guarded, ex *execution
 		candidates, err := guardKeys(t, r, binaryRows)
 		if err != nil {
 			return nil, nil, err
+		}
+		if r.Dropped == 0 && narrow != nil {
+			locked, errPkt, err := s.lockEachInOrder(t, candidates, s.tryEach(op, ex, len(candidates)))
+			if err == nil && errPkt == nil {
+				narrow(locked)
+			}
+			return locked, errPkt, err
 		}
 		if r.Dropped == 0 && len(candidates) > 0 {
 			stopped := false

@@ -188,7 +188,9 @@ func TestRowConditionsReadCommitted(t *testing.T) {
 	cat := loadedSetup(t, plain, ruled, []string{
 		"CREATE TABLE t (id INT NOT NULL PRIMARY KEY, grp INT NOT NULL, name VARCHAR(20) NULL, c INT NOT NULL DEFAULT 0)",
 		"INSERT INTO t (id, grp, name) VALUES (1, 1, 'a'), (2, 1, 'b'), (3, 2, 'c'), (4, 1, 'd'), (6, 2, 'f')",
-	}, "table: "+ruled+".t\nkey: id\ncounters: [c]\nslots: 4\n")
+		"CREATE TABLE t2 (id INT NOT NULL PRIMARY KEY, grp INT NOT NULL, n INT NULL, s SMALLINT NOT NULL DEFAULT 0)",
+		"INSERT INTO t2 (id, grp, n, s) VALUES (1, 1, NULL, 0), (2, 1, 5, 0), (3, 2, 7, 0), (4, 1, 1, 32760), (6, 2, NULL, 0)",
+	}, "table: "+ruled+".t\nkey: id\ncounters: [c]\nslots: 4\n---\ntable: "+ruled+".t2\nkey: id\ncounters: [n, s]\nslots: 4\n")
 	short := "SET SESSION innodb_lock_wait_timeout = 1"
 	corpus := []step{
 		on(0, text(short)), on(1, text(short)),
@@ -224,6 +226,23 @@ func TestRowConditionsReadCommitted(t *testing.T) {
 		on(1, text("UPDATE t SET c = c + 1 WHERE grp = 1")),
 		text(touchRollup),
 		text("SELECT id, c FROM t ORDER BY id"),
+
+		// On the base rows (a NULL counter, a delta beyond the slot's
+		// share), in autocommit: the same rows skipped, the same row
+		// waited for, the same range error at the same row.
+		on(1, text("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")),
+		text("BEGIN"),
+		text("INSERT INTO t2 (id, grp) VALUES (5, 1)"),
+		text("UPDATE t2 SET grp = 1 WHERE id = 3"),
+		on(1, text("UPDATE t2 SET n = n + 1 WHERE grp = 1")),
+		on(1, text("UPDATE t2 SET s = s + 10 WHERE grp = 1")),
+		on(1, text("SHOW WARNINGS")),
+		on(1, text("UPDATE t2 SET n = n + 1 WHERE grp = 7 OR id = 5")),
+		text("UPDATE t2 SET s = 1 WHERE id = 2"),
+		on(1, text("UPDATE t2 SET n = n + 1 WHERE grp = 1")),
+		text("ROLLBACK"),
+		on(1, text("UPDATE t2 SET n = n + 1, s = s + 1 WHERE grp = 1")),
+		on(1, text("SELECT * FROM t2 ORDER BY id")),
 	}
 	stats, _ := runDifferential(t, cat, plain, ruled, corpus)
 	if stats.RewrittenWrites == 0 {

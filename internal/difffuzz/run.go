@@ -129,6 +129,13 @@ type twin struct {
 	// failedInc: an increment failed in the open transaction (it may keep
 	// the shared lock its slotted attempt took).
 	failedInc bool
+	// failedPartWay: a write failed in the open transaction at one of its
+	// rows (partWayError): its guard locked the rows after that one too.
+	failedPartWay bool
+	// autocommitOff: the connection set autocommit = 0 last (a failed
+	// statement then leaves the transaction it began open, with its
+	// locks, though its ERR carries no status to say so).
+	autocommitOff bool
 	// readUncommitted: the connection set READ UNCOMMITTED last.
 	readUncommitted bool
 	// weak: the connection set READ COMMITTED or READ UNCOMMITTED at some
@@ -276,6 +283,12 @@ func (t *twin) follow(st Step, o obs) {
 			t.levelWeak = strings.Contains(upper, "READ UNCOMMITTED") || strings.Contains(upper, "READ COMMITTED")
 		}
 	}
+	switch strings.ToUpper(strings.TrimSpace(st.SQL)) {
+	case "SET AUTOCOMMIT = 0":
+		t.autocommitOff = true
+	case "SET AUTOCOMMIT = 1":
+		t.autocommitOff = false
+	}
 	if len(o.results) == 0 {
 		return
 	}
@@ -304,12 +317,13 @@ func (t *twin) follow(st Step, o obs) {
 	}
 	switch {
 	case last.isErr && last.code == 1213:
-		t.txn, t.failedInc = nil, false // the server rolled the transaction back
+		t.txn, t.failedInc, t.failedPartWay = nil, false, false // the server rolled the transaction back
 		t.snapshot, t.othersWrote, t.staleRow, t.foldedFresh = false, nil, false, false
 	case last.isErr:
-		if len(t.txn) > 0 {
+		if len(t.txn) > 0 || t.autocommitOff {
 			t.txn = append(t.txn, st) // a failed statement keeps its locks
 			t.failedInc = t.failedInc || isIncrement(st)
+			t.failedPartWay = t.failedPartWay || partWayError(last.code)
 		}
 	case last.inTrans:
 		if len(t.txn) == 0 {
@@ -317,7 +331,7 @@ func (t *twin) follow(st Step, o obs) {
 		}
 		t.txn = append(t.txn, st)
 	default:
-		t.txn, t.failedInc = nil, false
+		t.txn, t.failedInc, t.failedPartWay = nil, false, false
 	}
 }
 
@@ -883,6 +897,13 @@ func (r *run) documentedLock(t *twin, step Step, p, d obs) string {
 		}
 		if len(txn) == 0 {
 			continue
+		}
+		if waited && o != t && o.failedPartWay {
+			// limits.md: a guarded write that fails on one of its rows
+			// keeps the rows of the others locked (its guard locked them
+			// all first), where directly the rows after the failing one
+			// are never reached.
+			return "a wait for a row (or gap) after the one a write failed on in an open transaction, which its guard locked"
 		}
 		if waited && o != t && o.failedInc {
 			return "a wait for the shared lock a failed increment keeps in its open transaction"
