@@ -394,8 +394,10 @@ func lockingRead(st Step) bool {
 // class or an upsert, or (for a step read from a reproducer, which has no
 // class) a statement that looks like one (isIncrement).
 func incrementStep(st Step) bool {
-	if st.Class == "" {
-		return isIncrement(st)
+	if st.Class == "" || st.Multi {
+		// A reproducer's step, or a multi-statement query, which may hold
+		// an increment: as a reproducer replays it.
+		return st.Class.IsIncrement() || st.Class == Upsert || isIncrement(st)
 	}
 	return st.Class.IsIncrement() || st.Class == Upsert
 }
