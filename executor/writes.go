@@ -991,7 +991,7 @@ func (s *Session) execOnBase(p rewrite.Plan, inc *rewrite.Increment, ex *executi
 			if len(keys) > 0 {
 				list = strings.Join(keys, ", ")
 			}
-			restricted := strings.Replace(inc.Restrict, rewrite.RestrictKeys, list, 1)
+			restricted := p.Table.Narrowed(inc.Restrict, list, true)
 			main = func() ([]byte, []byte, error) { return s.statementPacket(restricted, ex) }
 		}
 	}
@@ -1652,7 +1652,7 @@ func (s *Session) tryRestricted(op *rewrite.Guarded, k string, ex *execution) (f
 		}
 		return false, r.Err, nil
 	}
-	restricted := strings.Replace(op.Restrict, rewrite.RestrictKeys, k, 1)
+	restricted := strings.Replace(op.Restrict, rewrite.RestrictKeys, k, 1) // read by key: this row only
 	buf, res, errPkt, err := s.sendMain(func() ([]byte, []byte, error) { return s.statementPacket(restricted, ex) })
 	if err != nil || errPkt != nil {
 		return false, errPkt, err
@@ -2119,7 +2119,7 @@ func (s *Session) guardedOnce(p rewrite.Plan, op *rewrite.Guarded, ex *execution
 		if len(locked) > 0 {
 			list = strings.Join(locked, ", ")
 		}
-		restricted := strings.Replace(op.Restrict, rewrite.RestrictKeys, list, 1)
+		restricted := p.Table.Narrowed(op.Restrict, list, true)
 		main = func() ([]byte, []byte, error) { return s.statementPacket(restricted, ex) }
 	}
 	if gm.unguarded && op.Unguarded != "" {

@@ -814,15 +814,7 @@ func (w *reads) restricted(where ast.ExprNode, ref *tableRef, t *Table, start, e
 	// The opening parenthesis goes first, before any edit at ws (apply's
 	// sort is stable); the closing one after any edit that ends at we.
 	edits := append([]edit{{start: ws, end: ws, text: "("}}, foldedEdits(w.edits)...)
-	key := t.RecordID(ref.qual)
-	if !t.Keyed() {
-		// An integer key + 0 offers the optimizer no index: the
-		// statement reads the rows the client's would, in its order (the
-		// row a range error names counts them; at READ COMMITTED, a row
-		// another transaction holds is skipped by the same test).
-		key += " + 0"
-	}
-	edits = append(edits, edit{start: we, end: we, text: ") AND " + key + " IN (" + RestrictKeys + ")"})
+	edits = append(edits, edit{start: we, end: we, text: ") AND " + t.RecordID(ref.qual) + " IN (" + RestrictKeys + ")"})
 	return apply(w.sql, start, end, edits)
 }
 
