@@ -995,7 +995,15 @@ func (s *Session) execOnBase(p rewrite.Plan, inc *rewrite.Increment, ex *executi
 			main = func() ([]byte, []byte, error) { return s.statementPacket(restricted, ex) }
 		}
 	}
-	return s.execGuardedWith(p, op, inc, ex, seq, more, func() ([]byte, []byte, error) { return main() }, s.guardInOrder(p, op, ex, narrow))
+	lock := s.guardInOrder(p, op, ex, narrow)
+	if narrow != nil && lock != nil {
+		asWritten, locks := main, lock
+		lock = func() ([]string, []byte, error) {
+			main = asWritten // until this attempt's lock narrows it again
+			return locks()
+		}
+	}
+	return s.execGuardedWith(p, op, inc, ex, seq, more, func() ([]byte, []byte, error) { return main() }, lock)
 }
 
 // counterUnits returns a counter's value as the server sends it (text) in
