@@ -2,7 +2,6 @@ package proxy_test
 
 import (
 	"bufio"
-	"database/sql"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -233,7 +232,7 @@ func TestIdleSocketsDoNotLockOutLogins(t *testing.T) {
 
 // selectOne logs in with dsn and runs SELECT 1.
 func selectOne(dsn string) error {
-	db, err := sql.Open("mysql", dsn)
+	db, err := openDB(dsn)
 	if err != nil {
 		return err
 	}
@@ -343,7 +342,7 @@ func TestProxyGreetedClients(t *testing.T) {
 	pUser, pPass, _ := pluginAccount()
 	currentUser := func(dsn, want string) func() error {
 		return func() error {
-			db, err := sql.Open("mysql", dsn)
+			db, err := openDB(dsn)
 			if err != nil {
 				return err
 			}
