@@ -110,7 +110,9 @@ type run struct {
 	// through the proxy, where directly it waits (limits.md's documented
 	// wait), and a later statement of it then waits on both sides.
 	bothWait int
-	stop     bool
+	// bothWaitWhy is the documented reason bothWait stands for.
+	bothWaitWhy string
+	stop        bool
 	// victim: a deadlock ended a step on one side only while another
 	// connection's step was in flight (see documentedLock).
 	victim bool
@@ -662,7 +664,14 @@ func (r *run) step(ctx context.Context, i int, st Step) error {
 	if t.got[proxySide] != nil && t.got[directSide] != nil {
 		r.compare(t)
 	} else if t.got[proxySide] == nil && t.got[directSide] == nil && st.Multi && incrementStep(st) && r.bothWait < 0 {
-		r.bothWait = i
+		r.bothWait, r.bothWaitWhy = i, bothWaited
+		for _, o := range r.twins {
+			if o != t && o.failedPartWay {
+				// Its statements may wait for the rows a failed write's
+				// guard locked (and directly never reached) instead.
+				r.bothWaitWhy = partWayWaited
+			}
+		}
 	} else if t.got[proxySide] != nil && incrementStep(st) && r.documentedWait < 0 {
 		// The direct increment (or upsert increment) waits for a row lock
 		// that the proxy's slotted increment does not take: by design
@@ -744,6 +753,11 @@ func (r *run) settle(t *twin) {
 // fuzzer cannot see when a later statement of the query waits on both.
 const bothWaited = "a multi-statement query with an increment, blocked on both sides: its increment may not have waited through the proxy"
 
+// partWayWaited is the documented wait for the rows a write that failed
+// part way keeps locked in its open transaction (its guard locked them all
+// first; directly the rows after the failing one are never reached).
+const partWayWaited = "a wait for a row (or gap) after the one a write failed on in an open transaction, which its guard locked"
+
 // compare compares the collected results of t's step.
 func (r *run) compare(t *twin) {
 	i := t.step
@@ -768,7 +782,7 @@ func (r *run) compare(t *twin) {
 	if i == r.bothWait {
 		r.bothWait = -1
 		if kind != "" {
-			r.out.Documented = append(r.out.Documented, bothWaited)
+			r.out.Documented = append(r.out.Documented, r.bothWaitWhy)
 			r.stopBecause(fmt.Sprintf("step %d, a multi-statement query with an increment that waited on both sides, answered differently (documented)", i+1))
 		}
 		return
@@ -777,7 +791,7 @@ func (r *run) compare(t *twin) {
 		return
 	}
 	if r.bothWait >= 0 {
-		r.out.Documented = append(r.out.Documented, bothWaited)
+		r.out.Documented = append(r.out.Documented, r.bothWaitWhy)
 		r.stopBecause(fmt.Sprintf("step %d differed while step %d, a multi-statement query with an increment, waited on both sides (documented)", i+1, r.bothWait+1))
 		return
 	}
@@ -932,7 +946,7 @@ func (r *run) documentedLock(t *twin, step Step, p, d obs) string {
 			// keeps the rows of the others locked (its guard locked them
 			// all first), where directly the rows after the failing one
 			// are never reached.
-			return "a wait for a row (or gap) after the one a write failed on in an open transaction, which its guard locked"
+			return partWayWaited
 		}
 		if waited && o != t && o.failedInc {
 			return "a wait for the shared lock a failed increment keeps in its open transaction"
