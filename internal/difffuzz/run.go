@@ -957,6 +957,13 @@ func (r *run) documentedLock(t *twin, step Step, p, d obs) string {
 			// read); the slotted increment's locking read waits for it.
 			return "a wait at READ COMMITTED for a row an open transaction inserted, which the UPDATE skips directly"
 		}
+		if waited && o != t && t.levelWeak && !t.autocommitOff && len(t.txn) == 0 && scanningWrite(step) && slices.ContainsFunc(txn, Step.inserts) {
+			// consistency.md: in autocommit at READ COMMITTED the proxy
+			// runs a guarded write and its fold at REPEATABLE READ, whose
+			// locking reads wait for a row another transaction inserted;
+			// directly the UPDATE's semi-consistent read skips it.
+			return "a guarded write at READ COMMITTED in autocommit, run at REPEATABLE READ, waiting for a row an open transaction inserted"
+		}
 		if waited && o != t && t.weak && incrementStep(step) && slices.ContainsFunc(txn, lockingRead) {
 			// limits.md: the same for a row the open transaction locked
 			// (FOR UPDATE) that the increment's WHERE clause does not
