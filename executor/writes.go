@@ -753,7 +753,7 @@ func (s *Session) execIncrementOf(p rewrite.Plan, inc *rewrite.Increment, up *re
 // incrementByKeys returns the slotted increment inc (whose records a
 // condition on the row finds) made to increment the records whose rows
 // the condition matches now, read without locks, when the session runs at
-// READ COMMITTED (see rewrite.Increment.ScanKeys); "" to run inc.SQL
+// READ COMMITTED (see rewrite.Increment.ByKeys); "" to run inc.SQL
 // (another level, or more rows than a guard may lock).
 func (s *Session) incrementByKeys(t *rewrite.Table, inc *rewrite.Increment) (string, []byte, error) {
 	if err := s.ensureSessionInfo(); err != nil {
@@ -765,16 +765,16 @@ func (s *Session) incrementByKeys(t *rewrite.Table, inc *rewrite.Increment) (str
 		// semi-consistent read goes by their committed versions.
 		return "", nil, nil
 	}
+	read, ok := inc.Guard.ReadKeysSQL()
+	if !ok {
+		return "", nil, nil
+	}
 	limit := s.maxGuardKeys()
-	keys, errPkt, err := s.queryKeys(t, inc.ScanKeys+" LIMIT "+strconv.Itoa(limit+1))
+	keys, errPkt, err := s.queryKeys(t, read+" LIMIT "+strconv.Itoa(limit+1))
 	if err != nil || errPkt != nil || len(keys) > limit {
 		return "", errPkt, err
 	}
-	list := "NULL" // no row: the increment matches none
-	if len(keys) > 0 {
-		list = strings.Join(keys, ", ")
-	}
-	return strings.Replace(inc.ByKeys, rewrite.RestrictKeys, list, 1), nil, nil
+	return t.Narrowed(inc.ByKeys, keys, false), nil, nil
 }
 
 // execGeneratedUpsert runs up, an upsert whose row leaves out its table's
@@ -987,11 +987,7 @@ func (s *Session) execOnBase(p rewrite.Plan, inc *rewrite.Increment, ex *executi
 		// statement matches now, read without locks (scanInOrder), and
 		// the statement is narrowed to them, whose slots were folded.
 		narrow = func(keys []string) {
-			list := "NULL" // no row: the statement matches none
-			if len(keys) > 0 {
-				list = strings.Join(keys, ", ")
-			}
-			restricted := p.Table.Narrowed(inc.Restrict, list, true)
+			restricted := p.Table.Narrowed(inc.Restrict, keys, true)
 			main = func() ([]byte, []byte, error) { return s.statementPacket(restricted, ex) }
 		}
 	}
@@ -1179,12 +1175,18 @@ func incKeysDeltas(t *rewrite.Table, inc *rewrite.Increment, ex *execution, minK
 		}
 		deltas[strings.ToLower(d.Column)] = n
 	}
+	sortIntKeys(keys)
+	return keys, deltas, true
+}
+
+// sortIntKeys sorts canonical integer keys ascending, the order an UPDATE
+// … WHERE key IN (…) writes their rows in.
+func sortIntKeys(keys []string) {
 	slices.SortFunc(keys, func(a, b string) int {
 		x, _ := new(big.Int).SetString(a, 10)
 		y, _ := new(big.Int).SetString(b, 10)
 		return x.Cmp(y)
 	})
-	return keys, deltas, true
 }
 
 // lockIncrementInOrder locks and folds the records of an increment one at
@@ -1535,7 +1537,7 @@ func (s *Session) guardInOrder(p rewrite.Plan, op *rewrite.Guarded, ex *executio
 	if g.Wide || g.Fallback != nil || !strings.HasPrefix(strings.TrimSpace(upper), "UPDATE") || strings.Contains(upper, "ORDER BY") {
 		return nil
 	}
-	if len(g.Keys) == 0 && g.KeysSQL != "" && s.autocommitted() && !s.tablesLocked() {
+	if len(g.Keys) == 0 && g.KeysSQL != "" && s.autocommitted() {
 		return s.scanInOrder(p, op, ex, narrow)
 	}
 	if len(g.Keys) < 2 || len(g.Keys) > maxTriedRows {
@@ -1550,11 +1552,7 @@ func (s *Session) guardInOrder(p rewrite.Plan, op *rewrite.Guarded, ex *executio
 			return nil
 		}
 	}
-	slices.SortFunc(keys, func(a, b string) int {
-		x, _ := new(big.Int).SetString(a, 10)
-		y, _ := new(big.Int).SetString(b, 10)
-		return x.Cmp(y)
-	})
+	sortIntKeys(keys)
 	keys = slices.Compact(keys)
 	t := p.Table
 	return func() ([]string, []byte, error) {
@@ -1590,7 +1588,7 @@ const maxTriedRows = 16
 func (s *Session) scanInOrder(p rewrite.Plan, op *rewrite.Guarded, ex *execution, narrow func([]string)) func() ([]string, []byte, error) {
 	g := op.Guards[0]
 	t := p.Table
-	plain, found := strings.CutSuffix(g.KeysSQL, " FOR UPDATE")
+	plain, found := g.ReadKeysSQL()
 	if !found {
 		return nil
 	}
@@ -1660,7 +1658,7 @@ func (s *Session) tryRestricted(op *rewrite.Guarded, k string, ex *execution) (f
 		}
 		return false, r.Err, nil
 	}
-	restricted := strings.Replace(op.Restrict, rewrite.RestrictKeys, k, 1) // read by key: this row only
+	restricted := op.Guards[0].Table.Narrowed(op.Restrict, []string{k}, false) // read by key: this row only
 	buf, res, errPkt, err := s.sendMain(func() ([]byte, []byte, error) { return s.statementPacket(restricted, ex) })
 	if err != nil || errPkt != nil {
 		return false, errPkt, err
@@ -2123,11 +2121,7 @@ func (s *Session) guardedOnce(p rewrite.Plan, op *rewrite.Guarded, ex *execution
 		if s.env.GuardWindow != nil {
 			s.env.GuardWindow()
 		}
-		list := "NULL" // no row: the statement matches none
-		if len(locked) > 0 {
-			list = strings.Join(locked, ", ")
-		}
-		restricted := p.Table.Narrowed(op.Restrict, list, true)
+		restricted := p.Table.Narrowed(op.Restrict, locked, true)
 		main = func() ([]byte, []byte, error) { return s.statementPacket(restricted, ex) }
 	}
 	if gm.unguarded && op.Unguarded != "" {

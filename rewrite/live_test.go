@@ -208,9 +208,9 @@ func liveStatements(p Plan) []string {
 		out = append(out, op.SQL)
 	case *Increment:
 		out = append(out, op.ProbeSQL, op.SQL, op.Guard.KeysSQL, op.Guard.Table.LockSQL(liveKeys(op.Guard.Table)), op.Guard.Table.ShareLockSQL(liveKeys(op.Guard.Table)))
-		if op.ScanKeys != "" {
-			keys := strings.Join(liveKeys(op.Guard.Table), ", ")
-			out = append(out, op.ScanKeys, strings.Replace(op.ByKeys, RestrictKeys, keys, 1), strings.Replace(op.ByKeys, RestrictKeys, "NULL", 1))
+		if read, ok := op.Guard.ReadKeysSQL(); ok && op.ByKeys != "" {
+			t := op.Guard.Table
+			out = append(out, read, t.Narrowed(op.ByKeys, liveKeys(t), false), t.Narrowed(op.ByKeys, nil, false))
 		}
 		folds(op.Guard, false)
 	case *UpsertIncrement:

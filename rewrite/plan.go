@@ -2,6 +2,7 @@ package rewrite
 
 import (
 	"slices"
+	"strings"
 )
 
 // A Plan is the rewrite of one statement: the operation that runs it (Op,
@@ -195,18 +196,17 @@ type Increment struct {
 	// requiring the key to be among RestrictKeys (see Guarded.Restrict):
 	// on the base rows, the statement tried on one row at a time.
 	Restrict string
-	// ScanKeys and ByKeys, for an increment whose records a condition on
-	// the row finds (no key named) in a table keyed by an integer:
-	// ScanKeys reads the keys of the rows the condition matches without
-	// locking them, and ByKeys is SQL whose records are also required to
-	// be among RestrictKeys, read by the primary key. At READ COMMITTED
-	// the executor runs ScanKeys, then ByKeys with the keys it found (at
-	// READ UNCOMMITTED ScanKeys would see rows not committed): the rows it
-	// locks are those the UPDATE would,
-	// which skips a row another transaction holds when the row's committed
-	// version does not match (semi-consistent read), where SQL's locking
-	// read of every row scanned would wait for it. Empty otherwise.
-	ScanKeys, ByKeys string
+	// ByKeys, for an increment whose records a condition on the row finds
+	// (no key named) in a table keyed by an integer, is SQL whose records
+	// are also required to be among RestrictKeys, read by the primary key;
+	// empty otherwise. At READ COMMITTED the executor reads the keys of the
+	// rows the condition matches without locking them (Guard.ReadKeysSQL)
+	// and runs ByKeys with them: the rows it locks are those the UPDATE
+	// would, which skips a row another transaction holds when the row's
+	// committed version does not match (semi-consistent read), where SQL's
+	// locking read of every row scanned would wait for it. (At READ
+	// UNCOMMITTED the read would see rows not committed.)
+	ByKeys string
 	// Guard locks and folds the records, for running the client's
 	// statement on the base rows instead (a delta beyond the slot's share
 	// of the range, a key or delta the server converts, a table locked
@@ -297,6 +297,13 @@ type Delta struct {
 	Param int
 	// Minus: it is subtracted (c = c - d).
 	Minus bool
+}
+
+// ReadKeysSQL is KeysSQL without its locks: a read of the keys of the rows
+// the statement matches now (at READ COMMITTED, their committed versions);
+// false when KeysSQL does not end with FOR UPDATE.
+func (g *Guard) ReadKeysSQL() (string, bool) {
+	return strings.CutSuffix(g.KeysSQL, " FOR UPDATE")
 }
 
 // KeyValue is a key value in a statement: a literal (as SQL) or a
@@ -554,7 +561,6 @@ func (o *Increment) mapSQL(f func(string) (string, error)) (Op, error) {
 	m.text(&c.SQL)
 	m.text(&c.ProbeSQL)
 	m.text(&c.Restrict)
-	m.text(&c.ScanKeys)
 	m.text(&c.ByKeys)
 	if c.Deltas != nil {
 		c.Deltas = slices.Clone(c.Deltas)

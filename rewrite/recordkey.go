@@ -368,17 +368,22 @@ func IntKeyPart(digits string) KeyPart { return KeyPart{Int: digits, OK: digits 
 // StrKeyPart: see IntKeyPart.
 func StrKeyPart(s string) KeyPart { return KeyPart{Str: s, IsStr: true, OK: true} }
 
-// Narrowed returns restrict, a Restrict statement of t, with keys (SQL
-// literals separated by commas, NULL for none) in place of RestrictKeys.
-// sameScan, for the statement that answers the client: an integer key is
-// compared as key + 0, which offers the optimizer no index, so that the
-// statement reads the rows the client's would, in its order (the row a
-// range error names counts them; at READ COMMITTED a row another
-// transaction holds is skipped or waited for alike). Without it the rows
-// are read by key (a trial of one row reads that row only).
-func (t *Table) Narrowed(restrict, keys string, sameScan bool) string {
-	if sameScan && !t.Keyed() {
-		return strings.Replace(restrict, " IN ("+RestrictKeys+")", " + 0 IN ("+keys+")", 1)
+// Narrowed returns restrict, a Restrict statement of t (or an
+// Increment.ByKeys), with keys (record keys as SQL literals; none matches
+// no row) in place of RestrictKeys. sameScan, for the statement that
+// answers the client: an integer key is compared as key + 0, which offers
+// the optimizer no index, so that the statement reads the rows the
+// client's would, in its order (the row a range error names counts them;
+// at READ COMMITTED a row another transaction holds is skipped or waited
+// for alike). Without it the rows are read by key (a trial of one row
+// reads that row only).
+func (t *Table) Narrowed(restrict string, keys []string, sameScan bool) string {
+	list := "NULL"
+	if len(keys) > 0 {
+		list = strings.Join(keys, ", ")
 	}
-	return strings.Replace(restrict, RestrictKeys, keys, 1)
+	if sameScan && !t.Keyed() {
+		return strings.Replace(restrict, " IN ("+RestrictKeys+")", " + 0 IN ("+list+")", 1)
+	}
+	return strings.Replace(restrict, RestrictKeys, list, 1)
 }

@@ -1070,8 +1070,8 @@ func Explain(plans []Plan, err error) string {
 		case *Increment:
 			fmt.Fprintf(&b, "%s\n", op.SQL)
 			fmt.Fprintf(&b, "privilege check: %s\n", op.ProbeSQL)
-			if op.ScanKeys != "" {
-				fmt.Fprintf(&b, "at READ COMMITTED, the keys of the rows that match first: %s\n", op.ScanKeys)
+			if read, ok := op.Guard.ReadKeysSQL(); ok && op.ByKeys != "" {
+				fmt.Fprintf(&b, "at READ COMMITTED, the keys of the rows that match first: %s\n", read)
 				fmt.Fprintf(&b, "then those records: %s\n", op.ByKeys)
 			}
 		case *UpsertIncrement:

@@ -714,12 +714,11 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 				// not match (semi-consistent read); the upsert's locking
 				// read would wait for it. The executor reads the keys of
 				// the committed rows that match first, then increments
-				// those by key (see Increment.ScanKeys).
+				// those by key (see Increment.ByKeys).
 				key := t.RecordID(ref.qual)
 				picked := inc.Slot
 				byKeys := *ref
 				byKeys.from = ref.from + " FORCE INDEX (PRIMARY)"
-				inc.ScanKeys = fmt.Sprintf("SELECT %s FROM %s WHERE %s", key, ref.from, parenthesize(where))
 				inc.ByKeys = r.slottedIncrement(t, &byKeys, ctrs, values, greatest, byRow, keep,
 					parenthesize(where)+" AND "+key+" IN ("+RestrictKeys+")", func(int) int { return picked })
 			}
