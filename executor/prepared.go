@@ -85,6 +85,11 @@ func (s *Session) handlePrepare(rw *rewrite.Rewriter, payload []byte) error {
 		p = upsertFallback(p.Op)
 	}
 	sql := p.SQL()
+	if inc, ok := p.Op.(*rewrite.Increment); ok && inc.Sorted != "" {
+		// Its executions may run in a transaction: each slot row tested
+		// before any is inserted (see rewrite.Increment.Sorted).
+		sql = inc.Sorted
+	}
 	_, refused := p.Op.(*rewrite.Refused)
 	switch {
 	case refused && !p.Shadow:

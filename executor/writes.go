@@ -615,12 +615,6 @@ func (s *Session) execIncrementOf(p rewrite.Plan, inc *rewrite.Increment, up *re
 		// slotted attempt would lock the gap where it goes).
 		return s.execAsWritten(p, ex, seq, more)
 	}
-	if fit, err := s.sharesFit(p.Table, inc, ex); err != nil || !fit {
-		if err != nil {
-			return false, err
-		}
-		return onBase()
-	}
 	if up != nil && up.Generated != nil && ex == nil {
 		return s.execGeneratedUpsert(p, up, changed, seq, more)
 	}
@@ -639,6 +633,11 @@ func (s *Session) execIncrementOf(p rewrite.Plan, inc *rewrite.Increment, up *re
 	retryable := autocommitted || (s.txnFresh() && (ex == nil || !slices.Contains(ex.params.long, true)))
 	for attempt := 1; ; attempt++ {
 		payload := queryPacket(inc.SQL)
+		if inc.Sorted != "" && !autocommitted {
+			// Each slot row tested before any is inserted: a failed
+			// attempt leaves no lock in the slot table.
+			payload = queryPacket(inc.Sorted)
+		}
 		if ex != nil {
 			payload = ex.slottedPacket(s, p.Table)
 		} else if inc.ByKeys != "" {
@@ -1049,72 +1048,6 @@ var (
 func failsAnyMode(v, lo, hi *big.Int) bool {
 	return lo.Sign() == 0 && v.Sign() < 0 || v.Cmp(minBigint) < 0 || v.Cmp(maxUnsigned) > 0 ||
 		lo.Sign() < 0 && hi.Cmp(maxBigint) == 0 && v.Cmp(maxBigint) > 0
-}
-
-// sharesFit reports whether every record of a slotted increment of
-// several slot rows (several keys, or several counters of one) in a
-// client's transaction fits its slot's share of the range, as far as
-// their committed base values tell (read by the SlotReader, outside the
-// transaction): the slotted INSERT fails on the first that does not,
-// after inserting the slot rows before it, and the locks those rows leave behind (InnoDB keeps them, and turns them
-// into gap locks when the rows go) make other increments of those records
-// wait for the transaction, where the client's UPDATE fails on the same
-// row having locked only base rows. Such an increment runs on the base
-// rows from the start. True when it cannot tell (one slot row, no reader).
-func (s *Session) sharesFit(t *rewrite.Table, inc *rewrite.Increment, ex *execution) (bool, error) {
-	if s.autocommitted() {
-		return true, nil
-	}
-	if inc.PerRecord {
-		// It may fail on a later record than the first (one whose other
-		// columns do not hold their values yet): several records, or
-		// those a UNIQUE key finds, run on the base rows from the start.
-		return false, nil
-	}
-	if s.env.SlotReader == nil {
-		return true, nil
-	}
-	keys, deltas, ok := incKeysDeltas(t, inc, ex, 1)
-	if !ok || len(keys) == 1 && len(inc.Deltas) < 2 {
-		// One slot row: the slotted INSERT fails before it writes any.
-		return true, nil
-	}
-	var cols []string
-	var ctrs []*rewrite.Counter
-	for i := range t.Counters {
-		c := &t.Counters[i]
-		if deltas[strings.ToLower(c.Name)] != nil && !c.Touch {
-			cols = append(cols, c.Name)
-			ctrs = append(ctrs, c)
-		}
-	}
-	if len(cols) == 0 {
-		return true, nil
-	}
-	// The slot with the smallest share the increment may write: the
-	// table's last, or the one a prepared increment was planned with.
-	worstSlot := max(t.Slots-1, inc.Slot)
-	ctx, cancel := context.WithTimeout(context.Background(), slotReadTimeout)
-	defer cancel()
-	rows, err := s.env.SlotReader.ReadSlotRows(ctx, t.BaseValuesSQL(cols, keys))
-	if err != nil {
-		s.log.Warn("reading base values before a slotted increment failed", "rule", ruleName(t), "err", err)
-		return true, nil
-	}
-	for _, r := range rows {
-		if r.RecordType < 0 || r.RecordType >= len(ctrs) {
-			continue
-		}
-		if r.Slot != 0 {
-			return false, nil // NULL: the slotted increment fails on it
-		}
-		base, ok := new(big.Int).SetString(r.Count, 10)
-		c := ctrs[r.RecordType]
-		if !ok || !c.FitsShare(base, deltas[strings.ToLower(c.Name)], worstSlot) {
-			return false, nil
-		}
-	}
-	return true, nil
 }
 
 // missingRecord reports whether the record an upsert's increment names has

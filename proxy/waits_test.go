@@ -285,3 +285,69 @@ func TestRetryKeepsLockWaitBudget(t *testing.T) {
 		t.Errorf("the waiting statement failed after %v through the proxy, %v directly", proxied.took, direct.took)
 	}
 }
+
+// TestFailedSlottedAttemptLeavesNoLocks: in a client's transaction, a
+// slotted increment that writes several slot rows (records a condition
+// finds, an IN list, several counters of one record, other columns that
+// must already hold their values) and cannot take one of them (a NULL
+// counter, a delta beyond the slot's share, a column that does not hold
+// its value) runs on the base rows instead. Its slotted attempt must not
+// have inserted the slot rows before the failing one: InnoDB (MySQL,
+// REPEATABLE READ) hands the locks of the rows the failed statement
+// removed to the next row of the slot table as a gap lock, held to the
+// transaction's end, and every insert of a new slot row into that gap (of
+// any table's counters: here the end of the table) waited for it: another
+// connection's increment failed with 1205 where directly it runs at once
+// (the fuzzer's finding mysql-1795885610416115061). Every connection has a
+// lock wait timeout of 1 s.
+func TestFailedSlottedAttemptLeavesNoLocks(t *testing.T) {
+	const plain, ruled = "attemptlock_plain", "attemptlock_ruled"
+	cat := loadedSetup(t, plain, ruled, []string{
+		"CREATE TABLE t2 (id BIGINT NOT NULL PRIMARY KEY, c1 SMALLINT NULL, c2 SMALLINT DEFAULT NULL, c3 BIGINT UNSIGNED NULL, name VARCHAR(20) NULL)",
+		"INSERT INTO t2 (id, c1, c2, c3, name) VALUES (1, 3, 32765, 5, 'a'), (2, 2, -7, 13, 'a'), (3, -997, 17, 15, 'b'), (4, -997, NULL, NULL, 'a'), (5, NULL, 10, 1, 'a'), (6, 1, 1, 1, 'a')",
+		"CREATE TABLE t3 (id INT NOT NULL PRIMARY KEY, c1 SMALLINT UNSIGNED NOT NULL DEFAULT 0)",
+		"INSERT INTO t3 (id, c1) VALUES (1, 5), (2, 2), (3, 7), (4, 1), (5, 1), (6, 1), (7, 1), (8, 1)",
+	}, "table: "+ruled+".t2\nkey: id\ncounters: [c1, c2, c3]\nslots: 8\n---\ntable: "+ruled+".t3\nkey: id\ncounters: [c1]\nslots: 4\n")
+	short := "SET SESSION innodb_lock_wait_timeout = 1"
+	// attempt runs inc in a transaction on connection 0, then an
+	// increment of a new t3 record on connection 1 (a new slot row at the
+	// end of the slot table), then of a t2 record with no slot row yet.
+	attempt := func(inc step, t3, t2 int) []step {
+		return []step{
+			text("BEGIN"),
+			inc,
+			on(1, text(fmt.Sprintf("UPDATE t3 SET c1 = c1 + 3 WHERE id = %d", t3))),
+			on(1, text(fmt.Sprintf("UPDATE t2 SET c1 = c1 + 1 WHERE id = %d", t2))),
+			text("SELECT id, c1, c2, c3 FROM t2 ORDER BY id"),
+			text("COMMIT"),
+		}
+	}
+	corpus := []step{on(0, text(short)), on(1, text(short))}
+	// The records a condition finds, one of them NULL (the finding).
+	corpus = append(corpus, attempt(text("UPDATE t2 SET c3 = c3 + 2 WHERE id <> 2 OR id < 5"), 1, 6)...)
+	// An IN list, a NULL on the second record.
+	corpus = append(corpus, attempt(text("UPDATE t2 SET c3 = c3 + 1 WHERE id IN (1, 4)"), 2, 6)...)
+	// Several counters of one record, the second NULL.
+	corpus = append(corpus, attempt(text("UPDATE t2 SET c1 = c1 + 1, c2 = c2 + 1 WHERE id = 4"), 3, 6)...)
+	// A delta beyond the slot's share on the second record (c2 = 32765
+	// on record 1, 17 on 3: the base rows take it, in range on 3, out of
+	// range on 1: the server's own error).
+	corpus = append(corpus, attempt(text("UPDATE t2 SET c2 = c2 + 5 WHERE id IN (3, 1)"), 4, 6)...)
+	// Another column that must already hold its value, on the second
+	// record not.
+	corpus = append(corpus, attempt(text("UPDATE t2 SET c1 = c1 + 1, name = 'a' WHERE id IN (2, 3)"), 5, 6)...)
+	// Prepared, the records a condition finds.
+	corpus = append(corpus, attempt(prep("UPDATE t2 SET c3 = c3 + ? WHERE id <> ?", 1, 2), 6, 6)...)
+	// The same in autocommit, and at SERIALIZABLE.
+	corpus = append(corpus,
+		text("UPDATE t2 SET c3 = c3 + 2 WHERE id <> 2 OR id < 5"),
+		on(1, text("UPDATE t3 SET c1 = c1 + 3 WHERE id = 7")),
+		text("SET SESSION TRANSACTION ISOLATION LEVEL SERIALIZABLE"))
+	corpus = append(corpus, attempt(text("UPDATE t2 SET c3 = c3 + 2 WHERE id >= 3"), 8, 6)...)
+	corpus = append(corpus,
+		text("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ"),
+		text(touchRollup),
+		text("SELECT * FROM t2 ORDER BY id"),
+		text("SELECT * FROM t3 ORDER BY id"))
+	runDifferential(t, cat, plain, ruled, corpus)
+}

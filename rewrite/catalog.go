@@ -271,44 +271,6 @@ func (c *Counter) shareSQL(base, slot string) (lo, hi string) {
 	return "-(((" + base + " - (" + min + ")) * " + scale + ") DIV " + div + ")", "((((" + max + ") - " + base + ") * " + scale + ") DIV " + div + ")"
 }
 
-// FitsShare reports whether a slotted increment by delta, into slot
-// slot, of a record whose base value is base stays within the slot's
-// share of c's range (the slotted INSERT's own test, for a new slot row):
-// beyond it the increment runs on the base row.
-func (c *Counter) FitsShare(base, delta *big.Int, slot int) bool {
-	l, h := c.shareBounds()
-	min, ok1 := new(big.Int).SetString(l, 10)
-	max, ok2 := new(big.Int).SetString(h, 10)
-	if !ok1 || !ok2 {
-		return false
-	}
-	scale, div := big.NewInt(ShareScale), shareDivisor(slot)
-	lo := new(big.Int).Quo(new(big.Int).Mul(new(big.Int).Sub(base, min), scale), div) // DIV truncates
-	lo.Neg(lo)
-	hi := new(big.Int).Quo(new(big.Int).Mul(new(big.Int).Sub(max, base), scale), div)
-	return delta.Cmp(lo) >= 0 && delta.Cmp(hi) <= 0
-}
-
-// BaseValuesSQL selects the base values of columns (counters of t) of the
-// records with keys, shaped as slot rows for a SlotReader: record_type is
-// the column's index in columns, record_id the record id, slot 1 for a
-// NULL value (else 0) and count the value.
-func (t *Table) BaseValuesSQL(columns []string, keys []string) string {
-	var parts []string
-	for i, c := range columns {
-		if !t.Keyed() {
-			col := quoteIdent(c)
-			parts = append(parts, fmt.Sprintf("SELECT %d, %s, %s IS NULL, COALESCE(%s, 0) FROM %s WHERE %s IN (%s)",
-				i, quoteIdent(t.Key), col, col, t.Qualified(), quoteIdent(t.Key), strings.Join(keys, ", ")))
-			continue
-		}
-		col := qualify("`_t`", c)
-		parts = append(parts, fmt.Sprintf("SELECT %d, %s, %s IS NULL, COALESCE(%s, 0) FROM %s",
-			i, t.RecordID("`_t`"), col, col, t.keysJoin(keys, "`_t`")))
-	}
-	return strings.Join(parts, " UNION ALL ")
-}
-
 // ExistsSQL selects, for a SlotReader, one row shaped as a slot row when
 // t has a row with key, none otherwise.
 func (t *Table) ExistsSQL(key string) string {

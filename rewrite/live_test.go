@@ -208,6 +208,9 @@ func liveStatements(p Plan) []string {
 		out = append(out, op.SQL)
 	case *Increment:
 		out = append(out, op.ProbeSQL, op.SQL, op.Guard.KeysSQL, op.Guard.Table.LockSQL(liveKeys(op.Guard.Table)), op.Guard.Table.ShareLockSQL(liveKeys(op.Guard.Table)))
+		if op.Sorted != "" {
+			out = append(out, op.Sorted)
+		}
 		if read, ok := op.Guard.ReadKeysSQL(); ok && op.ByKeys != "" {
 			t := op.Guard.Table
 			out = append(out, read, t.Narrowed(op.ByKeys, liveKeys(t), false), t.Narrowed(op.ByKeys, nil, false))
@@ -218,6 +221,9 @@ func liveStatements(p Plan) []string {
 			out = append(out, g.BurnSQL, g.IDSQL, g.ExistsSQL)
 		}
 		out = append(out, op.Increment.ProbeSQL, op.Increment.SQL)
+		if op.Increment.Sorted != "" {
+			out = append(out, op.Increment.Sorted)
+		}
 		fb := op.Fallback
 		fb.Original = p.Original
 		out = append(out, liveStatements(fb)...)

@@ -186,12 +186,18 @@ type Increment struct {
 	// WHERE clause: concurrent increments of the same shape can be sent as
 	// one whose delta is their sum (CoalesceKey, WithDelta).
 	Coalescable bool
-	// PerRecord: the slotted upsert checks each record's base row for
-	// more than its range (other columns that must already hold their
-	// values, a touch column GREATEST keeps NULL), and it may name
-	// several records: it may fail on one record after writing another's
-	// slot rows.
-	PerRecord bool
+	// Sorted, when SQL may write several slot rows (several records, or
+	// several counters and touch columns of one), is SQL made to test
+	// every slot row (its share of the range, a NULL base value, other
+	// columns that must already hold their values) before it inserts any,
+	// at the cost of a sort; "" otherwise. SQL that fails on a later row
+	// has inserted the rows before it, and InnoDB turns the locks of the
+	// rows the failed statement removes into a gap lock on the slot table's
+	// next row (at REPEATABLE READ and SERIALIZABLE), held to the end of
+	// the transaction: inserts of new slot rows into that gap, of any
+	// table's counters, wait for it. The executor runs Sorted in clients'
+	// transactions (and prepares it), SQL in autocommit.
+	Sorted string
 	// Restrict is the client's statement with its WHERE clause also
 	// requiring the key to be among RestrictKeys (see Guarded.Restrict):
 	// on the base rows, the statement tried on one row at a time.
@@ -559,6 +565,7 @@ func (o *WriteOthers) mapSQL(f func(string) (string, error)) (Op, error) {
 func (o *Increment) mapSQL(f func(string) (string, error)) (Op, error) {
 	c, m := *o, &sqlMapper{f: f}
 	m.text(&c.SQL)
+	m.text(&c.Sorted)
 	m.text(&c.ProbeSQL)
 	m.text(&c.Restrict)
 	m.text(&c.ByKeys)

@@ -1069,6 +1069,9 @@ func Explain(plans []Plan, err error) string {
 			}
 		case *Increment:
 			fmt.Fprintf(&b, "%s\n", op.SQL)
+			if op.Sorted != "" {
+				fmt.Fprintf(&b, "in a client's transaction, each slot row tested before any is inserted: %s\n", op.Sorted)
+			}
 			fmt.Fprintf(&b, "privilege check: %s\n", op.ProbeSQL)
 			if read, ok := op.Guard.ReadKeysSQL(); ok && op.ByKeys != "" {
 				fmt.Fprintf(&b, "at READ COMMITTED, the keys of the rows that match first: %s\n", read)
@@ -1082,6 +1085,9 @@ func Explain(plans []Plan, err error) string {
 				fmt.Fprintf(&b, "exists: %s\n", g.ExistsSQL)
 			}
 			fmt.Fprintf(&b, "%s\n", op.Increment.SQL)
+			if op.Increment.Sorted != "" {
+				fmt.Fprintf(&b, "in a client's transaction, each slot row tested before any is inserted: %s\n", op.Increment.Sorted)
+			}
 			if g := op.Generated; g != nil {
 				fmt.Fprintf(&b, "%s\n%s\n", g.BurnSQL, g.IDSQL)
 			}

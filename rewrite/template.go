@@ -1,6 +1,7 @@
 package rewrite
 
 import (
+	"cmp"
 	"strconv"
 	"strings"
 	"sync"
@@ -267,7 +268,7 @@ func (r *Rewriter) SlotSentinelSQL(p Plan, sess Session) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	return inc.SQL, true
+	return cmp.Or(inc.Sorted, inc.SQL), true
 }
 
 // SlotParam returns the slotted upsert of increment plan p (planned for

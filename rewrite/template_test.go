@@ -116,18 +116,22 @@ func TestCoalesceKey(t *testing.T) {
 	}
 }
 
-// TestPerRecord: an increment whose slotted upsert checks each record's
-// base row for more than its range is PerRecord (run on the base rows in a
-// client's transaction) only when it may name several records: one record
-// by its key, integer or keyed, is slotted in transactions too.
-func TestPerRecord(t *testing.T) {
+// TestSorted: an increment that may write several slot rows (several
+// records, several counters or touch columns of one) has a Sorted form,
+// which tests every slot row before inserting any; one slot row (one
+// record by its key, integer or keyed, or by a UNIQUE key, one counter)
+// has none.
+func TestSorted(t *testing.T) {
 	rw := testRewriter(dialect.Parse("10.11.14-MariaDB"))
 	for sql, want := range map[string]bool{
+		"UPDATE repos SET downloads = downloads + 1 WHERE id = 7":                                                false,
 		"UPDATE repos SET downloads = downloads + 1, owner_id = 0 WHERE id = 7":                                  false,
 		"UPDATE repos SET downloads = downloads + 1, owner_id = 0 WHERE id IN (7, 8)":                            true,
-		"UPDATE members SET msgs = msgs + 1, last_at = GREATEST(5, last_at) WHERE channel = 'a' AND user_id = 1": false,
-		"UPDATE members SET msgs = msgs + 1, last_at = 5 WHERE channel = 'a' AND user_id = 1":                    false,
-		"UPDATE repos SET downloads = downloads + 1 WHERE id IN (7, 8)":                                          false,
+		"UPDATE repos SET downloads = downloads + 1, stars = stars + 1 WHERE id = 7":                             true,
+		"UPDATE members SET msgs = msgs + 1, last_at = GREATEST(5, last_at) WHERE channel = 'a' AND user_id = 1": true,
+		"UPDATE members SET msgs = msgs + 1 WHERE channel = 'a' AND user_id = 1":                                 false,
+		"UPDATE repos SET downloads = downloads + 1 WHERE id IN (7, 8)":                                          true,
+		"UPDATE repos SET downloads = downloads + 1 WHERE name = 'x'":                                            true,
 	} {
 		plans, err := rw.rewrite(sql, Session{DB: "app"}, nil)
 		if err != nil || len(plans) != 1 {
@@ -137,8 +141,11 @@ func TestPerRecord(t *testing.T) {
 		if !ok {
 			t.Fatalf("%s: planned as %s (%s)", sql, plans[0].Kind(), plans[0].Reason)
 		}
-		if inc.PerRecord != want {
-			t.Errorf("%s: PerRecord %v, want %v", sql, inc.PerRecord, want)
+		if got := inc.Sorted != ""; got != want {
+			t.Errorf("%s: Sorted %v, want %v", sql, got, want)
+		}
+		if want && !strings.Contains(inc.Sorted, " ORDER BY IF(") {
+			t.Errorf("%s: Sorted without its ORDER BY: %s", sql, inc.Sorted)
 		}
 	}
 }

@@ -689,8 +689,13 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 					inc.Slot = r.slotFor(w.sess)(t)
 				}
 				return inc.Slot
-			})
-			inc.PerRecord = (len(keep) > 0 || slices.Contains(greatest, true)) && !(len(inc.Keys) == 1 || len(inc.Keys) == 0 && oneRecord)
+			}, false)
+			if len(ctrs) > 1 || !(len(inc.Keys) == 1 || len(inc.Keys) == 0 && oneRecord) {
+				// Several slot rows: in a client's transaction, each is
+				// checked before any is inserted (see Increment.Sorted).
+				picked := inc.Slot
+				inc.Sorted = r.slottedIncrement(t, ref, ctrs, values, greatest, byRow, keep, where, func(int) int { return picked }, true)
+			}
 			if len(keep) > 0 {
 				p.Reason = "the increments go to a slot while " + strings.Join(keepCols, ", ") + " already hold(s) the value(s) assigned; else it runs on the base row"
 			}
@@ -720,7 +725,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 				byKeys := *ref
 				byKeys.from = ref.from + " FORCE INDEX (PRIMARY)"
 				inc.ByKeys = r.slottedIncrement(t, &byKeys, ctrs, values, greatest, byRow, keep,
-					parenthesize(where)+" AND "+key+" IN ("+RestrictKeys+")", func(int) int { return picked })
+					parenthesize(where)+" AND "+key+" IN ("+RestrictKeys+")", func(int) int { return picked }, false)
 			}
 			inc.PrivKey = maskInts(maskSentinels(inc.ProbeSQL), w.sess)
 			inc.Guard = &Guard{
@@ -1324,9 +1329,19 @@ unique:
 //     unchangedAssignment): where one does not, the upsert raises
 //     errOutOfShare and the statement runs on the base row.
 //
+// Sorted, the upsert evaluates every slot row's test (the share, the
+// values kept, a NULL base value) before it inserts any: ORDER BY the test
+// (0, or errOutOfShare), then the slot table's key. Without it the rows
+// are inserted as the scan finds them, and a test that fails on a later
+// row fails the statement after inserting earlier ones; InnoDB then hands
+// their locks to the next row of the slot table as a gap lock, held to
+// the end of a transaction at REPEATABLE READ and SERIALIZABLE (see
+// Increment.Sorted). An existing slot row's count is tested only as the
+// upsert meets it (ON DUPLICATE KEY UPDATE).
+//
 // Placeholders keep their original order: the deltas and times (in the
 // derived table, in SET order), then those of the WHERE clause.
-func (r *Rewriter) slottedIncrement(t *Table, ref *tableRef, ctrs []*Counter, values []string, greatest, byRow []bool, keep []string, where string, pick func(int) int) string {
+func (r *Rewriter) slottedIncrement(t *Table, ref *tableRef, ctrs []*Counter, values []string, greatest, byRow []bool, keep []string, where string, pick func(int) int, sorted bool) string {
 	slot := pick(t.Slots)
 	var rows strings.Builder
 	decimal := false
@@ -1421,10 +1436,14 @@ func (r *Rewriter) slottedIncrement(t *Table, ref *tableRef, ctrs []*Counter, va
 		// A touch slot keeps the later time.
 		update = fmt.Sprintf("IF(`_u`.`_slotproxy_rt` IN (%s), GREATEST(%s, %s), %s)", touches, cur, n, update)
 	}
+	order := ""
+	if sorted {
+		order = fmt.Sprintf(" ORDER BY IF(%s, 0, %s), `_u`.`_slotproxy_rt`, %s", within(n), errOutOfShare, key)
+	}
 	return fmt.Sprintf("INSERT INTO %s (`record_type`, `slot`, `count`, `record_id`) "+
-		"SELECT `_u`.`_slotproxy_rt`, `_s`.`_slotproxy_slot`, IF(%s, %s, %s), %s FROM (SELECT CAST(%d AS SIGNED) AS `_slotproxy_slot`) AS `_s`, (%s) AS `_u`, %s WHERE %s LOCK IN SHARE MODE "+
+		"SELECT `_u`.`_slotproxy_rt`, `_s`.`_slotproxy_slot`, IF(%s, %s, %s), %s FROM (SELECT CAST(%d AS SIGNED) AS `_slotproxy_slot`) AS `_s`, (%s) AS `_u`, %s WHERE %s%s LOCK IN SHARE MODE "+
 		"ON DUPLICATE KEY UPDATE `count` = %s",
-		t.QualifiedSlots(), within(n), n, errOutOfShare, key, slot, rows.String(), ref.from, parenthesize(where), update)
+		t.QualifiedSlots(), within(n), n, errOutOfShare, key, slot, rows.String(), ref.from, parenthesize(where), order, update)
 }
 
 // probe returns the client's statement sql[start:end] made to touch no row
