@@ -131,13 +131,16 @@ func (s *Session) relayAsPatched(payload []byte, seq *byte, more bool, cp *colum
 	if err := s.send(payload); err != nil {
 		return wire.Result{}, err
 	}
-	sink := &wire.Forward{Client: s.link.Client, Server: s.link.Backend, Caps: s.link.Caps, Seq: seq, More: more}
+	answered := noRowCount // rows, or an error
+	sink := &wire.Forward{Client: s.link.Client, Server: s.link.Backend, Caps: s.link.Caps, Seq: seq, More: more,
+		PatchOK: func(ok *wire.OK) { answered = int64(ok.Affected) }}
 	cp.install(sink)
 	res, err := s.rd.Read(wire.Results, sink)
 	if err != nil {
 		return res, err
 	}
 	s.Observe(res)
+	s.answered = &answered
 	return res, nil
 }
 
@@ -148,7 +151,22 @@ func (s *Session) writeOK(ok wire.OK, seq *byte, more bool) error {
 	}
 	_, err := s.link.Client.WritePacket(ok.Bytes(s.link.Caps), *seq)
 	*seq++
+	affected := int64(ok.Affected)
+	s.answered = &affected
 	return err
+}
+
+// writeHeld sends buf, a response the proxy held, to the client, its last
+// packet's status flags rewritten by status (nil: as they are).
+func (s *Session) writeHeld(buf *wire.Buffer, seq *byte, status func(uint16) uint16) error {
+	answered := noRowCount
+	if n := len(buf.Packets); n > 0 && buf.Roles[n-1] == wire.RoleOK {
+		if ok, err := wire.ParseOK(buf.Packets[n-1]); err == nil {
+			answered = int64(ok.Affected)
+		}
+	}
+	s.answered = &answered
+	return buf.WriteTo(s.link.Client, seq, s.link.Caps, status)
 }
 
 // writeErr sends an ERR packet to the client.
@@ -158,6 +176,7 @@ func (s *Session) writeErr(pkt []byte, seq *byte) error {
 	}
 	_, err := s.link.Client.WritePacket(pkt, *seq)
 	*seq++
+	s.answered = &noRowCount
 	return err
 }
 

@@ -222,6 +222,16 @@ type Session struct {
 	// warnings is the SHOW WARNINGS response saved for the client's last
 	// statement (see saveWarnings), or nil.
 	warnings *wire.Buffer
+	// rowCount is what ROW_COUNT() gives after the client's last statement
+	// when the proxy answered it with statements of its own (a slotted
+	// increment's upsert; a guarded write and the COMMIT after it), or nil
+	// when the server's own value is the client's (see takeRowCount).
+	// answered is the outcome runPlan's statement gave the client, as
+	// ROW_COUNT() counts it: its OK's affected rows, -1 after an error or
+	// rows; nil while unknown. answeredOwn: the statement's answer is the
+	// proxy's, not the server's to it as written.
+	rowCount, answered *int64
+	answeredOwn        bool
 	// keptWarnings are the saved warnings during a statement that may leave
 	// them the client's (see answerSavedWarnings), else nil.
 	keptWarnings *wire.Buffer
@@ -362,13 +372,18 @@ func (s *Session) Handle(rw *rewrite.Rewriter, payload []byte, packets byte) err
 	if s.untold != nil && endsUntold(payload) {
 		s.untold = nil // the client ends the transaction itself
 	}
+	rowCount := s.rowCount
+	if !keepsDiagnostics(payload[0]) && payload[0] != mysql.COM_PING {
+		s.rowCount = nil
+	}
 	if done, err := s.answerSavedWarnings(payload); done || err != nil {
+		s.rowCount = &noRowCount // SHOW WARNINGS, answered by the proxy
 		return err
 	}
 	var err error
 	switch payload[0] {
 	case mysql.COM_QUERY:
-		err = s.handleQuery(rw, payload)
+		err = s.handleQuery(rw, payload, rowCount)
 	case mysql.COM_STMT_PREPARE:
 		err = s.handlePrepare(rw, payload)
 	case mysql.COM_STMT_EXECUTE:
@@ -532,7 +547,7 @@ func (s *Session) Relayed(head []byte) {
 		s.rw.infoKnown = false
 	}
 	if len(head) > 0 && !keepsDiagnostics(head[0]) {
-		s.warnings = nil
+		s.warnings, s.rowCount = nil, nil
 	}
 	if len(head) >= 7 && head[0] == mysql.COM_STMT_SEND_LONG_DATA {
 		if st := s.rw.stmts[binary.LittleEndian.Uint32(head[1:])]; st != nil {

@@ -369,7 +369,10 @@ func (s *Session) planAll(rw *rewrite.Rewriter, sql []byte) ([]rewrite.Plan, err
 	return plans, nil
 }
 
-func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
+// handleQuery runs a COM_QUERY; rowCount is what ROW_COUNT() gives after
+// the client's previous statement when the proxy answered it itself (nil:
+// the server's value).
+func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte, rowCount *int64) error {
 	sql := payload[1:]
 	if privilegesMayChange(sql) {
 		s.rw.privOK = nil
@@ -428,6 +431,12 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 	if plans == nil {
 		s.warnings = nil // the server's own diagnostics are the statement's
 		s.metrics().Statement(PathPassThrough, "")
+		if sub, ok := s.withRowCount(string(sql), rowCount); ok {
+			// ROW_COUNT() of a statement the proxy answered itself.
+			seq := s.respSeq
+			_, err := s.relayRowCount(rewrite.Plan{Original: string(sql)}, sub, &seq, false)
+			return err
+		}
 		kept, warned := s.keptWarnings, false
 		s.keptWarnings = nil
 		var observe func(*wire.OK)
@@ -541,6 +550,7 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 		_, err := s.forward(payload, wire.Results, nil)
 		return err
 	}
+	s.rowCount = rowCount // for the first statement's ROW_COUNT() (execPlan)
 	for i, p := range plans {
 		more := i < len(plans)-1
 		s.stmtIndex = i

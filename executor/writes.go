@@ -71,6 +71,8 @@ func (s *Session) incPatch(matched, changed uint64) func(*wire.OK) {
 // packets from *seq. ex, when set, is the client's COM_STMT_EXECUTE of a
 // prepared plan. It reports whether the client got an ERR.
 func (s *Session) execPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) (bool, error) {
+	rowCount := s.rowCount // the statement before this one's, when the proxy answered it
+	s.rowCount = nil
 	if saved := s.warnings; saved != nil {
 		if _, ok := p.Op.(*rewrite.AsWritten); ok && ex == nil && isShowWarnings([]byte(p.Original)) {
 			// SHOW WARNINGS after a statement of the same query whose
@@ -81,7 +83,8 @@ func (s *Session) execPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) 
 				}
 				return s.status &^ mysql.SERVER_MORE_RESULTS_EXISTS
 			}
-			return false, saved.WriteTo(s.link.Client, seq, s.link.Caps, status)
+			s.answeredOwn = true
+			return false, s.writeHeld(saved, seq, status)
 		}
 		s.warnings = nil // they were the statement before this one's
 	}
@@ -153,8 +156,55 @@ func (s *Session) execPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) 
 			return true, s.writeErr(errPkt, seq)
 		}
 		s.metrics().Statement(PathPassThrough, ruleName(p.Table))
+		if sub, ok := s.withRowCount(p.Original, rowCount); ok && ex == nil {
+			return s.relayRowCount(p, sub, seq, more)
+		}
 		return s.relayPlan(p, queryPacket(p.Original), ex, seq, more)
 	}
+}
+
+// noRowCount is what ROW_COUNT() gives after a statement that returned
+// rows or failed.
+var noRowCount int64 = -1
+
+// ownsRowCount reports whether the proxy answers plan p with statements of
+// its own, or runs some after the client's (a COMMIT around a guarded
+// write): ROW_COUNT() on the server is then not the client's statement's.
+func ownsRowCount(p rewrite.Plan) bool {
+	if p.Shadow {
+		return false
+	}
+	switch p.Op.(type) {
+	case *rewrite.Increment, *rewrite.UpsertIncrement, *rewrite.UpsertRows, *rewrite.Guarded:
+		return true
+	}
+	return false
+}
+
+// withRowCount returns the text statement sql made to read rowCount for
+// ROW_COUNT() (see rewrite.WithRowCount), rowCount being the value of the
+// client's previous statement that the proxy answered itself; false to run
+// sql as written (nil rowCount: the server's value is the client's).
+func (s *Session) withRowCount(sql string, rowCount *int64) (string, bool) {
+	if rowCount == nil {
+		return "", false
+	}
+	return rewrite.WithRowCount(sql, *rowCount, s.rewriteSession())
+}
+
+// relayRowCount runs sub, the client's statement p.Original with its
+// ROW_COUNT() calls replaced by a value (withRowCount), and relays the
+// response with the column definitions of the statement as written.
+func (s *Session) relayRowCount(p rewrite.Plan, sub string, seq *byte, more bool) (bool, error) {
+	orig, err := s.originalColumns(p)
+	if err != nil {
+		return false, err
+	}
+	res, err := s.relayAsPatched(queryPacket(sub), seq, more, newColumnPatch(orig, false))
+	if err != nil || res.Failed() {
+		return res.Failed(), err
+	}
+	return false, s.afterSuccess(p)
 }
 
 // refreshOwnReads runs before p, a read of ruled tables that reads none of
@@ -1361,7 +1411,7 @@ func (s *Session) asWrittenRetrying(p rewrite.Plan, ex *execution, seq *byte, mo
 		}
 		return st
 	}
-	return res.Failed(), false, buf.WriteTo(s.link.Client, seq, s.link.Caps, status)
+	return res.Failed(), false, s.writeHeld(buf, seq, status)
 }
 
 // retriable reports whether retry would run a statement that failed with
@@ -1664,7 +1714,7 @@ func (s *Session) execGuardedWith(p rewrite.Plan, op *rewrite.Guarded, inc *rewr
 					s.recordIncrement(p, inc, ex, &ok)
 				}
 			}
-			if err := res.WriteTo(s.link.Client, seq, s.link.Caps, status); err != nil {
+			if err := s.writeHeld(res, seq, status); err != nil {
 				return false, err
 			}
 			return false, s.afterSuccess(p)

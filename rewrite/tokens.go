@@ -37,6 +37,9 @@ func (t token) is(sql, w string) bool {
 	return t.kind == tokWord && t.end-t.start == len(w) && strings.EqualFold(sql[t.start:t.end], w)
 }
 
+// punct reports whether t is the punctuation byte c.
+func (t token) punct(sql string, c byte) bool { return t.kind == tokPunct && sql[t.start] == c }
+
 // ident returns the identifier t names (unquoted), or "".
 func (t token) ident(sql string) string {
 	switch t.kind {

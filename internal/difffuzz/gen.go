@@ -51,6 +51,7 @@ const (
 	Isolation   Class = "isolation"    // SET SESSION TRANSACTION ISOLATION LEVEL ...
 	SQLMode     Class = "sql-mode"     // SET SESSION sql_mode = '' / DEFAULT
 	Warnings    Class = "warnings"     // SHOW WARNINGS
+	RowCount    Class = "row-count"    // SELECT ROW_COUNT(), SET @n = ROW_COUNT()
 	Multi       Class = "multi"        // several writes in one COM_QUERY
 	MultiWarn   Class = "multi-warn"   // several writes and SHOW WARNINGS in one COM_QUERY
 	MultiRead   Class = "multi-read"   // several statements in one COM_QUERY, reads among them
@@ -62,7 +63,7 @@ var Classes = []Class{
 	IncKey, IncRange, IncIn, IncMulti, IncPrepared, IncSpelling, IncCond, IncScan, IncCase,
 	ReadPoint, ReadStar, ReadAgg, ReadOrder, ReadWhere, ReadJoin, ReadSub, ReadView, ReadLock,
 	WriteAbs, Insert, Reinsert, Upsert, Replace, DeleteKey, DeleteCond, Truncate, ViewDDL,
-	TxBegin, TxCommit, TxRollback, TxSavepoint, Autocommit, Isolation, SQLMode, Warnings, Multi, MultiWarn, MultiRead, Rollup,
+	TxBegin, TxCommit, TxRollback, TxSavepoint, Autocommit, Isolation, SQLMode, Warnings, RowCount, Multi, MultiWarn, MultiRead, Rollup,
 }
 
 // IsIncrement reports whether c generates counter increments the proxy
@@ -99,7 +100,7 @@ func DefaultConfig() Config {
 			IncKey: 10, IncRange: 3, IncIn: 4, IncMulti: 3, IncPrepared: 5, IncSpelling: 3, IncCond: 3, IncScan: 3, IncCase: 2,
 			ReadPoint: 5, ReadStar: 4, ReadAgg: 3, ReadOrder: 2, ReadWhere: 3, ReadJoin: 2, ReadSub: 2, ReadView: 2, ReadLock: 2,
 			WriteAbs: 3, Insert: 3, Reinsert: 2, Upsert: 3, Replace: 2, DeleteKey: 2, DeleteCond: 1, Truncate: 1, ViewDDL: 1,
-			TxBegin: 5, TxCommit: 3, TxRollback: 2, TxSavepoint: 2, Autocommit: 1, Isolation: 2, SQLMode: 1, Warnings: 2, Multi: 2, MultiWarn: 2, MultiRead: 2, Rollup: 2,
+			TxBegin: 5, TxCommit: 3, TxRollback: 2, TxSavepoint: 2, Autocommit: 1, Isolation: 2, SQLMode: 1, Warnings: 2, RowCount: 2, Multi: 2, MultiWarn: 2, MultiRead: 2, Rollup: 2,
 		},
 		MinConns: 2, MaxConns: 4,
 		MinSteps: 30, MaxSteps: 70,
@@ -535,10 +536,12 @@ func (g *gen) step(c Class) Step {
 		return Step{SQL: pick(g.r, []string{"SET SESSION sql_mode = ''", "SET SESSION sql_mode = DEFAULT"})}
 	case Warnings:
 		return Step{SQL: "SHOW WARNINGS"}
+	case RowCount:
+		return Step{SQL: pick(g.r, []string{"SELECT ROW_COUNT()", "SELECT ROW_COUNT()", "SELECT ROW_COUNT() AS n, ROW_COUNT() + 1"})}
 	case Multi, MultiWarn, MultiRead:
 		subs := []Class{IncKey, IncRange, WriteAbs, Insert, DeleteKey}
 		if c != Multi {
-			subs = append(subs, Warnings)
+			subs = append(subs, Warnings, RowCount)
 		}
 		if c == MultiRead {
 			subs = append(subs, ReadPoint, ReadStar, ReadAgg)
