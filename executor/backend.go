@@ -100,13 +100,19 @@ func (s *Session) forward(payload []byte, kind wire.Kind, patch func(*wire.OK)) 
 
 // forwardPatched is forward with the column patch cp (nil: none).
 func (s *Session) forwardPatched(payload []byte, kind wire.Kind, patch func(*wire.OK), cp *columnPatch) (wire.Result, error) {
+	return s.forwardCopied(payload, kind, patch, cp, nil)
+}
+
+// forwardCopied is forwardPatched handing every packet the client gets to
+// keep, when set (see wire.Forward.Copy).
+func (s *Session) forwardCopied(payload []byte, kind wire.Kind, patch func(*wire.OK), cp *columnPatch, keep func([]byte, wire.Role)) (wire.Result, error) {
 	if packets := len(payload)/wire.MaxPayload + 1; packets != int(s.respSeq) {
 		s.link.Client.SeqShift = s.respSeq - byte(packets)
 	}
 	if err := s.send(payload); err != nil {
 		return wire.Result{}, err
 	}
-	sink := &wire.Forward{Client: s.link.Client, Server: s.link.Backend, Caps: s.link.Caps, PatchOK: patch}
+	sink := &wire.Forward{Client: s.link.Client, Server: s.link.Backend, Caps: s.link.Caps, PatchOK: patch, Copy: keep}
 	cp.install(sink)
 	res, err := s.rd.Read(kind, sink)
 	s.link.Client.SeqShift = 0

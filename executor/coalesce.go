@@ -30,18 +30,11 @@ import (
 // coalescer keeps the lanes of records whose increments are running.
 // Safe for concurrent use.
 type coalescer struct {
-	mu    sync.Mutex
-	lanes map[string]*lane
+	lanes lanes[*member]
 	// noWarnings are SHOW WARNINGS responses with no warning, by client
 	// character set and capabilities: what a batch's members get for it
-	// after a batch without warnings.
+	// after a batch without warnings (and consolidated reads' followers).
 	noWarnings sync.Map
-}
-
-// lane is one record's queue: it exists while an increment of the record
-// runs (alone or as a batch); increments that arrive meanwhile wait in it.
-type lane struct {
-	queue []*member
 }
 
 // member is one session's increment waiting in a lane.
@@ -70,18 +63,9 @@ type batchResult struct {
 // enter queues m in the lane of key, or opens the lane when no increment
 // of it runs (first: m runs at once). A queued member waits for its turn.
 func (c *coalescer) enter(key string, m *member) (first bool, t turn) {
-	c.mu.Lock()
-	if c.lanes == nil {
-		c.lanes = map[string]*lane{}
-	}
-	l := c.lanes[key]
-	if l == nil {
-		c.lanes[key] = &lane{}
-		c.mu.Unlock()
+	if c.lanes.enter(key, m) {
 		return true, turn{}
 	}
-	l.queue = append(l.queue, m)
-	c.mu.Unlock()
 	return false, <-m.done
 }
 
@@ -89,17 +73,9 @@ func (c *coalescer) enter(key string, m *member) (first bool, t turn) {
 // queued meanwhile become the next batch, led by the first of them, or the
 // lane closes.
 func (c *coalescer) leave(key string) {
-	c.mu.Lock()
-	l := c.lanes[key]
-	if l == nil || len(l.queue) == 0 {
-		delete(c.lanes, key)
-		c.mu.Unlock()
-		return
+	if batch := c.lanes.leave(key); len(batch) > 0 {
+		batch[0].done <- turn{lead: batch}
 	}
-	batch := l.queue
-	l.queue = nil
-	c.mu.Unlock()
-	batch[0].done <- turn{lead: batch}
 }
 
 // coalesceKey returns the lane key of an increment the session may

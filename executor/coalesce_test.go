@@ -37,9 +37,9 @@ func TestCoalescerLanes(t *testing.T) {
 		}()
 		// In order: wait until it is queued.
 		for deadline := time.Now().Add(5 * time.Second); ; {
-			c.mu.Lock()
-			n := len(c.lanes["a"].queue)
-			c.mu.Unlock()
+			c.lanes.mu.Lock()
+			n := len(c.lanes.m["a"])
+			c.lanes.mu.Unlock()
 			if n == i+1 {
 				break
 			}
@@ -71,7 +71,7 @@ func TestCoalescerLanes(t *testing.T) {
 	}
 	c.leave("a")
 	c.leave("b")
-	if len(c.lanes) != 0 {
-		t.Fatalf("lanes left open: %v", c.lanes)
+	if len(c.lanes.m) != 0 {
+		t.Fatalf("lanes left open: %v", c.lanes.m)
 	}
 }

@@ -52,6 +52,9 @@ type Recorder interface {
 	// Coalesced records a batch of n autocommit increments of one record
 	// sent as one (see coalesce.go).
 	Coalesced(n int)
+	// Consolidated records n identical reads answered by one query (see
+	// consolidate.go).
+	Consolidated(n int)
 }
 
 type nopRecorder struct{}
@@ -62,6 +65,7 @@ func (nopRecorder) BackendError(uint16)      {}
 func (nopRecorder) Retry()                   {}
 func (nopRecorder) Queued(bool)              {}
 func (nopRecorder) Coalesced(int)            {}
+func (nopRecorder) Consolidated(int)         {}
 
 // Stats are counters since start, shared by all sessions.
 type Stats struct {
@@ -75,6 +79,9 @@ type Stats struct {
 	// Coalesced counts the increments sent in batches of two or more
 	// (coalesce.go), and Batches those batches.
 	Coalesced, Batches atomic.Uint64
+	// ConsolidatedReads counts the reads answered by a query shared with
+	// others (consolidate.go).
+	ConsolidatedReads atomic.Uint64
 }
 
 // Env is what every session shares. Set its fields before the first
@@ -108,10 +115,14 @@ type Env struct {
 	// Coalesce sends concurrent autocommit increments of one record as one
 	// increment by their sum (see coalesce.go).
 	Coalesce bool
+	// Consolidate lets identical concurrent autocommit reads of counters
+	// share one query (see consolidate.go).
+	Consolidate bool
 
 	Stats Stats
 
-	coalesce coalescer
+	coalesce    coalescer
+	consolidate lanes[*reader]
 
 	meta  metaCache
 	slots slotUse
@@ -188,6 +199,7 @@ func (r sessionRecorder) BackendError(code uint16)    { r.s.env.metrics().Backen
 func (r sessionRecorder) Retry()                      { r.s.env.metrics().Retry() }
 func (r sessionRecorder) Queued(overflowed bool)      { r.s.env.metrics().Queued(overflowed) }
 func (r sessionRecorder) Coalesced(n int)             { r.s.env.metrics().Coalesced(n) }
+func (r sessionRecorder) Consolidated(n int)          { r.s.env.metrics().Consolidated(n) }
 
 // Link is a session's two connections, owned by the session's goroutine
 // and used by the executor only inside Handle.
@@ -196,6 +208,10 @@ type Link struct {
 	// Caps are the capabilities negotiated with the client (and, minus
 	// CLIENT_SSL, with the backend).
 	Caps uint32
+	// Account names the client's account, user@host as the client logged
+	// in (its host its address): sessions of one account may share reads
+	// (Env.Consolidate). Empty: they share none.
+	Account string
 }
 
 // Session is one client connection's rewriting state.
@@ -292,6 +308,7 @@ func (s *Session) Observe(res wire.Result) {
 func (s *Session) Reset(status uint16) {
 	s.endTransaction() // the transaction, if any, was rolled back
 	s.rw = rewriteState{}
+	s.link.Account = "" // another, maybe: the session shares no read
 	s.untold = nil
 	if status != 0 {
 		s.status = status

@@ -68,6 +68,7 @@ func (st *stmtInfo) keepLongData(i int, chunk []byte) {
 func (st *stmtInfo) resetLongData() { st.longData, st.longVals = nil, nil }
 
 func (s *Session) handlePrepare(rw *rewrite.Rewriter, payload []byte) error {
+	s.noteSessionSets(payload[1:]) // its executions may set them
 	plans, err := s.planAll(rw, payload[1:])
 	if ue := (*rewrite.UnparsedError)(nil); errors.As(err, &ue) {
 		return s.checkUnparsed(payload[1:], ue, true)

@@ -53,6 +53,11 @@ type rewriteState struct {
 	// (true: WRITE), by rule name, from a LOCK TABLES that succeeded until
 	// a statement that releases them (rewrite.EndsTableLocks).
 	locked map[string]bool
+	// sets are the statements that may have set session variables, in
+	// order (noteSessionSets); unshared: too many to keep, the session
+	// shares no read.
+	sets     string
+	unshared bool
 }
 
 // tablesLocked reports whether the session holds LOCK TABLES locks on
@@ -377,6 +382,7 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte, rowCount *in
 	if privilegesMayChange(sql) {
 		s.rw.privOK = nil
 	}
+	s.noteSessionSets(sql)
 	changes, isolation, weak := scanSessionWords(sql)
 	if isolation && s.inTransaction() && s.txn.isolation == "" {
 		// It may set the session's level inside a transaction, which
@@ -523,6 +529,13 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte, rowCount *in
 			orig, err := s.originalColumns(p)
 			if err != nil {
 				return err
+			}
+			if key := s.consolidateKey(p, op); key != "" {
+				done, leave, err := s.consolidated(op.SQL, orig, key)
+				defer leave()
+				if done || err != nil {
+					return err
+				}
 			}
 			_, err = s.forwardPatched(queryPacket(op.SQL), wire.Results, nil, newColumnPatch(orig, false))
 			return err

@@ -109,8 +109,9 @@ func startProxyFull(t testing.TB, mutate func(*proxy.Config), before func(*proxy
 	cfg := proxy.Config{
 		Backend: testdb.Shared().Addr,
 		Logger:  slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		// As serve does by default (coalesce: true).
-		Coalesce: true,
+		// As serve does by default (coalesce: true, consolidate: true).
+		Coalesce:    true,
+		Consolidate: true,
 	}
 	if mutate != nil {
 		mutate(&cfg)

@@ -58,6 +58,7 @@ type Metrics struct {
 	retries                    prometheus.Counter
 	queued                     *prometheus.CounterVec
 	coalesced                  prometheus.Histogram
+	consolidated               prometheus.Histogram
 
 	statementSeconds *prometheus.HistogramVec
 	// pathSeconds are statementSeconds' series by path, looked up once.
@@ -101,6 +102,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help:    "Autocommit increments of one record sent to the backend as one increment by their sum (coalesce: true), per batch of two or more.",
 		Buckets: []float64{2, 4, 8, 16, 32, 64, 128},
 	})
+	m.consolidated = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "slotproxy_consolidated_read_size",
+		Help:    "Identical autocommit counter reads answered by one query (consolidate: true), per query shared by two or more.",
+		Buckets: []float64{2, 4, 8, 16, 32, 64, 128},
+	})
 	m.statementSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "slotproxy_statement_seconds",
 		Help:    "Time from a statement's arrival (COM_QUERY, COM_STMT_EXECUTE) to the end of its response, by how it was handled (path; the last statement's of a multi-statement query).",
@@ -118,7 +124,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "slotproxy_handshakes_proxy_greeted_total", Help: "Clients greeted by the proxy itself because every handshake slot was taken (limits.max_unauthenticated); they take a slot once they answer."})
 	m.parks = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "slotproxy_handshakes_parked_total", Help: "Handshakes whose slot was taken over while they waited for their client (their backend connection closed, the client kept)."})
-	reg.MustRegister(m.clientConns, m.backendConns, m.statements, m.rewriteSeconds, m.backendErrors, m.retries, m.queued, m.coalesced,
+	reg.MustRegister(m.clientConns, m.backendConns, m.statements, m.rewriteSeconds, m.backendErrors, m.retries, m.queued, m.coalesced, m.consolidated,
 		m.statementSeconds, m.connections, m.handshakes, m.authFailures, m.proxyGreets, m.parks)
 	m.passThrough = m.statements.WithLabelValues(PathPassThrough, "")
 	m.rewrittenRead = m.statements.WithLabelValues(PathRewrittenRead, "")
@@ -244,6 +250,13 @@ func (m *Metrics) Queued(overflowed bool) {
 func (m *Metrics) Coalesced(n int) {
 	if m != nil {
 		m.coalesced.Observe(float64(n))
+	}
+}
+
+// Consolidated implements executor.Recorder.
+func (m *Metrics) Consolidated(n int) {
+	if m != nil {
+		m.consolidated.Observe(float64(n))
 	}
 }
 

@@ -80,6 +80,9 @@ type Config struct {
 	// Coalesce sends concurrent autocommit increments of one record as one
 	// increment by their sum (executor.Env.Coalesce).
 	Coalesce bool
+	// Consolidate lets identical concurrent autocommit reads of counters
+	// by one account share one query (executor.Env.Consolidate).
+	Consolidate bool
 	// MaxConcurrentRewrites bounds how many rewritten statements (slotted
 	// increments, counter reads) of sessions outside transactions run at
 	// the backend at once; others wait their turn (executor.Gate). Zero
@@ -165,6 +168,7 @@ func NewServer(cfg Config) (*Server, error) {
 	env := executor.NewEnv()
 	env.MaxRetries = max(cfg.MaxRetries, 0)
 	env.Coalesce = cfg.Coalesce
+	env.Consolidate = cfg.Consolidate
 	if cfg.MaxConcurrentRewrites == 0 {
 		cfg.MaxConcurrentRewrites = 64
 	}
@@ -232,6 +236,9 @@ type StatsSnapshot struct {
 	// Coalesced are the autocommit increments sent in Batches of two or
 	// more (Config.Coalesce).
 	Coalesced, Batches uint64
+	// ConsolidatedReads are the reads answered by a query shared with
+	// others (Config.Consolidate).
+	ConsolidatedReads uint64
 	// LockedTables are the ruled tables whose increments inside
 	// transactions lock the record, since transactions read their counters
 	// after incrementing them.
@@ -242,16 +249,17 @@ type StatsSnapshot struct {
 func (s *Server) Stats() StatsSnapshot {
 	st := &s.env.Stats
 	return StatsSnapshot{
-		RewrittenReads:  st.RewrittenReads.Load(),
-		RewrittenWrites: st.RewrittenWrites.Load(),
-		GuardedWrites:   st.GuardedWrites.Load(),
-		ParseFailures:   st.ParseFailures.Load(),
-		Shadowed:        st.Shadowed.Load(),
-		Retries:         st.Retries.Load(),
-		Refused:         st.Refused.Load(),
-		Coalesced:       st.Coalesced.Load(),
-		Batches:         st.Batches.Load(),
-		LockedTables:    s.env.LockedTables(),
+		RewrittenReads:    st.RewrittenReads.Load(),
+		RewrittenWrites:   st.RewrittenWrites.Load(),
+		GuardedWrites:     st.GuardedWrites.Load(),
+		ParseFailures:     st.ParseFailures.Load(),
+		Shadowed:          st.Shadowed.Load(),
+		Retries:           st.Retries.Load(),
+		Refused:           st.Refused.Load(),
+		Coalesced:         st.Coalesced.Load(),
+		Batches:           st.Batches.Load(),
+		ConsolidatedReads: st.ConsolidatedReads.Load(),
+		LockedTables:      s.env.LockedTables(),
 	}
 }
 

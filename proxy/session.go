@@ -170,6 +170,16 @@ func (s *session) setRawBack(c net.Conn) bool {
 
 func (s *session) metrics() *Metrics { return s.srv.cfg.Metrics }
 
+// account names the client's account for the executor (Link.Account):
+// the user it logged in as and the host it came from.
+func (s *session) account() string {
+	host, _, err := net.SplitHostPort(s.rawClient.RemoteAddr().String())
+	if err != nil {
+		host = s.rawClient.RemoteAddr().String()
+	}
+	return s.user + "@" + host
+}
+
 func (s *session) isClosed() bool {
 	select {
 	case <-s.closed:
@@ -229,7 +239,7 @@ func (s *session) serve(ctx context.Context, slot func(deadline time.Time) bool,
 	_ = s.client.SetDeadline(time.Time{})
 	_ = s.back.SetDeadline(time.Time{})
 	s.client.SetWriteTimeout(s.srv.cfg.ClientWriteTimeout)
-	s.ex = executor.NewSession(s.srv.env, executor.Link{Client: s.client, Backend: s.back, Caps: s.caps},
+	s.ex = executor.NewSession(s.srv.env, executor.Link{Client: s.client, Backend: s.back, Caps: s.caps, Account: s.account()},
 		s.log, s.authStatus, s.serverVersion)
 	s.log.Info("connection open", "tls", s.tls, "db", s.db)
 

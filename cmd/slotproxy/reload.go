@@ -234,6 +234,7 @@ func restartKeys(cur, next *config.Config) []string {
 	diff("rollup.batch", cur.Rollup.Batch, next.Rollup.Batch)
 	diff("retries", cur.Retries, next.Retries)
 	diff("coalesce", cur.Coalesce, next.Coalesce)
+	diff("consolidate", cur.Consolidate, next.Consolidate)
 	diff("metrics.listen", cur.Metrics.Listen, next.Metrics.Listen)
 	return keys
 }

@@ -397,6 +397,7 @@ func proxyConfig(cfg *config.Config, logger *slog.Logger) (proxy.Config, error) 
 		ProxyProtocol:         cfg.Backend.ProxyProtocol,
 		MaxRetries:            retries(cfg.Retries),
 		Coalesce:              cfg.Coalesce,
+		Consolidate:           cfg.Consolidate,
 		Logger:                logger,
 	}, nil
 }

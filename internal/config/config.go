@@ -64,6 +64,9 @@ type Config struct {
 	// but for their deltas, to the backend as one increment by their sum,
 	// each client answered as if alone (group commit for counters).
 	Coalesce bool
+	// Consolidate lets identical concurrent autocommit reads of counters
+	// by one account share one query, each client answered as if alone.
+	Consolidate bool
 	// Metrics is serve's HTTP endpoint for Prometheus metrics and health
 	// checks.
 	Metrics Metrics
@@ -298,6 +301,7 @@ func Default() *Config {
 		Rollup:        Rollup{Enabled: true, Batch: 1000},
 		Retries:       3,
 		Coalesce:      true,
+		Consolidate:   true,
 		Log:           Log{Level: slog.LevelInfo, Format: LogText},
 		SlotsTable:    DefaultSlotsTable,
 		Metrics:       Metrics{Listen: DefaultMetricsListen},

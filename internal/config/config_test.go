@@ -76,6 +76,7 @@ rollup:
   batch: 50
 retries: 5
 coalesce: false
+consolidate: false
 metrics:
   listen: "[::1]:9400"
 slot_partition:
@@ -122,6 +123,7 @@ func TestLoadFull(t *testing.T) {
 		Admin:         Admin{User: "slotproxy", Password: "s3cret: yes"},
 		Rollup:        Rollup{Enabled: false, Interval: 250 * time.Millisecond, Batch: 50},
 		Retries:       5,
+		Consolidate:   false,
 		Coalesce:      false,
 		Metrics:       Metrics{Listen: "[::1]:9400"},
 		SlotPartition: SlotPartition{Count: 3, Index: 2},
@@ -273,7 +275,7 @@ func TestLoadErrors(t *testing.T) {
 		{"unknown nested key", "backend:\n  address: h:1\n  tls:\n    mod: verify-ca\n",
 			4, `backend.tls: unknown key "mod" (did you mean "mode"?)`},
 		{"unknown key without near match", "# top\nfrobnicate: 1\n",
-			2, `unknown key "frobnicate" (want one of: admin, backend, coalesce, limits, listen, log, metrics, retries, rollup, rules, slot_partition, slots_table, timeouts, tls)`},
+			2, `unknown key "frobnicate" (want one of: admin, backend, coalesce, consolidate, limits, listen, log, metrics, retries, rollup, rules, slot_partition, slots_table, timeouts, tls)`},
 		{"metrics listen without port", "# x\nmetrics:\n  listen: localhost\n",
 			3, `metrics.listen: "localhost": missing port in address (want HOST:PORT)`},
 		{"metrics listen port zero", "metrics:\n  listen: 127.0.0.1:0\n",

@@ -143,8 +143,9 @@ func (d *decoder) config(n *yaml.Node, c *Config) error {
 				"batch":    d.integer(&c.Rollup.Batch),
 			})
 		},
-		"retries":  d.integer(&c.Retries),
-		"coalesce": d.boolean(&c.Coalesce),
+		"retries":     d.integer(&c.Retries),
+		"coalesce":    d.boolean(&c.Coalesce),
+		"consolidate": d.boolean(&c.Consolidate),
 		"slot_partition": func(v *yaml.Node, key string) error {
 			return d.mapping(v, key, fields{
 				"count": d.integerOrAuto(&c.SlotPartition.Count),

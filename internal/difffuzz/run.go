@@ -520,7 +520,7 @@ func (r *run) startProxy(ctx context.Context, cat *rewrite.Catalog, set *rules.S
 		Rewriter: catalog.NewRewriter(cat, r.env.Version),
 		Logger:   logger,
 		OnDDL:    func() { reloader.Trigger() },
-		Coalesce: true, // as serve does by default
+		Coalesce: true, Consolidate: true, // as serve does by default
 	})
 	if err != nil {
 		cancel()

@@ -34,6 +34,11 @@ type Forward struct {
 	// column definitions of a COM_STMT_PREPARE response).
 	Column func(i int, def []byte) []byte
 	Row    func(row []byte) []byte
+	// Copy, when set, is given every packet written to the client (after
+	// the changes above), with its role: a response that goes to other
+	// clients too (consolidated reads). The payload is the Forward's no
+	// more: Copy must copy what it keeps. Packets are then read whole.
+	Copy func(payload []byte, role Role)
 	// Infiles counts LOCAL INFILE requests served.
 	Infiles int
 
@@ -48,7 +53,7 @@ func (f *Forward) Wait() error { return f.Client.Flush() }
 // ForwardRows implements RowForwarder when the numbering is the server's
 // and rows are not rewritten.
 func (f *Forward) ForwardRows(src *Conn) error {
-	if f.Seq != nil || (f.Row != nil && f.sets <= 1) {
+	if f.Seq != nil || f.Copy != nil || (f.Row != nil && f.sets <= 1) {
 		return nil
 	}
 	return src.ForwardBufferedRows(f.Client)
@@ -74,21 +79,26 @@ func (f *Forward) Take(src *Conn, p *Packet) error {
 		}
 	}
 	patch := p.Last && ((p.Role == RoleOK && (f.PatchOK != nil || f.More || f.Status != nil)) || (p.Role == RoleEnd && (f.More || f.Status != nil)))
-	if !patch && f.Seq == nil {
+	if patch {
+		return f.rewrite(src, p, func(payload []byte) []byte { return payload })
+	}
+	if f.Copy != nil {
+		return f.rewrite(src, p, func(payload []byte) []byte { return payload })
+	}
+	if f.Seq == nil {
 		return src.ForwardRest(f.Client, p.Header)
 	}
-	if !patch {
-		// Renumbered verbatim: header by header, payload streamed.
-		return src.CopyRest(f.Client, p.Header, f.nextSeq)
-	}
-	payload, _, err := src.ReadRest(nil, p.Header, MaxPayload-1)
-	if err != nil {
-		return err
-	}
+	// Renumbered verbatim: header by header, payload streamed.
+	return src.CopyRest(f.Client, p.Header, f.nextSeq)
+}
+
+// patchLast applies PatchOK, More and Status to payload, the response's
+// last packet (an OK, or the EOF or OK that ends rows).
+func (f *Forward) patchLast(p *Packet, payload []byte) ([]byte, error) {
 	if p.Role == RoleOK || f.Caps&mysql.CLIENT_DEPRECATE_EOF != 0 {
 		ok, err := ParseOK(payload)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if f.PatchOK != nil && p.Role == RoleOK {
 			f.PatchOK(&ok)
@@ -99,38 +109,43 @@ func (f *Forward) Take(src *Conn, p *Packet) error {
 		if f.Status != nil {
 			ok.Status = f.Status(ok.Status)
 		}
-		payload = ok.Bytes(f.Caps)
-	} else {
-		st := p.Status
-		if f.More {
-			st |= mysql.SERVER_MORE_RESULTS_EXISTS
-		}
-		if f.Status != nil {
-			st = f.Status(st)
-		}
-		payload = SetEOFStatus(payload, st)
+		return ok.Bytes(f.Caps), nil
 	}
-	seq := p.Header.Seq + f.Client.SeqShift
-	if f.Seq != nil {
-		seq = f.nextSeq()
+	st := p.Status
+	if f.More {
+		st |= mysql.SERVER_MORE_RESULTS_EXISTS
 	}
-	_, err = f.Client.WritePacket(payload, seq)
-	return err
+	if f.Status != nil {
+		st = f.Status(st)
+	}
+	return SetEOFStatus(payload, st), nil
 }
 
-// rewrite reads a packet, rewrites its payload with fn and writes it.
+// rewrite reads a packet whole, rewrites its payload with fn, patches it
+// when it is the response's last (patchLast), writes it and hands it to
+// Copy.
 func (f *Forward) rewrite(src *Conn, p *Packet, fn func([]byte) []byte) error {
 	payload, _, err := src.ReadRest(nil, p.Header, 1<<30)
 	if err != nil {
 		return err
 	}
 	payload = fn(payload)
+	if p.Last && (p.Role == RoleOK && (f.PatchOK != nil || f.More || f.Status != nil) || p.Role == RoleEnd && (f.More || f.Status != nil)) {
+		if payload, err = f.patchLast(p, payload); err != nil {
+			return err
+		}
+	}
 	seq := p.Header.Seq + f.Client.SeqShift
 	if f.Seq != nil {
 		seq = f.nextSeq()
 	}
-	_, err = f.Client.WritePacket(payload, seq)
-	return err
+	if _, err = f.Client.WritePacket(payload, seq); err != nil {
+		return err
+	}
+	if f.Copy != nil {
+		f.Copy(payload, p.Role)
+	}
+	return nil
 }
 
 func (f *Forward) nextSeq() byte {
