@@ -132,9 +132,9 @@ func (b *bench) setup(ctx context.Context) error {
 	b.rowAlias = dialect.Parse(b.version).UpsertRowAlias()
 
 	logger := slog.New(slog.NewTextHandler(b.cons, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	// As serve: coalescing on, and folds in transactions read slot rows
+	// As serve: coalescing and consolidation on, and folds in transactions read slot rows
 	// as the admin account.
-	if b.srv, b.proxyAddr, err = b.startProxy(ctx, proxy.Config{Backend: b.backendAddr, Rewriter: rw, Logger: logger, Coalesce: true}, true); err != nil {
+	if b.srv, b.proxyAddr, err = b.startProxy(ctx, proxy.Config{Backend: b.backendAddr, Rewriter: rw, Logger: logger, Coalesce: true, Consolidate: true}, true); err != nil {
 		return err
 	}
 	// The same rule with reads: rolled_up, for counter-read.
@@ -144,7 +144,8 @@ func (b *bench) setup(ctx context.Context) error {
 		Rewriter: catalog.NewRewriter(rewrite.NewCatalog([]*rewrite.Table{&rolled}, nil), b.version)}, false); err != nil {
 		return err
 	}
-	// Coalescing off, for hot-autocommit's slotproxy-solo.
+	// Coalescing and consolidation off, for hot-autocommit's and hot-read's
+	// slotproxy-solo.
 	if b.soloSrv, b.soloAddr, err = b.startProxy(ctx, proxy.Config{Backend: b.backendAddr, Rewriter: rw, Logger: logger}, true); err != nil {
 		return err
 	}

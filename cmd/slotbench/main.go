@@ -77,10 +77,11 @@ const (
 	wPointSelect   = "point-select"
 	wRangeSelect   = "range-select"
 	wCounterRead   = "counter-read"
+	wHotRead       = "hot-read"
 	wIdleConns     = "idle-conns"
 )
 
-var allWorkloads = []string{wHotTx, wHotAutocommit, wPointSelect, wRangeSelect, wCounterRead, wIdleConns}
+var allWorkloads = []string{wHotTx, wHotAutocommit, wPointSelect, wRangeSelect, wCounterRead, wHotRead, wIdleConns}
 
 // options are the parsed flags.
 type options struct {
@@ -106,6 +107,7 @@ type options struct {
 	rangeSize    int
 	counterIDs   int
 	counterSlots int
+	hotReadIDs   int
 	idleConns    int
 	sweep        []int
 
@@ -173,6 +175,11 @@ Workloads (--workloads, comma-separated, default all):
                   --counter-slots live slot rows each, --read-clients:
                   slotproxy (base + slots) vs the base column via plain relay,
                   and slotproxy's rewritten SQL sent by hand via the relay
+  hot-read        SELECT downloads FROM repos WHERE id = N as text, N one of
+                  --hot-read-ids ids with --counter-slots live slot rows each,
+                  --read-clients: slotproxy (identical concurrent reads share
+                  a query) vs slotproxy-solo (each read alone) vs the base
+                  column via plain relay
   idle-conns      --idle-conns idle connections through slotproxy running as a
                   child process; its RSS growth per connection (and the plain
                   relay's, for reference)
@@ -211,7 +218,8 @@ func parseOptions(args []string, stdout io.Writer) (*options, error) {
 	fs.IntVar(&o.rows, "rows", 10000, "rows in repos")
 	fs.IntVar(&o.items, "items", 100000, "rows in items")
 	fs.IntVar(&o.counterIDs, "counter-ids", 100, "ids read by counter-read")
-	fs.IntVar(&o.counterSlots, "counter-slots", 100, "live slot rows per counter-read id")
+	fs.IntVar(&o.counterSlots, "counter-slots", 100, "live slot rows per counter-read and hot-read id")
+	fs.IntVar(&o.hotReadIDs, "hot-read-ids", 4, "ids read by hot-read (the first of counter-read's)")
 	fs.IntVar(&o.idleConns, "idle-conns", 1000, "connections opened by idle-conns")
 	fs.StringVar(&sweep, "sweep", "1,8,32", "client counts hot-tx also runs at, for the --svg chart (\"\" for none)")
 	fs.BoolVar(&o.summarize, "summarize", false, "print the acceptance table of the JSON reports named as arguments (runs of one server): min, median and max of each ratio over the runs, and which runs meet the target, in Markdown")

@@ -63,6 +63,7 @@ func TestSmoke(t *testing.T) {
 		wPointSelect:   {"direct", "relay", "slotproxy"},
 		wRangeSelect:   {"direct", "relay", "slotproxy"},
 		wCounterRead:   {"relay", "slotproxy", "relay-rewritten", "relay-join", "relay-slots"},
+		wHotRead:       {"relay", "slotproxy", "slotproxy-solo"},
 	}
 	seen := map[string][]string{}
 	for _, r := range append(rep.Results, rep.StudyRuns...) {

@@ -307,6 +307,8 @@ func (r *report) compare() {
 	rate(5, wRangeSelect, 0, "slotproxy", "direct", 0.95, false)
 	rate(6, wCounterRead, 0, "slotproxy", "relay", 0.7, true)
 	rate(6, wCounterRead, 0, "slotproxy-rolled-up", "relay", 0.95, true)
+	rate(11, wHotRead, 0, "slotproxy", "relay", 1.0, true)
+	rate(11, wHotRead, 0, "slotproxy", "slotproxy-solo", 1.0, false)
 	rate(9, wHotTx, 0, "slotproxy-prepared", "slotproxy", 1.0, true)
 	rate(6, wCounterRead, 0, "slotproxy", "relay-rewritten", 0.95, false)
 	// Information: a join instead of the correlated subquery, and the

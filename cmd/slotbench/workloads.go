@@ -44,6 +44,8 @@ func (b *bench) runWorkload(ctx context.Context, name string) error {
 		return b.simple(ctx, wRangeSelect, b.opts.readClients, b.rangeOp)
 	case wCounterRead:
 		return b.counterRead(ctx)
+	case wHotRead:
+		return b.hotRead(ctx)
 	case wIdleConns:
 		return b.idleConns(ctx)
 	}
@@ -407,4 +409,44 @@ func (b *bench) counterReadAt(ctx context.Context, slotRows int, withRewritten b
 			&target{name: "relay-slots", addr: b.relay.addr(), build: b.counterReadOp(slots, int64(slotRows))})
 	}
 	return b.runScenario(ctx, sc)
+}
+
+// hotRead: identical concurrent text reads of a few hot records with live
+// slot rows through slotproxy, which shares one query among the reads
+// that arrive while another of the same text runs (consolidate: true),
+// through slotproxy reading each alone (slotproxy-solo), and the plain
+// base column through the relay.
+func (b *bench) hotRead(ctx context.Context) error {
+	n := b.opts.counterSlots
+	if err := b.seedCounterSlots(ctx, n); err != nil {
+		return err
+	}
+	lo, _ := b.counterIDRange()
+	ids := int64(max(b.opts.hotReadIDs, 1))
+	op := func(want int64) func(context.Context, *sql.Conn) (opFunc, error) {
+		return func(ctx context.Context, conn *sql.Conn) (opFunc, error) {
+			var v int64
+			return func(rng *rand.Rand) (int, error) {
+				// Text: the id as a literal, no placeholder.
+				q := fmt.Sprintf("SELECT downloads FROM repos WHERE id = %d", lo+rng.Int64N(ids))
+				if err := conn.QueryRowContext(context.Background(), q).Scan(&v); err != nil {
+					return 0, err
+				}
+				if v != want {
+					return 0, fmt.Errorf("%s: downloads = %d, want %d", q, v, want)
+				}
+				return 0, nil
+			}, nil
+		}
+	}
+	sc := &scenario{workload: wHotRead, clients: b.opts.readClients, unit: "qps", targets: []*target{
+		{name: "relay", addr: b.relay.addr(), build: op(0)},
+		{name: "slotproxy", addr: b.proxyAddr, build: op(int64(n))},
+	}}
+	if b.soloSrv != nil {
+		sc.targets = append(sc.targets, &target{name: "slotproxy-solo", addr: b.soloAddr, build: op(int64(n))})
+	}
+	res, err := b.runScenario(ctx, sc)
+	b.rep.add(res...)
+	return err
 }
