@@ -192,8 +192,6 @@ func (s *Session) leadReads(sql string, orig [][]byte, batch []*reader) error {
 // answerRead writes a consolidated query's response to this session's
 // client.
 func (s *Session) answerRead(res *readResult) error {
-	s.env.Stats.RewrittenReads.Add(1)
-	s.metrics().Statement(PathRewrittenRead, "")
 	seq := s.respSeq
 	if err := s.writeHeld(res.resp, &seq, nil); err != nil {
 		return err

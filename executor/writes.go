@@ -731,7 +731,7 @@ func (s *Session) execIncrementOf(p rewrite.Plan, inc *rewrite.Increment, up *re
 				continue
 			}
 			if up == nil {
-				if err := s.lockErrorAsUpdate(r.ErrCode); err != nil {
+				if err := s.lockErrorAsUpdate(r.ErrCode, p, inc, ex); err != nil {
 					return false, err
 				}
 			}
@@ -989,6 +989,9 @@ const (
 	errOutOfRange     = 1690 // ER_DATA_OUT_OF_RANGE: the increment's own check
 	errDataOutOfRange = 1264 // ER_WARN_DATA_OUT_OF_RANGE
 	errCheckViolated  = 3819 // ER_CHECK_CONSTRAINT_VIOLATED
+	// errSortAborted is the error a sorted slotted increment (see
+	// rewrite.Increment.Sorted) adds to its lock error's diagnostics.
+	errSortAborted = 1028
 	// errTableDefChanged is MariaDB's error for a locking read of a table
 	// re-created since the transaction's snapshot ("InnoDB: insufficient
 	// history for index").
@@ -2037,7 +2040,7 @@ func (s *Session) guardedOnce(p rewrite.Plan, op *rewrite.Guarded, ex *execution
 			if op.SingleTable && s.dial.IsMariaDB() && byKey {
 				n = 2
 			}
-			err = s.lockErrorRows(code, n)
+			err = s.lockErrorRows(code, func() int { return n })
 		case wrapped:
 			err = s.saveWarnings()
 		}
@@ -3000,25 +3003,46 @@ func isShowWarnings(sql []byte) bool {
 }
 
 // lockErrorAsUpdate makes the diagnostics of a lock error (1205, 1213)
-// that a statement of the proxy's own raised in place of the client's
-// single-table UPDATE or DELETE of rows by a condition what the client's
-// statement would have left: MariaDB lists such an error twice in SHOW
-// WARNINGS, once after the INSERT … SELECT or SELECT … FOR UPDATE the
-// proxy ran. MySQL's need nothing.
-func (s *Session) lockErrorAsUpdate(code uint16) error {
+// that increment inc's slotted statement raised in place of the client's
+// UPDATE p what the client's statement would have left: MariaDB lists such
+// an error twice in SHOW WARNINGS after an UPDATE that reads its rows by
+// an index (a key, a range of it), once after one that scans every row
+// (EXPLAIN says which, for records a condition or a UNIQUE key finds);
+// the INSERT … SELECT the proxy ran lists it once or twice by its own
+// access. MySQL's need nothing.
+func (s *Session) lockErrorAsUpdate(code uint16, p rewrite.Plan, inc *rewrite.Increment, ex *execution) error {
 	if !s.dial.IsMariaDB() {
 		return nil
 	}
-	return s.lockErrorRows(code, 2)
+	return s.lockErrorRows(code, func() int {
+		if len(inc.Keys) > 0 || ex != nil {
+			return 2 // by key (a prepared statement's text cannot be explained)
+		}
+		// MariaDB's EXPLAIN: id, select_type, table, type, …
+		r, err := s.query("EXPLAIN " + p.Original)
+		if err != nil || r.Failed() || len(r.Rows) != 1 {
+			return 2
+		}
+		vals, err := wire.TextRow(r.Rows[0])
+		if err != nil || len(vals) < 4 {
+			return 2
+		}
+		if t := strings.ToUpper(string(vals[3])); t == "ALL" || t == "INDEX" {
+			return 1 // every row scanned
+		}
+		return 2
+	})
 }
 
 // lockErrorRows saves SHOW WARNINGS (see saveWarnings) after a lock error
-// (1205, 1213) of a statement of the proxy's own, listing the error n
-// times, as the client's statement would have: the servers list a lock
-// error once or twice depending on the statement (MySQL twice after a
-// SELECT … FOR UPDATE, once after an UPDATE of every row). Diagnostics
-// with anything else than that error are kept as they are.
-func (s *Session) lockErrorRows(code uint16, n int) error {
+// (1205, 1213) of a statement of the proxy's own, listing the error n()
+// times (n is asked once they are saved), as the client's statement would
+// have: the servers list a lock error once or twice depending on the
+// statement (MySQL twice after a SELECT … FOR UPDATE, once after an UPDATE
+// of every row). The "Sort aborted" error (1028) a sorted statement of the
+// proxy's adds is dropped (see rewrite.Increment.Sorted). Diagnostics
+// with anything else than the error are kept as they are.
+func (s *Session) lockErrorRows(code uint16, n func() int) error {
 	if code != mysql.ER_LOCK_WAIT_TIMEOUT && code != mysql.ER_LOCK_DEADLOCK {
 		return nil
 	}
@@ -3026,6 +3050,16 @@ func (s *Session) lockErrorRows(code uint16, n int) error {
 		return err
 	}
 	b := s.warnings
+	for i := 0; i < len(b.Roles); i++ {
+		if b.Roles[i] != wire.RoleRow {
+			continue
+		}
+		if vals, err := wire.TextRow(b.Packets[i]); err == nil && len(vals) == 3 && string(vals[1]) == strconv.Itoa(errSortAborted) {
+			b.Packets = slices.Delete(b.Packets, i, i+1)
+			b.Roles = slices.Delete(b.Roles, i, i+1)
+			i--
+		}
+	}
 	first, rows := -1, 0
 	for i, r := range b.Roles {
 		if r != wire.RoleRow {
@@ -3040,13 +3074,17 @@ func (s *Session) lockErrorRows(code uint16, n int) error {
 		}
 		rows++
 	}
-	if rows == 0 || rows == n {
+	if rows == 0 {
+		return nil
+	}
+	want := n()
+	if rows == want {
 		return nil
 	}
 	row := b.Packets[first]
 	b.Packets = slices.Delete(b.Packets, first, first+rows)
 	b.Roles = slices.Delete(b.Roles, first, first+rows)
-	for range n {
+	for range want {
 		b.Packets = slices.Insert(b.Packets, first, row)
 		b.Roles = slices.Insert(b.Roles, first, wire.RoleRow)
 	}

@@ -351,3 +351,36 @@ func TestFailedSlottedAttemptLeavesNoLocks(t *testing.T) {
 		text("SELECT * FROM t3 ORDER BY id"))
 	runDifferential(t, cat, plain, ruled, corpus)
 }
+
+// TestSortedIncrementLockDiagnostics: a slotted increment of several slot
+// rows in a client's transaction (sorted: see TestFailedSlottedAttemptLeavesNoLocks)
+// that waits for a row another transaction holds fails with the error and
+// the SHOW WARNINGS the client's UPDATE gives: not the "Sort aborted"
+// (1028) its sort adds on MariaDB, and the lock error listed as often as
+// MariaDB lists it for the UPDATE (twice when it reads its rows by a key or
+// a range of it, once when it scans every row) (the fuzzer's finding
+// mariadb-1795891898957702556). Lock wait timeout 1 s.
+func TestSortedIncrementLockDiagnostics(t *testing.T) {
+	const plain, ruled = "sortdiag_plain", "sortdiag_ruled"
+	cat := loadedSetup(t, plain, ruled, []string{
+		"CREATE TABLE t (id INT NOT NULL PRIMARY KEY, c1 INT NOT NULL DEFAULT 0, c2 INT NOT NULL DEFAULT 0, name VARCHAR(20) NULL)",
+		"INSERT INTO t (id, c1, c2, name) VALUES (1, 0, 0, 'a'), (2, 0, 0, 'b'), (3, 0, 0, NULL)",
+	}, "table: "+ruled+".t\nkey: id\ncounters: [c1, c2]\nslots: 4\n")
+	short := "SET SESSION innodb_lock_wait_timeout = 1"
+	corpus := []step{on(0, text(short)), on(1, text(short)),
+		on(1, text("BEGIN")),
+		on(1, text("INSERT INTO t (id, name) VALUES (4, NULL)")),
+		on(1, text("UPDATE t SET c1 = 5 WHERE id = 2")),
+	}
+	for _, inc := range []string{
+		"UPDATE t SET c1 = c1 + 1 WHERE name IS NULL",         // a scan, meets row 4
+		"UPDATE t SET c1 = c1 + 1 WHERE id IN (1, 2)",         // by key, meets row 2
+		"UPDATE t SET c1 = c1 + 1, c2 = c2 + 1 WHERE id = 2",  // one record, two counters
+		"UPDATE t SET c1 = c1 + 1 WHERE id > 1",               // a range
+		"UPDATE t SET c1 = c1 + 1 WHERE name = 'b' OR id = 9", // a condition
+	} {
+		corpus = append(corpus, text("BEGIN"), text(inc), text("SHOW WARNINGS"), text("ROLLBACK"))
+	}
+	corpus = append(corpus, on(1, text("ROLLBACK")), text("SELECT * FROM t ORDER BY id"))
+	runDifferential(t, cat, plain, ruled, corpus)
+}
