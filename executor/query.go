@@ -437,19 +437,24 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte, rowCount *in
 	if plans == nil {
 		s.warnings = nil // the server's own diagnostics are the statement's
 		s.metrics().Statement(PathPassThrough, "")
-		if sub, ok := s.withRowCount(string(sql), rowCount); ok {
-			// ROW_COUNT() of a statement the proxy answered itself.
-			seq := s.respSeq
-			_, err := s.relayRowCount(rewrite.Plan{Original: string(sql)}, sub, &seq, false)
-			return err
-		}
 		kept, warned := s.keptWarnings, false
 		s.keptWarnings = nil
 		var observe func(*wire.OK)
 		if kept != nil {
 			observe = func(ok *wire.OK) { warned = warned || ok.Warnings > 0 }
 		}
-		res, err := s.forward(payload, wire.Results, observe)
+		var res wire.Result
+		if sub, ok := s.withRowCount(string(sql), rowCount); ok {
+			// ROW_COUNT() of a statement the proxy answered itself: the
+			// count it was given, under the call's column definition.
+			orig, err := s.originalColumns(rewrite.Plan{Original: string(sql)})
+			if err != nil {
+				return err
+			}
+			res, err = s.forwardPatched(queryPacket(sub), wire.Results, observe, newColumnPatch(orig, false))
+		} else {
+			res, err = s.forward(payload, wire.Results, observe)
+		}
 		if err == nil && !res.Failed() {
 			s.noteBegin(sql)
 			if kept != nil && !warned {
