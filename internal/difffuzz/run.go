@@ -184,6 +184,53 @@ func (t *twin) foldedOthers() bool {
 // keyOnlyWhere matches a WHERE clause that names rows by key alone.
 var keyOnlyWhere = regexp.MustCompile(`(?i)\bWHERE\s+(\w+\.)?id\s*(=\s*(\?|-?\d+)|IN\s*\([^)]*\))\s*$`)
 
+// keyWhere matches a WHERE clause of the key alone, = or IN, of numbers
+// or strings.
+var keyWhere = regexp.MustCompile(`(?i)\bWHERE\s+(\w+\.)?id\s*(=\s*(\?|-?\d+|'[^']*')|IN\s*\([^)]*\))\s*$`)
+
+// foldsUnknownRecords reports whether txn, a transaction's steps, has an
+// increment whose records a condition found (no key named), then a write
+// (or an increment) of the table in a statement after it: consistency.md's
+// fold of every slotted record of the table by range, gaps included, for
+// the transaction's records it does not know, which makes other
+// transactions' first increments wait.
+func foldsUnknownRecords(txn []Step) bool {
+	seen := false
+	for _, st := range txn {
+		parts := []string{st.SQL}
+		if st.Multi {
+			parts = strings.Split(st.SQL, ";")
+		}
+		for _, part := range parts {
+			part = strings.TrimSpace(part)
+			upper := strings.ToUpper(part)
+			write := strings.HasPrefix(upper, "UPDATE") || strings.HasPrefix(upper, "DELETE") || strings.HasPrefix(upper, "REPLACE") || strings.HasPrefix(upper, "INSERT")
+			if seen && write {
+				return true
+			}
+			if strings.HasPrefix(upper, "UPDATE") && isIncrement(Step{SQL: part}) && !keyWhere.MatchString(part) {
+				seen = true
+			}
+		}
+	}
+	return false
+}
+
+// keyAndIndexedCondition reports whether st is an UPDATE or DELETE whose
+// WHERE clause names the key and a condition on name (the generator's
+// column with a UNIQUE index), in any statement of a multi-statement
+// query.
+func keyAndIndexedCondition(st Step) bool {
+	for _, part := range strings.Split(st.SQL, ";") {
+		upper := strings.ToUpper(strings.TrimSpace(part))
+		if (strings.HasPrefix(upper, "UPDATE") || strings.HasPrefix(upper, "DELETE")) && strings.Contains(upper, " WHERE ID ") &&
+			strings.Contains(upper, " AND NAME ") {
+			return true
+		}
+	}
+	return false
+}
+
 // scanningWrite reports whether st is an UPDATE or DELETE whose WHERE
 // clause is more than its key (or that has none).
 func scanningWrite(st Step) bool {
@@ -950,6 +997,16 @@ func (r *run) documentedLock(t *twin, step Step, p, d obs) string {
 		}
 		if waited && o != t && o.failedInc {
 			return "a wait for the shared lock a failed increment keeps in its open transaction"
+		}
+		if waited && o != t && slices.ContainsFunc(txn, keyAndIndexedCondition) {
+			// limits.md: a guarded write or a slotted increment whose
+			// WHERE clause names a key and another condition locks the
+			// key's row, where the server may read the statement through
+			// another index (a UNIQUE one on name) and never reach it.
+			return "a wait for a key's row an open transaction's write or increment with another condition locked, which the server reads through another index"
+		}
+		if waited && o != t && incrementStep(step) && foldsUnknownRecords(txn) {
+			return "a wait for the slot rows a transaction's fold locked by range: its increments' records, found by a condition, are not known there"
 		}
 		if waited && o != t && t.weak && incrementStep(step) && slices.ContainsFunc(txn, Step.inserts) {
 			// limits.md: at READ COMMITTED an UPDATE skips a row another
