@@ -9,6 +9,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/slotproxy/slotproxy/internal/wire"
+	"github.com/slotproxy/slotproxy/rewrite"
 )
 
 // This file is the executor's use of the backend connection: its own
@@ -28,6 +29,9 @@ func (s *Session) send(payload []byte) error {
 		return errUntold
 	}
 	s.noteSent(payload)
+	if len(payload) > 0 && (payload[0] == mysql.COM_QUERY || payload[0] == mysql.COM_STMT_EXECUTE) {
+		s.statements++ // it sets ROW_COUNT() (see rowCountFor)
+	}
 	if len(payload) > 0 && payload[0] == mysql.COM_QUERY && s.log.Enabled(context.Background(), slog.LevelDebug) {
 		s.log.Debug("backend statement", "sql", string(payload[1:]))
 	}
@@ -137,16 +141,13 @@ func (s *Session) relayAsPatched(payload []byte, seq *byte, more bool, cp *colum
 	if err := s.send(payload); err != nil {
 		return wire.Result{}, err
 	}
-	answered := noRowCount // rows, or an error
-	sink := &wire.Forward{Client: s.link.Client, Server: s.link.Backend, Caps: s.link.Caps, Seq: seq, More: more,
-		PatchOK: func(ok *wire.OK) { answered = int64(ok.Affected) }}
+	sink := &wire.Forward{Client: s.link.Client, Server: s.link.Backend, Caps: s.link.Caps, Seq: seq, More: more}
 	cp.install(sink)
 	res, err := s.rd.Read(wire.Results, sink)
 	if err != nil {
 		return res, err
 	}
 	s.Observe(res)
-	s.answered = &answered
 	return res, nil
 }
 
@@ -157,21 +158,20 @@ func (s *Session) writeOK(ok wire.OK, seq *byte, more bool) error {
 	}
 	_, err := s.link.Client.WritePacket(ok.Bytes(s.link.Caps), *seq)
 	*seq++
-	affected := int64(ok.Affected)
-	s.answered = &affected
+	s.noteAnswer(int64(ok.Affected), false)
 	return err
 }
 
 // writeHeld sends buf, a response the proxy held, to the client, its last
 // packet's status flags rewritten by status (nil: as they are).
 func (s *Session) writeHeld(buf *wire.Buffer, seq *byte, status func(uint16) uint16) error {
-	answered := noRowCount
+	answered := int64(-1)
 	if n := len(buf.Packets); n > 0 && buf.Roles[n-1] == wire.RoleOK {
 		if ok, err := wire.ParseOK(buf.Packets[n-1]); err == nil {
 			answered = int64(ok.Affected)
 		}
 	}
-	s.answered = &answered
+	s.noteAnswer(answered, false)
 	return buf.WriteTo(s.link.Client, seq, s.link.Caps, status)
 }
 
@@ -182,8 +182,26 @@ func (s *Session) writeErr(pkt []byte, seq *byte) error {
 	}
 	_, err := s.link.Client.WritePacket(pkt, *seq)
 	*seq++
-	s.answered = &noRowCount
+	s.noteAnswer(-1, false)
 	return err
+}
+
+// noteAnswer records what ROW_COUNT() gives after the client's statement
+// just answered (see Session.rowCount): exact when the server's own
+// value is that.
+func (s *Session) noteAnswer(rowCount int64, exact bool) {
+	s.rowCount, s.rowCountExact, s.rowCountAt = rowCount, exact, s.statements
+}
+
+// rowCountFor returns the text statement sql made to read the client's
+// ROW_COUNT() (see rewrite.WithRowCount) when the server's differs: the
+// proxy answered the client's last statement itself, or sent statements of
+// its own since. False: run sql as written.
+func (s *Session) rowCountFor(sql string) (string, bool) {
+	if s.rowCountExact && s.statements == s.rowCountAt {
+		return "", false
+	}
+	return rewrite.WithRowCount(sql, s.rowCount, s.rewriteSession())
 }
 
 // prepare prepares sql on the backend. With relay, the response goes to

@@ -185,7 +185,6 @@ func (s *Session) leadReads(sql string, orig [][]byte, batch []*reader) error {
 	for _, m := range batch[1:] {
 		m.done <- readTurn{res: out}
 	}
-	s.rowCount = &noRowCount
 	return nil
 }
 
@@ -197,6 +196,5 @@ func (s *Session) answerRead(res *readResult) error {
 		return err
 	}
 	s.warnings = res.warnings
-	s.rowCount = &noRowCount
 	return nil
 }

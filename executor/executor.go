@@ -238,16 +238,17 @@ type Session struct {
 	// warnings is the SHOW WARNINGS response saved for the client's last
 	// statement (see saveWarnings), or nil.
 	warnings *wire.Buffer
-	// rowCount is what ROW_COUNT() gives after the client's last statement
-	// when the proxy answered it with statements of its own (a slotted
-	// increment's upsert; a guarded write and the COMMIT after it), or nil
-	// when the server's own value is the client's (see takeRowCount).
-	// answered is the outcome runPlan's statement gave the client, as
-	// ROW_COUNT() counts it: its OK's affected rows, -1 after an error or
-	// rows; nil while unknown. answeredOwn: the statement's answer is the
-	// proxy's, not the server's to it as written.
-	rowCount, answered *int64
-	answeredOwn        bool
+	// rowCount is what ROW_COUNT() gives after the client's last
+	// statement, from the answer the client got (noteAnswer): its OK's
+	// affected rows, -1 after rows or an error. rowCountExact: the server's
+	// value is that, as long as the proxy sent no statement since
+	// (statements counts those sent, rowCountAt as of the answer); a
+	// statement the proxy answered itself (a slotted increment's upsert)
+	// leaves the server's value another. See rowCountFor.
+	rowCount      int64
+	rowCountExact bool
+	rowCountAt    uint64
+	statements    uint64
 	// keptWarnings are the saved warnings during a statement that may leave
 	// them the client's (see answerSavedWarnings), else nil.
 	keptWarnings *wire.Buffer
@@ -295,6 +296,9 @@ func Intercepts(cmd byte) bool {
 
 // Observe records the outcome of a response the proxy relayed itself.
 func (s *Session) Observe(res wire.Result) {
+	if res.RowCountKnown {
+		s.noteAnswer(res.RowCount, true)
+	}
 	if res.Failed() {
 		s.noteErr(res.ErrCode)
 		return
@@ -389,18 +393,13 @@ func (s *Session) Handle(rw *rewrite.Rewriter, payload []byte, packets byte) err
 	if s.untold != nil && endsUntold(payload) {
 		s.untold = nil // the client ends the transaction itself
 	}
-	rowCount := s.rowCount
-	if !keepsDiagnostics(payload[0]) && payload[0] != mysql.COM_PING {
-		s.rowCount = nil
-	}
 	if done, err := s.answerSavedWarnings(payload); done || err != nil {
-		s.rowCount = &noRowCount // SHOW WARNINGS, answered by the proxy
 		return err
 	}
 	var err error
 	switch payload[0] {
 	case mysql.COM_QUERY:
-		err = s.handleQuery(rw, payload, rowCount)
+		err = s.handleQuery(rw, payload)
 	case mysql.COM_STMT_PREPARE:
 		err = s.handlePrepare(rw, payload)
 	case mysql.COM_STMT_EXECUTE:
@@ -564,7 +563,7 @@ func (s *Session) Relayed(head []byte) {
 		s.rw.infoKnown = false
 	}
 	if len(head) > 0 && !keepsDiagnostics(head[0]) {
-		s.warnings, s.rowCount = nil, nil
+		s.warnings = nil
 	}
 	if len(head) >= 7 && head[0] == mysql.COM_STMT_SEND_LONG_DATA {
 		if st := s.rw.stmts[binary.LittleEndian.Uint32(head[1:])]; st != nil {

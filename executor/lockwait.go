@@ -36,15 +36,10 @@ type lockWait struct {
 // budget (see lockWait).
 func (s *Session) runPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) (bool, error) {
 	s.wait.start = time.Now()
-	s.answered, s.answeredOwn = nil, ownsRowCount(p)
 	failed, err := s.execPlan(p, ex, seq, more)
 	s.wait.start = time.Time{}
 	if err == nil {
 		err = s.restoreLockWait()
-	}
-	s.rowCount = nil
-	if s.answeredOwn {
-		s.rowCount = s.answered
 	}
 	return failed, err
 }

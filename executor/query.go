@@ -374,10 +374,7 @@ func (s *Session) planAll(rw *rewrite.Rewriter, sql []byte) ([]rewrite.Plan, err
 	return plans, nil
 }
 
-// handleQuery runs a COM_QUERY; rowCount is what ROW_COUNT() gives after
-// the client's previous statement when the proxy answered it itself (nil:
-// the server's value).
-func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte, rowCount *int64) error {
+func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 	sql := payload[1:]
 	if privilegesMayChange(sql) {
 		s.rw.privOK = nil
@@ -444,7 +441,7 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte, rowCount *in
 			observe = func(ok *wire.OK) { warned = warned || ok.Warnings > 0 }
 		}
 		var res wire.Result
-		if sub, ok := s.withRowCount(string(sql), rowCount); ok {
+		if sub, ok := s.rowCountFor(string(sql)); ok {
 			// ROW_COUNT() of a statement the proxy answered itself: the
 			// count it was given, under the call's column definition.
 			orig, err := s.originalColumns(rewrite.Plan{Original: string(sql)})
@@ -568,7 +565,6 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte, rowCount *in
 		_, err := s.forward(payload, wire.Results, nil)
 		return err
 	}
-	s.rowCount = rowCount // for the first statement's ROW_COUNT() (execPlan)
 	for i, p := range plans {
 		more := i < len(plans)-1
 		s.stmtIndex = i

@@ -120,14 +120,14 @@ func (s *Session) showWarningsFirst(sql []byte) error {
 			break
 		}
 		status := func(uint16) uint16 { return s.status | mysql.SERVER_MORE_RESULTS_EXISTS }
-		if err := s.warnings.WriteTo(s.link.Client, &seq, s.link.Caps, status); err != nil {
+		if err := s.writeHeld(s.warnings, &seq, status); err != nil {
 			return err
 		}
 		rest = after
 	}
 	if isShowWarnings([]byte(rest)) {
 		status := func(uint16) uint16 { return s.status &^ mysql.SERVER_MORE_RESULTS_EXISTS }
-		return s.warnings.WriteTo(s.link.Client, &seq, s.link.Caps, status)
+		return s.writeHeld(s.warnings, &seq, status)
 	}
 	s.warnings = nil
 	s.metrics().Statement(PathPassThrough, "")

@@ -71,8 +71,6 @@ func (s *Session) incPatch(matched, changed uint64) func(*wire.OK) {
 // packets from *seq. ex, when set, is the client's COM_STMT_EXECUTE of a
 // prepared plan. It reports whether the client got an ERR.
 func (s *Session) execPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) (bool, error) {
-	rowCount := s.rowCount // the statement before this one's, when the proxy answered it
-	s.rowCount = nil
 	if saved := s.warnings; saved != nil {
 		if _, ok := p.Op.(*rewrite.AsWritten); ok && ex == nil && isShowWarnings([]byte(p.Original)) {
 			// SHOW WARNINGS after a statement of the same query whose
@@ -83,7 +81,6 @@ func (s *Session) execPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) 
 				}
 				return s.status &^ mysql.SERVER_MORE_RESULTS_EXISTS
 			}
-			s.answeredOwn = true
 			return false, s.writeHeld(saved, seq, status)
 		}
 		s.warnings = nil // they were the statement before this one's
@@ -156,40 +153,11 @@ func (s *Session) execPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) 
 			return true, s.writeErr(errPkt, seq)
 		}
 		s.metrics().Statement(PathPassThrough, ruleName(p.Table))
-		if sub, ok := s.withRowCount(p.Original, rowCount); ok && ex == nil {
+		if sub, ok := s.rowCountFor(p.Original); ok && ex == nil {
 			return s.relayRowCount(p, sub, seq, more)
 		}
 		return s.relayPlan(p, queryPacket(p.Original), ex, seq, more)
 	}
-}
-
-// noRowCount is what ROW_COUNT() gives after a statement that returned
-// rows or failed.
-var noRowCount int64 = -1
-
-// ownsRowCount reports whether the proxy answers plan p with statements of
-// its own, or runs some after the client's (a COMMIT around a guarded
-// write): ROW_COUNT() on the server is then not the client's statement's.
-func ownsRowCount(p rewrite.Plan) bool {
-	if p.Shadow {
-		return false
-	}
-	switch p.Op.(type) {
-	case *rewrite.Increment, *rewrite.UpsertIncrement, *rewrite.UpsertRows, *rewrite.Guarded:
-		return true
-	}
-	return false
-}
-
-// withRowCount returns the text statement sql made to read rowCount for
-// ROW_COUNT() (see rewrite.WithRowCount), rowCount being the value of the
-// client's previous statement that the proxy answered itself; false to run
-// sql as written (nil rowCount: the server's value is the client's).
-func (s *Session) withRowCount(sql string, rowCount *int64) (string, bool) {
-	if rowCount == nil {
-		return "", false
-	}
-	return rewrite.WithRowCount(sql, *rowCount, s.rewriteSession())
 }
 
 // relayRowCount runs sub, the client's statement p.Original with its
@@ -2948,7 +2916,7 @@ func (s *Session) answerSavedWarnings(payload []byte) (bool, error) {
 	// shows them again.
 	seq := s.respSeq
 	status := func(uint16) uint16 { return s.status &^ mysql.SERVER_MORE_RESULTS_EXISTS }
-	return true, saved.WriteTo(s.link.Client, &seq, s.link.Caps, status)
+	return true, s.writeHeld(saved, &seq, status)
 }
 
 // tableless reports whether sql is one statement that certainly uses no

@@ -137,6 +137,11 @@ type Result struct {
 	// StmtID, Params and Columns describe a successful COM_STMT_PREPARE.
 	StmtID          uint32
 	Params, Columns int
+	// RowCount is what ROW_COUNT() gives after a statement's response
+	// (kind Results): its last OK's affected rows, -1 after rows or an
+	// error; RowCountKnown says whether it was read.
+	RowCount      int64
+	RowCountKnown bool
 }
 
 // Failed reports whether the response ended with ERR.
@@ -239,6 +244,10 @@ func (r Reader) results(sink Sink) (Result, error) {
 			p.Role, p.Status = RoleOK, OKStatus(p.Peek)
 			p.Last = p.Status&mysql.SERVER_MORE_RESULTS_EXISTS == 0
 			res.Status, res.StatusKnown = p.Status, true
+			res.RowCount, res.RowCountKnown = -1, true
+			if affected, _, ok := LenEnc(p.Peek[1:]); ok {
+				res.RowCount = int64(affected)
+			}
 			if err := sink.Take(r.Src, &p); err != nil || p.Last {
 				return res, err
 			}
@@ -246,6 +255,7 @@ func (r Reader) results(sink Sink) (Result, error) {
 		case 0xff:
 			p.Role, p.Last = RoleErr, true
 			res.ErrCode, res.Status, res.StatusKnown = ErrCode(p.Peek), 0, false
+			res.RowCount, res.RowCountKnown = -1, true
 			return res, sink.Take(r.Src, &p)
 		case 0xfb:
 			p.Role = RoleInfile
@@ -266,6 +276,7 @@ func (r Reader) results(sink Sink) (Result, error) {
 			return res, fmt.Errorf("%w: bad column count", ErrMalformed)
 		}
 		p.Role = RoleColumnCount
+		res.RowCount, res.RowCountKnown = -1, true
 		if err := sink.Take(r.Src, &p); err != nil {
 			return res, err
 		}
