@@ -2,6 +2,7 @@ package executor
 
 import (
 	"bytes"
+	"regexp"
 	"strconv"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -70,8 +71,8 @@ func (s *Session) consolidateKey(p rewrite.Plan, op *rewrite.Read) string {
 // sessions share reads only with sessions that ran the same ones. A
 // session whose list grows beyond 4 KiB shares none.
 func (s *Session) noteSessionSets(sql []byte) {
-	if s.rw.unshared || !maySetSession(sql) {
-		return
+	if s.rw.unshared || !maySetSession(sql) || setsAutocommit.Match(sql) {
+		return // SET autocommit: no read is shared in a transaction
 	}
 	if len(s.rw.sets)+len(sql) > 4<<10 {
 		s.rw.unshared, s.rw.sets = true, ""
@@ -79,6 +80,10 @@ func (s *Session) noteSessionSets(sql []byte) {
 	}
 	s.rw.sets += string(sql) + "\x00"
 }
+
+// setsAutocommit matches a statement that only sets autocommit, which
+// pools send often: it changes no read's result.
+var setsAutocommit = regexp.MustCompile(`(?i)^\s*SET\s+(SESSION\s+|@@(SESSION\.)?)?autocommit\s*=\s*(0|1|ON|OFF|TRUE|FALSE)\s*;?\s*$`)
 
 // maySetSession reports whether sql may set a session variable: it names
 // SET (not as an UPDATE's or INSERT's clause) or CALL. Conservative.
