@@ -312,7 +312,7 @@ func (s *Session) Observe(res wire.Result) {
 func (s *Session) Reset(status uint16) {
 	s.endTransaction() // the transaction, if any, was rolled back
 	s.rw = rewriteState{}
-	s.link.Account = "" // another, maybe: the session shares no read
+	s.link.Account = ""    // another, maybe: the session shares no read
 	s.noteAnswer(0, false) // a new session's ROW_COUNT()
 	s.untold = nil
 	if status != 0 {
