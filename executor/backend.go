@@ -198,10 +198,16 @@ func (s *Session) noteAnswer(rowCount int64, exact bool) {
 // proxy answered the client's last statement itself, or sent statements of
 // its own since. False: run sql as written.
 func (s *Session) rowCountFor(sql string) (string, bool) {
-	if s.rowCountExact && s.statements == s.rowCountAt {
+	if !s.rowCountWrong(sql) {
 		return "", false
 	}
 	return rewrite.WithRowCount(sql, s.rowCount, s.rewriteSession())
+}
+
+// rowCountWrong reports whether sql reads ROW_COUNT() (as far as its text
+// tells) where the server's value is not the client's.
+func (s *Session) rowCountWrong(sql string) bool {
+	return !(s.rowCountExact && s.statements == s.rowCountAt) && containsFold([]byte(sql), "row_count")
 }
 
 // prepare prepares sql on the backend. With relay, the response goes to

@@ -342,11 +342,14 @@ func (s *Session) plan(rw *rewrite.Rewriter, sql []byte) ([]rewrite.Plan, error)
 	if err != nil || plans == nil {
 		return nil, err
 	}
-	if !rewrite.Changed(plans) && (s.warnings == nil || len(plans) < 2 || !startsWithShowWarnings(sql)) && !s.readsOwn(plans) {
+	if !rewrite.Changed(plans) && (s.warnings == nil || len(plans) < 2 || !startsWithShowWarnings(sql)) && !s.readsOwn(plans) &&
+		(len(plans) < 2 || !s.rowCountWrong(plans[0].Original)) {
 		return nil, nil
 	}
-	// (A SHOW WARNINGS first, for warnings the proxy kept: the
-	// statements run one by one, that one answered by the proxy.)
+	// (A SHOW WARNINGS first, for warnings the proxy kept, or a first
+	// statement reading ROW_COUNT() where the server's is not the
+	// client's: the statements run one by one, that one answered by the
+	// proxy.)
 	return plans, nil
 }
 
