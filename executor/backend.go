@@ -193,13 +193,14 @@ func (s *Session) noteAnswer(rowCount int64, exact bool) {
 	s.rowCount, s.rowCountExact, s.rowCountAt = rowCount, exact, s.statements
 }
 
-// rowCountFor returns the text statement sql made to read the client's
-// ROW_COUNT() (see rewrite.WithRowCount) when the server's differs: the
-// proxy answered the client's last statement itself, or sent statements of
-// its own since. False: run sql as written.
-func (s *Session) rowCountFor(sql string) (string, bool) {
+// rowCountFor returns the text sql made to read the client's ROW_COUNT()
+// in its first statement (see rewrite.WithRowCount), and that statement as
+// written, when the server's value differs: the proxy answered the
+// client's last statement itself, or sent statements of its own since.
+// False: run sql as written.
+func (s *Session) rowCountFor(sql string) (out, first string, ok bool) {
 	if !s.rowCountWrong(sql) {
-		return "", false
+		return "", "", false
 	}
 	return rewrite.WithRowCount(sql, s.rowCount, s.rewriteSession())
 }

@@ -444,10 +444,12 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 			observe = func(ok *wire.OK) { warned = warned || ok.Warnings > 0 }
 		}
 		var res wire.Result
-		if sub, ok := s.rowCountFor(string(sql)); ok {
-			// ROW_COUNT() of a statement the proxy answered itself: the
-			// count it was given, under the call's column definition.
-			orig, err := s.originalColumns(rewrite.Plan{Original: string(sql)})
+		if sub, first, ok := s.rowCountFor(string(sql)); ok {
+			// ROW_COUNT() of a statement the proxy answered itself (or
+			// after statements of its own): the count the client was
+			// given, under the column definitions of the first statement
+			// as written (the only result set patched).
+			orig, err := s.originalColumns(rewrite.Plan{Original: first})
 			if err != nil {
 				return err
 			}

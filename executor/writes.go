@@ -153,7 +153,7 @@ func (s *Session) execPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) 
 			return true, s.writeErr(errPkt, seq)
 		}
 		s.metrics().Statement(PathPassThrough, ruleName(p.Table))
-		if sub, ok := s.rowCountFor(p.Original); ok && ex == nil {
+		if sub, _, ok := s.rowCountFor(p.Original); ok && ex == nil {
 			return s.relayRowCount(p, sub, seq, more)
 		}
 		return s.relayPlan(p, queryPacket(p.Original), ex, seq, more)

@@ -2,26 +2,29 @@ package rewrite
 
 import "strconv"
 
-// WithRowCount returns sql, one statement, with every call ROW_COUNT()
-// replaced by n as a BIGINT (CAST(n AS SIGNED)), and whether it had any.
-// The executor uses it when the client's previous statement was answered
-// by statements of the proxy's own (a slotted increment's upsert, whose
-// affected rows are not the UPDATE's): on the server ROW_COUNT() would
-// give theirs. False for text with no call, text it cannot lex, and
-// several statements (a later one's ROW_COUNT() is of the statement
-// before it in the same text).
-func WithRowCount(sql string, n int64, sess Session) (string, bool) {
+// WithRowCount returns sql with every call ROW_COUNT() of its first
+// statement replaced by n as a BIGINT (CAST(n AS SIGNED)), the text of
+// that first statement as written (first: sql itself when it has one
+// statement), and whether it had any call. The executor uses it when the
+// server's ROW_COUNT() is not the client's (the proxy answered the
+// client's previous statement with statements of its own, or sent some
+// since). A later statement's ROW_COUNT() is of the statement before it
+// in the same text, which the server runs: left as it is. False for text
+// with no call in its first statement, and text it cannot lex.
+func WithRowCount(sql string, n int64, sess Session) (out, first string, ok bool) {
 	if !mentionsFold(sql, "row_count") {
-		return "", false
+		return "", "", false
 	}
 	toks, ok := lex(sql, sess)
 	if !ok {
-		return "", false
+		return "", "", false
 	}
+	first = sql
 	var edits []edit
 	for i, t := range toks {
-		if t.kind == tokPunct && sql[t.start] == ';' && i < len(toks)-1 {
-			return "", false // several statements
+		if t.kind == tokPunct && sql[t.start] == ';' {
+			first = sql[:t.start]
+			break
 		}
 		if !t.is(sql, "ROW_COUNT") || i+2 >= len(toks) || !toks[i+1].punct(sql, '(') || !toks[i+2].punct(sql, ')') {
 			continue
@@ -32,9 +35,9 @@ func WithRowCount(sql string, n int64, sess Session) (string, bool) {
 		edits = append(edits, edit{start: t.start, end: toks[i+2].end, text: "CAST(" + strconv.FormatInt(n, 10) + " AS SIGNED)"})
 	}
 	if len(edits) == 0 {
-		return "", false
+		return "", "", false
 	}
-	return apply(sql, 0, len(sql), edits), true
+	return apply(sql, 0, len(sql), edits), first, true
 }
 
 // mentionsFold reports whether s contains lower, an ASCII lower-case

@@ -1,10 +1,13 @@
 package rewrite
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // TestWithRowCount: ROW_COUNT() calls of one statement become the value,
-// in any case and spacing; text in strings, comments, quoted names,
-// stored functions of a schema, and texts of several statements are left.
+// in any case and spacing, in the first statement only; text in strings,
+// comments, quoted names, and stored functions of a schema are left.
 func TestWithRowCount(t *testing.T) {
 	for sql, want := range map[string]string{
 		"SELECT ROW_COUNT()":                             "SELECT CAST(2 AS SIGNED)",
@@ -14,14 +17,17 @@ func TestWithRowCount(t *testing.T) {
 		"SELECT 'ROW_COUNT()', `ROW_COUNT`, ROW_COUNT()": "SELECT 'ROW_COUNT()', `ROW_COUNT`, CAST(2 AS SIGNED)",
 		"SELECT /* ROW_COUNT() */ 1":                     "",
 		"SELECT db.ROW_COUNT()":                          "",
-		"SELECT ROW_COUNT(); SELECT 1":                   "",
+		"SELECT ROW_COUNT(); SELECT 1":                   "SELECT CAST(2 AS SIGNED); SELECT 1",
 		"SELECT 1":                                       "",
 		"SELECT ROW_COUNT":                               "",
 		"SELECT 'unterminated ROW_COUNT()":               "",
 	} {
-		got, ok := WithRowCount(sql, 2, Session{})
+		got, first, ok := WithRowCount(sql, 2, Session{})
 		if ok != (want != "") || got != want {
 			t.Errorf("WithRowCount(%q) = %q, %v; want %q", sql, got, ok, want)
+		}
+		if ok && first != strings.TrimSuffix(strings.SplitN(sql, ";", 2)[0], ";") {
+			t.Errorf("WithRowCount(%q): first statement %q", sql, first)
 		}
 	}
 }
