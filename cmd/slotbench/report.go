@@ -232,13 +232,16 @@ func (r *report) add(res ...*targetResult) { r.Results = append(r.Results, res..
 
 func (r *report) addProxyStats(workload string, before, after proxy.StatsSnapshot) {
 	r.ProxyStats[workload] = proxy.StatsSnapshot{
-		RewrittenReads:  after.RewrittenReads - before.RewrittenReads,
-		RewrittenWrites: after.RewrittenWrites - before.RewrittenWrites,
-		GuardedWrites:   after.GuardedWrites - before.GuardedWrites,
-		ParseFailures:   after.ParseFailures - before.ParseFailures,
-		Shadowed:        after.Shadowed - before.Shadowed,
-		Retries:         after.Retries - before.Retries,
-		Refused:         after.Refused - before.Refused,
+		RewrittenReads:    after.RewrittenReads - before.RewrittenReads,
+		RewrittenWrites:   after.RewrittenWrites - before.RewrittenWrites,
+		GuardedWrites:     after.GuardedWrites - before.GuardedWrites,
+		ParseFailures:     after.ParseFailures - before.ParseFailures,
+		Shadowed:          after.Shadowed - before.Shadowed,
+		Retries:           after.Retries - before.Retries,
+		Refused:           after.Refused - before.Refused,
+		Coalesced:         after.Coalesced - before.Coalesced,
+		Batches:           after.Batches - before.Batches,
+		ConsolidatedReads: after.ConsolidatedReads - before.ConsolidatedReads,
 	}
 }
 
@@ -495,14 +498,14 @@ func (r *report) print(w io.Writer) {
 	if len(r.ProxyStats) > 0 {
 		fmt.Fprintln(w, "slotproxy counters per workload:")
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "workload\trewritten writes\tguarded writes\trewritten reads\tretries\tparse failures\trefused\t")
+		fmt.Fprintln(tw, "workload\trewritten writes\tguarded writes\trewritten reads\tretries\tparse failures\trefused\tcoalesced (batches)\tconsolidated reads\t")
 		for _, name := range append(append([]string{}, allWorkloads...), "slot-study") {
 			s, ok := r.ProxyStats[name]
 			if !ok {
 				continue
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t\n", name, s.RewrittenWrites, s.GuardedWrites, s.RewrittenReads,
-				s.Retries, s.ParseFailures, s.Refused)
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d (%d)\t%d\t\n", name, s.RewrittenWrites, s.GuardedWrites, s.RewrittenReads,
+				s.Retries, s.ParseFailures, s.Refused, s.Coalesced, s.Batches, s.ConsolidatedReads)
 		}
 		tw.Flush()
 		fmt.Fprintln(w)
