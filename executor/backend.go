@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 
@@ -205,10 +206,25 @@ func (s *Session) rowCountFor(sql string) (out, first string, ok bool) {
 	return rewrite.WithRowCount(sql, s.rowCount, s.rewriteSession())
 }
 
+// rowCountForBytes is rowCountFor of a query's text, which it copies only
+// when the server's ROW_COUNT() is stale.
+func (s *Session) rowCountForBytes(sql []byte) (out, first string, ok bool) {
+	if !s.rowCountStale() {
+		return "", "", false
+	}
+	return s.rowCountFor(string(sql))
+}
+
 // rowCountWrong reports whether sql reads ROW_COUNT() (as far as its text
 // tells) where the server's value is not the client's.
 func (s *Session) rowCountWrong(sql string) bool {
-	return !(s.rowCountExact && s.statements == s.rowCountAt) && containsFold([]byte(sql), "row_count")
+	return s.rowCountStale() && strings.Contains(strings.ToLower(sql), "row_count")
+}
+
+// rowCountStale reports whether the server's ROW_COUNT() is not the
+// client's (see rowCountFor): a check of no text, for every statement.
+func (s *Session) rowCountStale() bool {
+	return !(s.rowCountExact && s.statements == s.rowCountAt)
 }
 
 // prepare prepares sql on the backend. With relay, the response goes to

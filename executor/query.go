@@ -444,7 +444,7 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 			observe = func(ok *wire.OK) { warned = warned || ok.Warnings > 0 }
 		}
 		var res wire.Result
-		if sub, first, ok := s.rowCountFor(string(sql)); ok {
+		if sub, first, ok := s.rowCountForBytes(sql); ok {
 			// ROW_COUNT() of a statement the proxy answered itself (or
 			// after statements of its own): the count the client was
 			// given, under the column definitions of the first statement
