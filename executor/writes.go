@@ -154,21 +154,22 @@ func (s *Session) execPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) 
 		}
 		s.metrics().Statement(PathPassThrough, ruleName(p.Table))
 		if sub, _, ok := s.rowCountFor(p.Original); ok && ex == nil {
-			return s.relayRowCount(p, sub, seq, more)
+			return s.relayAsOriginal(p, sub, seq, more)
 		}
 		return s.relayPlan(p, queryPacket(p.Original), ex, seq, more)
 	}
 }
 
-// relayRowCount runs sub, the client's statement p.Original with its
-// ROW_COUNT() calls replaced by a value (withRowCount), and relays the
-// response with the column definitions of the statement as written.
-func (s *Session) relayRowCount(p rewrite.Plan, sub string, seq *byte, more bool) (bool, error) {
+// relayAsOriginal runs sql in place of the client's statement p.Original
+// (a rewritten read; the statement with its ROW_COUNT() calls replaced by
+// a value, see rowCountFor), relays the response with the column
+// definitions of the statement as written, and does the plan's follow-up.
+func (s *Session) relayAsOriginal(p rewrite.Plan, sql string, seq *byte, more bool) (bool, error) {
 	orig, err := s.originalColumns(p)
 	if err != nil {
 		return false, err
 	}
-	res, err := s.relayAsPatched(queryPacket(sub), seq, more, newColumnPatch(orig, false))
+	res, err := s.relayAsPatched(queryPacket(sql), seq, more, newColumnPatch(orig, false))
 	if err != nil || res.Failed() {
 		return res.Failed(), err
 	}
@@ -237,15 +238,7 @@ func (s *Session) execRead(p rewrite.Plan, sql string, reads []*rewrite.Table, e
 	if ex != nil {
 		return s.relayPlan(p, nil, ex, seq, more)
 	}
-	orig, err := s.originalColumns(p)
-	if err != nil {
-		return false, err
-	}
-	res, err := s.relayAsPatched(queryPacket(sql), seq, more, newColumnPatch(orig, false))
-	if err != nil || res.Failed() {
-		return res.Failed(), err
-	}
-	return false, s.afterSuccess(p)
+	return s.relayAsOriginal(p, sql, seq, more)
 }
 
 // relayPlan sends payload (for a prepared plan, the client's execution ex
