@@ -1,5 +1,7 @@
 package rewrite
 
+import "strings"
+
 // Consolidatable reports whether sql, one SELECT, gives the same rows to
 // every session with the same account, default database, character set
 // and session variables at the same moment: no user or system variable,
@@ -53,27 +55,12 @@ func pureCall(w string) bool {
 		"LTRIM", "RTRIM", "REPLACE", "LPAD", "RPAD", "HEX", "UNHEX", "ISNULL", "FIELD", "FIND_IN_SET", "ELT")
 }
 
-// equalFoldAny reports whether w is one of words, ASCII letters folded.
+// equalFoldAny reports whether w is one of words, in any case.
 func equalFoldAny(w string, words ...string) bool {
 	for _, x := range words {
-		if len(w) == len(x) && equalFoldUpper(w, x) {
+		if strings.EqualFold(w, x) {
 			return true
 		}
 	}
 	return false
-}
-
-// equalFoldUpper compares w with upper, an upper-case ASCII word of the
-// same length, folding ASCII letters.
-func equalFoldUpper(w, upper string) bool {
-	for i := 0; i < len(upper); i++ {
-		b := w[i]
-		if 'a' <= b && b <= 'z' {
-			b -= 'a' - 'A'
-		}
-		if b != upper[i] {
-			return false
-		}
-	}
-	return true
 }
