@@ -350,12 +350,12 @@ func (s *Session) executeInternalRows(sql string, ep execParams, idx []int, maxR
 
 // binaryString returns the value of a binary-protocol row of one string
 // column (not NULL).
-func binaryString(row []byte) (string, bool) {
+func binaryString(row []byte, more bool) (string, bool) {
 	if len(row) < 3 || row[1]&0x04 != 0 { // header, NULL bitmap (offset 2 bits)
 		return "", false
 	}
 	v, n, ok := wire.LenEncString(row[2:])
-	if !ok || 2+n != len(row) {
+	if !ok || 2+n > len(row) || 2+n < len(row) && !more {
 		return "", false
 	}
 	return string(v), true

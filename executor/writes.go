@@ -1535,7 +1535,10 @@ const maxTriedRows = 16
 func (s *Session) scanInOrder(p rewrite.Plan, op *rewrite.Guarded, ex *execution, narrow func([]string)) func() ([]string, []byte, error) {
 	g := op.Guards[0]
 	t := p.Table
-	plain, found := g.ReadKeysSQL()
+	plain, found := g.OrderSQL, g.OrderSQL != ""
+	if !found {
+		plain, found = g.ReadKeysSQL()
+	}
 	if !found {
 		return nil
 	}
@@ -2354,21 +2357,26 @@ func (s *Session) snapshotFolds() (bool, error) {
 	return !strings.HasPrefix(s.isolation(), "READ"), nil
 }
 
-// guardKeys returns the keys of t in r, the rows of a guard's KeysSQL (as
-// text, or with binaryRows in the binary protocol).
+// guardKeys returns the keys of t in r, the rows of a guard's KeysSQL or
+// OrderSQL (as text, or with binaryRows in the binary protocol): the first
+// column of each, of at most 6 (one byte of NULL bitmap).
 func guardKeys(t *rewrite.Table, r *wire.Response, binaryRows bool) ([]string, error) {
 	keys := make([]string, 0, len(r.Rows))
+	more := len(r.Columns) > 1
+	if len(r.Columns) > 6 {
+		return nil, errors.New("guard: more than 6 columns")
+	}
 	for _, row := range r.Rows {
 		var k string
 		var ok bool
 		switch {
 		case binaryRows && t.Keyed():
-			k, ok = binaryString(row)
+			k, ok = binaryString(row, more)
 			k = t.KeyOf(k)
 		case binaryRows:
 			k, ok = binaryInt(r.Columns[0], row)
 		default:
-			if vals, err := wire.TextRow(row); err == nil && len(vals) == 1 && vals[0] != nil {
+			if vals, err := wire.TextRow(row); err == nil && len(vals) == len(r.Columns) && vals[0] != nil {
 				k, ok = t.KeyOf(string(vals[0])), t.Keyed() || isInteger(vals[0])
 			}
 		}

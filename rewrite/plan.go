@@ -335,6 +335,14 @@ type Guard struct {
 	KeysSQL string
 	// KeysParams are the original placeholder indexes KeysSQL uses, in order.
 	KeysParams []int
+	// OrderSQL, when set, reads without locks the keys of the rows KeysSQL
+	// selects, in the order the statement's own scan reads them: its
+	// select list also names every column of Table (the key first, then a
+	// one-byte value), as the statement reads whole rows, so the server
+	// picks the statement's access path for it rather than an index that
+	// covers the key alone (whose order may differ). Same parameters as
+	// KeysSQL.
+	OrderSQL string
 	// Keys are the values of a `key = v` or `key IN (v, …)` condition the
 	// statement's WHERE clause requires (nil when it requires none): the
 	// statement touches no row with another key. The executor locks the
@@ -519,6 +527,7 @@ func (m *sqlMapper) guard(g *Guard) *Guard {
 	}
 	c := *g
 	m.text(&c.KeysSQL)
+	m.text(&c.OrderSQL)
 	m.text(&c.ScanSQL)
 	m.text(&c.ProbeSQL)
 	c.Keys = m.keys(c.Keys)

@@ -731,6 +731,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 			inc.Guard = &Guard{
 				Table:      t,
 				KeysSQL:    fmt.Sprintf("SELECT %s FROM %s WHERE %s FOR UPDATE", t.RecordID(ref.qual), from, parenthesize(where)),
+				OrderSQL:   orderSQL(t, ref, from, " WHERE "+parenthesize(where)),
 				KeysParams: w.paramsIn(s.Where),
 				Keys:       slices.Clone(inc.Keys),
 			}
@@ -986,6 +987,20 @@ func (w *reads) scanGuard(t *Table, ref *tableRef, where ast.ExprNode, lock stri
 	return g
 }
 
+// orderSQL is a Guard's OrderSQL: the record ids of t's rows in from
+// (ref's table, with any index hint) that cond (" WHERE …") matches, with
+// every column of t read; "" when t's columns are not known.
+func orderSQL(t *Table, ref *tableRef, from, cond string) string {
+	if len(t.Columns) == 0 {
+		return ""
+	}
+	cols := make([]string, len(t.Columns))
+	for i, c := range t.Columns {
+		cols[i] = qualify(ref.qual, c)
+	}
+	return fmt.Sprintf("SELECT %s, COALESCE(%s) IS NULL FROM %s", t.RecordID(ref.qual), strings.Join(cols, ", "), from) + cond
+}
+
 func (w *reads) guardFor(t *Table, ref *tableRef, where ast.ExprNode, lock string) *Guard {
 	if where == nil {
 		// Every row: the statement itself locks the rows it reads; the
@@ -1013,7 +1028,9 @@ func (w *reads) guardFor(t *Table, ref *tableRef, where ast.ExprNode, lock strin
 		if len(dropped) == len(cs) {
 			return w.scanGuard(t, ref, where, lock) // no condition left on the rows
 		}
-		q += " WHERE " + parenthesize(apply(w.sql, ws, we, edits))
+		cond := " WHERE " + parenthesize(apply(w.sql, ws, we, edits))
+		g.OrderSQL = orderSQL(t, ref, ref.from, cond)
+		q += cond
 		var c paramCollector
 		where.Accept(&c)
 		sort.SliceStable(c.found, func(i, j int) bool { return c.found[i].Offset < c.found[j].Offset })
