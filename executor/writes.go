@@ -760,19 +760,33 @@ func (s *Session) execIncrementOf(p rewrite.Plan, inc *rewrite.Increment, up *re
 	}
 }
 
+// semiConsistent reports whether the session's UPDATEs read rows another
+// transaction holds by their committed versions and skip those that do not
+// match (InnoDB's semi-consistent read: READ COMMITTED and READ
+// UNCOMMITTED). Where the proxy reads a statement's rows without locks
+// first to do the same, at READ UNCOMMITTED that read sees another
+// transaction's uncommitted changes of a base row instead (an absolute
+// write, a delete or an insert not yet committed; a slotted increment
+// leaves the base row as it is): see docs/limits.md.
+func (s *Session) semiConsistent() bool {
+	switch s.isolation() {
+	case "READ-COMMITTED", "READ-UNCOMMITTED":
+		return true
+	}
+	return false
+}
+
 // incrementByKeys returns the slotted increment inc (whose records a
 // condition on the row finds) made to increment the records whose rows
 // the condition matches now, read without locks, when the session runs at
-// READ COMMITTED (see rewrite.Increment.ByKeys); "" to run inc.SQL
-// (another level, or more rows than a guard may lock).
+// READ COMMITTED or READ UNCOMMITTED (see rewrite.Increment.ByKeys and
+// semiConsistent); "" to run inc.SQL (another level, or more rows than a
+// guard may lock).
 func (s *Session) incrementByKeys(t *rewrite.Table, inc *rewrite.Increment) (string, []byte, error) {
 	if err := s.ensureSessionInfo(); err != nil {
 		return "", nil, err
 	}
-	if s.isolation() != "READ-COMMITTED" {
-		// At READ UNCOMMITTED a read without locks sees the rows other
-		// transactions wrote and have not committed, where the UPDATE's
-		// semi-consistent read goes by their committed versions.
+	if !s.semiConsistent() {
 		return "", nil, nil
 	}
 	read, ok := inc.Guard.ReadKeysSQL()
@@ -992,7 +1006,7 @@ func (s *Session) execOnBase(p rewrite.Plan, inc *rewrite.Increment, ex *executi
 	op := &rewrite.Guarded{SQL: p.Original, Guards: []*rewrite.Guard{inc.Guard}, SingleTable: true, Restrict: inc.Restrict}
 	main := func() ([]byte, []byte, error) { return s.statementPacket(p.Original, ex) }
 	var narrow func([]string)
-	if len(inc.Keys) == 0 && inc.Restrict != "" && s.isolation() == "READ-COMMITTED" {
+	if len(inc.Keys) == 0 && inc.Restrict != "" && s.semiConsistent() {
 		// At READ COMMITTED the UPDATE skips a row another transaction
 		// holds when the row's committed version does not match (InnoDB's
 		// semi-consistent read), where the guard's locking read of every
@@ -1476,7 +1490,7 @@ func (s *Session) guardInOrder(p rewrite.Plan, op *rewrite.Guarded, ex *executio
 		// trial could not be undone.
 		return nil
 	}
-	if len(op.Guards) != 1 || op.Restrict == "" || !op.SingleTable || op.Delete || op.FoldAfter || p.Table == nil || p.Table.Key == "" {
+	if len(op.Guards) != 1 || op.Restrict == "" || !op.SingleTable || op.Delete || op.FoldAfter || p.Table == nil || p.Table.Key == "" && !p.Table.Keyed() {
 		return nil
 	}
 	g := op.Guards[0]
@@ -1487,7 +1501,7 @@ func (s *Session) guardInOrder(p rewrite.Plan, op *rewrite.Guarded, ex *executio
 	if len(g.Keys) == 0 && g.KeysSQL != "" && s.autocommitted() {
 		return s.scanInOrder(p, op, ex, narrow)
 	}
-	if len(g.Keys) < 2 || len(g.Keys) > maxTriedRows {
+	if len(g.Keys) < 2 || len(g.Keys) > maxTriedRows || p.Table.Key == "" {
 		return nil
 	}
 	keys, ok := resolveKeys(p.Table, g.Keys, ex)

@@ -190,7 +190,9 @@ func TestRowConditionsReadCommitted(t *testing.T) {
 		"INSERT INTO t (id, grp, name) VALUES (1, 1, 'a'), (2, 1, 'b'), (3, 2, 'c'), (4, 1, 'd'), (6, 2, 'f')",
 		"CREATE TABLE t2 (id INT NOT NULL PRIMARY KEY, grp INT NOT NULL, n INT NULL, s SMALLINT NOT NULL DEFAULT 0)",
 		"INSERT INTO t2 (id, grp, n, s) VALUES (1, 1, NULL, 0), (2, 1, 5, 0), (3, 2, 7, 0), (4, 1, 1, 32760), (6, 2, NULL, 0)",
-	}, "table: "+ruled+".t\nkey: id\ncounters: [c]\nslots: 4\n---\ntable: "+ruled+".t2\nkey: id\ncounters: [n, s]\nslots: 4\n")
+		"CREATE TABLE t3 (id VARCHAR(10) NOT NULL PRIMARY KEY, grp INT NOT NULL, n INT NULL)",
+		"INSERT INTO t3 (id, grp, n) VALUES ('a', 1, NULL), ('b', 1, 5), ('c', 2, 3)",
+	}, "table: "+ruled+".t\nkey: id\ncounters: [c]\nslots: 4\n---\ntable: "+ruled+".t2\nkey: id\ncounters: [n, s]\nslots: 4\n---\ntable: "+ruled+".t3\nkey: id\ncounters: [n]\nslots: 4\n")
 	short := "SET SESSION innodb_lock_wait_timeout = 1"
 	corpus := []step{
 		on(0, text(short)), on(1, text(short)),
@@ -243,6 +245,27 @@ func TestRowConditionsReadCommitted(t *testing.T) {
 		text("ROLLBACK"),
 		on(1, text("UPDATE t2 SET n = n + 1, s = s + 1 WHERE grp = 1")),
 		on(1, text("SELECT * FROM t2 ORDER BY id")),
+
+		// At READ UNCOMMITTED, an open transaction holding rows the
+		// condition does not match (rows it incremented, slotted, and a
+		// row it inserted): skipped, slotted and on the base rows (a NULL
+		// counter, a delta beyond the slot's share), as directly.
+		on(1, text("SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")),
+		text("BEGIN"),
+		text("UPDATE t SET c = c + 1 WHERE id = 6"),
+		text("UPDATE t2 SET s = s + 1 WHERE id = 6"),
+		text("INSERT INTO t2 (id, grp) VALUES (8, 9)"),
+		text("UPDATE t3 SET n = n + 1 WHERE id = 'c'"),
+		on(1, text("UPDATE t SET c = c + 1 WHERE grp = 1")),
+		on(1, text("UPDATE t2 SET n = n + 1 WHERE grp = 1")),
+		on(1, text("UPDATE t2 SET s = s + 20000 WHERE grp = 1")),
+		on(1, text("UPDATE t3 SET n = n + 1 WHERE grp = 1")), // a string key
+		on(1, text("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")),
+		on(1, text("UPDATE t3 SET n = n + 2 WHERE grp = 1")),
+		text("COMMIT"),
+		on(1, text("SELECT id, c FROM t ORDER BY id")),
+		on(1, text("SELECT * FROM t2 ORDER BY id")),
+		on(1, text("SELECT * FROM t3 ORDER BY id")),
 	}
 	stats, _ := runDifferential(t, cat, plain, ruled, corpus)
 	if stats.RewrittenWrites == 0 {

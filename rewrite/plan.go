@@ -205,13 +205,14 @@ type Increment struct {
 	// ByKeys, for an increment whose records a condition on the row finds
 	// (no key named) in a table keyed by an integer, is SQL whose records
 	// are also required to be among RestrictKeys, read by the primary key;
-	// empty otherwise. At READ COMMITTED the executor reads the keys of the
-	// rows the condition matches without locking them (Guard.ReadKeysSQL)
-	// and runs ByKeys with them: the rows it locks are those the UPDATE
-	// would, which skips a row another transaction holds when the row's
-	// committed version does not match (semi-consistent read), where SQL's
-	// locking read of every row scanned would wait for it. (At READ
-	// UNCOMMITTED the read would see rows not committed.)
+	// empty otherwise. At READ COMMITTED and READ UNCOMMITTED the executor
+	// reads the keys of the rows the condition matches without locking
+	// them (Guard.ReadKeysSQL) and runs ByKeys with them: the rows it locks
+	// are those the UPDATE would, which skips a row another transaction
+	// holds when the row's committed version does not match
+	// (semi-consistent read), where SQL's locking read of every row scanned
+	// would wait for it. (At READ UNCOMMITTED the read sees another
+	// transaction's uncommitted change of a base row: docs/limits.md.)
 	ByKeys string
 	// Guard locks and folds the records, for running the client's
 	// statement on the base rows instead (a delta beyond the slot's share

@@ -710,9 +710,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 				from += " FORCE INDEX (PRIMARY)"
 			}
 			inc.ProbeSQL = w.probe(start, end, ws, we)
-			if t.Key != "" {
-				inc.Restrict = w.restricted(s.Where, ref, t, start, end)
-			}
+			inc.Restrict = w.restricted(s.Where, ref, t, start, end)
 			if byScan && !t.Keyed() {
 				// At READ COMMITTED the UPDATE skips a row another
 				// transaction holds when the row's committed version does
