@@ -1859,6 +1859,18 @@ func (s *Session) guardModeFor(p rewrite.Plan, op *rewrite.Guarded, inc *rewrite
 		return guardMode{}, "", err
 	}
 	if wrapped {
+		// The proxy's own transaction: at REPEATABLE READ, whose gap locks
+		// keep rows from appearing between the fold and the statement;
+		// but a statement of one key runs at the session's level, as
+		// directly (neither waits for a gap another transaction locked),
+		// its row locked by key and the statement run again if that row
+		// appeared meanwhile (see guardMode.keys).
+		if len(op.Guards) == 1 && len(op.Guards[0].Keys) == 1 && !op.Guards[0].Wide {
+			g := op.Guards[0]
+			if keys, ok := resolveKeys(g.Table, g.Keys, ex); ok && len(keys) == 1 {
+				return guardMode{keys: keys, table: g.Table}, "", nil
+			}
+		}
 		return guardMode{repeatable: true}, "", nil
 	}
 	level := strings.ReplaceAll(s.isolation(), "-", " ")

@@ -216,3 +216,42 @@ func isolationVar(c *client.Conn) string {
 	}
 	return "transaction_isolation"
 }
+
+// TestAutocommitWriteByKeyAtReadCommitted (fuzzer, MariaDB,
+// mariadb-1795902123158267991): an autocommit absolute write or delete of
+// one key at READ COMMITTED does not wait for a gap another transaction's
+// scan locked at REPEATABLE READ (directly READ COMMITTED takes no gap
+// locks); it waits for a row that transaction holds, as directly. The
+// server as the oracle, on both servers.
+func TestAutocommitWriteByKeyAtReadCommitted(t *testing.T) {
+	const plain, ruled = "rckey_plain", "rckey_ruled"
+	cat := loadedSetup(t, plain, ruled, []string{
+		"CREATE TABLE t (id INT NOT NULL PRIMARY KEY, c INT NOT NULL DEFAULT 0, name VARCHAR(20) NULL)",
+		"INSERT INTO t (id, c, name) VALUES (1, 10, 'a'), (2, 4, 'b'), (3, 9, 'c'), (4, 1, 'd'), (5, 7, 'e')",
+	}, "table: "+ruled+".t\nkey: id\ncounters: [c]\nslots: 4\n")
+	short := "SET SESSION innodb_lock_wait_timeout = 1"
+	corpus := []step{
+		on(0, text(short)), on(1, text(short)),
+		text("UPDATE t SET c = c + 3 WHERE id IN (1, 3)"), // slotted
+		on(1, text("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")),
+		text("BEGIN"),
+		text("SELECT id, c FROM t ORDER BY id"), // a snapshot: rows deleted after it stay (delete-marked)
+		on(2, text("DELETE FROM t WHERE id IN (2, 4)")),
+		text("DELETE FROM t WHERE c = 100"), // scans every row and gap at REPEATABLE READ, deletes none
+		// Keys with no row (rows deleted, kept for the snapshot, and
+		// gaps) that it locked: no wait.
+		on(1, text("UPDATE t SET c = 5 WHERE id = 2")),
+		on(1, text("DELETE FROM t WHERE id = 4")),
+		on(1, text("UPDATE t SET c = c + 1, name = 'x' WHERE id = 6")),
+		// A row it holds: waited for (1205), as directly.
+		on(1, text("UPDATE t SET c = 20 WHERE id = 3")),
+		text("COMMIT"),
+		on(1, text("UPDATE t SET c = 20 WHERE id = 3")),
+		on(1, text("DELETE FROM t WHERE id = 1")),
+		on(1, text("INSERT INTO t (id, c) VALUES (1, 2)")),
+		on(1, text("UPDATE t SET c = c + 1 WHERE id = 1")),
+		on(1, text("UPDATE t SET c = 4 WHERE id = 1")),
+		text("SELECT id, c, name FROM t ORDER BY id"),
+	}
+	runDifferential(t, cat, plain, ruled, corpus)
+}
