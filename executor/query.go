@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -384,6 +385,13 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 	}
 	s.noteSessionSets(sql)
 	changes, isolation, weak := scanSessionWords(sql)
+	if weak && s.inTransaction() && !bytes.Contains(bytes.TrimRight(sql, "; \t\r\n"), []byte{';'}) {
+		// One statement in an open transaction: it cannot change that
+		// transaction's level (a one-shot SET TRANSACTION there fails with
+		// 1568), and a session level it sets shows in the session's
+		// information for the next one.
+		weak = false
+	}
 	if isolation && s.inTransaction() && s.txn.isolation == "" {
 		// It may set the session's level inside a transaction, which
 		// keeps its own: the proxy keeps it too (see isolation).

@@ -255,3 +255,38 @@ func TestAutocommitWriteByKeyAtReadCommitted(t *testing.T) {
 	}
 	runDifferential(t, cat, plain, ruled, corpus)
 }
+
+// TestSessionLevelSetInTransaction (fuzzer, MariaDB,
+// mariadb-1795902123158268017): SET SESSION TRANSACTION ISOLATION LEVEL
+// READ UNCOMMITTED inside a REPEATABLE READ transaction leaves that
+// transaction's level as it is; a locking read of counters in it then
+// takes no snapshot (its read runs as written), so the transaction's first
+// plain read sees what was committed before it, as directly. The next
+// transaction runs at READ UNCOMMITTED. The server as the oracle.
+func TestSessionLevelSetInTransaction(t *testing.T) {
+	const plain, ruled = "txlevel_plain", "txlevel_ruled"
+	cat := loadedSetup(t, plain, ruled, []string{
+		"CREATE TABLE t (id INT NOT NULL PRIMARY KEY, c INT NOT NULL DEFAULT 0)",
+		"INSERT INTO t (id, c) VALUES (1, 10), (2, 4), (3, 9)",
+	}, "table: "+ruled+".t\nkey: id\ncounters: [c]\nslots: 4\n")
+	corpus := []step{
+		text("UPDATE t SET c = c + 1 WHERE id = 1"), // slotted
+		on(1, text("BEGIN")),
+		on(1, text("SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")),
+		on(1, text("SELECT id, c FROM t WHERE id = 1 FOR UPDATE")),
+		text("UPDATE t SET c = c + 3 WHERE id = 2"),
+		on(1, text("SELECT SUM(c), MAX(c), COUNT(*) FROM t")),
+		text("UPDATE t SET c = c + 5 WHERE id = 3"),
+		on(1, text("SELECT SUM(c) FROM t")), // the snapshot: without id 3's +5
+		on(1, text("COMMIT")),
+		// The next transaction: READ UNCOMMITTED.
+		on(1, text("BEGIN")),
+		text("BEGIN"),
+		text("UPDATE t SET c = c + 7 WHERE id = 3"),
+		on(1, text("SELECT id, c FROM t ORDER BY id")),
+		text("ROLLBACK"),
+		on(1, text("SELECT id, c FROM t ORDER BY id")),
+		on(1, text("COMMIT")),
+	}
+	runDifferential(t, cat, plain, ruled, corpus)
+}
