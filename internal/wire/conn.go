@@ -12,11 +12,13 @@ package wire
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"slices"
+	"sync"
 	"time"
 )
 
@@ -58,6 +60,13 @@ type Conn struct {
 	br *bufio.Reader
 	bw *bufio.Writer
 	sw *sockWriter
+	// src is what br reads from (the socket, marked for a server); own is
+	// the Conn's own reader while br is a wide one borrowed (see Widen).
+	src io.Reader
+	own *bufio.Reader
+	// streamed counts the row bytes ForwardBufferedRows moved since the
+	// last Narrow.
+	streamed int
 	// SeqShift is added to the sequence id of every forwarded header (see
 	// ForwardRest), for a response whose command the proxy sent in a
 	// different number of packets than the client did.
@@ -92,7 +101,52 @@ func NewConn(c net.Conn, o Options) *Conn {
 	if o.Server {
 		r = serverReader{c}
 	}
-	return &Conn{Conn: c, br: bufio.NewReaderSize(r, o.ReadBuf), bw: bufio.NewWriterSize(sw, o.WriteBuf), sw: sw}
+	return &Conn{Conn: c, br: bufio.NewReaderSize(r, o.ReadBuf), bw: bufio.NewWriterSize(sw, o.WriteBuf), sw: sw, src: r}
+}
+
+// WideReadBuf is the size of the read buffer a Conn borrows while a large
+// response streams through it (see Widen).
+const WideReadBuf = 64 << 10
+
+var wideReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, WideReadBuf) }}
+
+// Widen makes p read through a borrowed WideReadBuf buffer until Narrow,
+// carrying over what its own buffer holds: a large response then takes a
+// quarter of the reads (and of the client's writes), and an idle
+// connection keeps only its own small buffer.
+func (p *Conn) Widen() {
+	if p.own != nil || p.br.Size() >= WideReadBuf {
+		return
+	}
+	wide := wideReaders.Get().(*bufio.Reader)
+	wide.Reset(p.carried())
+	p.own, p.br = p.br, wide
+}
+
+// Narrow returns a borrowed buffer (see Widen), carrying over what it
+// holds into the Conn's own; the reader of responses calls it at the end
+// of each.
+func (p *Conn) Narrow() {
+	p.streamed = 0
+	if p.own == nil {
+		return
+	}
+	wide := p.br
+	p.own.Reset(p.carried())
+	p.br, p.own = p.own, nil
+	wide.Reset(nil)
+	wideReaders.Put(wide)
+}
+
+// carried is the source of a reader that replaces br: what br holds, then
+// the socket.
+func (p *Conn) carried() io.Reader {
+	n := p.br.Buffered()
+	if n == 0 {
+		return p.src
+	}
+	b, _ := p.br.Peek(n)
+	return io.MultiReader(bytes.NewReader(slices.Clone(b)), p.src)
 }
 
 // serverReader marks the read errors of a server connection.
@@ -355,6 +409,8 @@ func (p *Conn) DiscardRest(h Header) error {
 // first packet that needs a closer look: an ERR or a terminator (0xff, or
 // 0xfe in a packet under 16 MiB; neither can start a row), one of 16 MiB or
 // more, or one not yet complete. It does nothing while dst.SeqShift is set.
+// Once the rows it moved since the last Narrow fill p's buffer, it widens
+// p (Widen): the rest of a large result set comes in larger reads.
 func (p *Conn) ForwardBufferedRows(dst *Conn) error {
 	if p.br.Buffered() < 5 || dst.SeqShift != 0 {
 		return nil
@@ -381,6 +437,9 @@ func (p *Conn) ForwardBufferedRows(dst *Conn) error {
 	}
 	dst.wrote, dst.lastSeq = true, lastSeq
 	_, _ = p.br.Discard(pos)
+	if p.streamed += pos; p.streamed >= p.br.Size() {
+		p.Widen() // a large result set: more rows may follow
+	}
 	return nil
 }
 

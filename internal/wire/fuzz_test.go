@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 
@@ -138,3 +139,54 @@ type bytesConn struct {
 func (c *bytesConn) Read(p []byte) (int, error)  { return c.r.Read(p) }
 func (c *bytesConn) Write(p []byte) (int, error) { return c.w.Write(p) }
 func (c *bytesConn) Close() error                { return nil }
+
+// sizeSink is a Forward that notes the largest read buffer its server
+// Conn had while rows went through.
+type sizeSink struct {
+	Forward
+	largest int
+}
+
+func (s *sizeSink) Take(src *Conn, p *Packet) error {
+	s.largest = max(s.largest, src.br.Size())
+	return s.Forward.Take(src, p)
+}
+
+func (s *sizeSink) ForwardRows(src *Conn) error { return s.Forward.ForwardRows(src) }
+
+// TestRelayWideRows: a result set far larger than the read buffer is
+// relayed through a borrowed wide buffer (Conn.Widen) byte for byte, and
+// the Conn is back on its own buffer afterwards with the bytes that
+// followed the result set (the next response) carried over intact.
+func TestRelayWideRows(t *testing.T) {
+	var rs []byte
+	rs = append(rs, 1, 0, 0, 1, 1)                   // one column
+	rs = append(rs, 5, 0, 0, 2, 3, 'd', 'e', 'f', 0) // column definition
+	seq := byte(3)
+	for i := range 300 {
+		v := strings.Repeat(string(rune('a'+i%26)), (i*37)%2000)
+		rs = append(rs, byte(3+len(v)), byte((3+len(v))>>8), 0, seq, 0xfc, byte(len(v)), byte(len(v)>>8))
+		rs = append(rs, v...)
+		seq++
+	}
+	rs = append(rs, 7, 0, 0, seq, 0xfe, 0, 0, 2, 0, 0, 0)
+	okPkt := []byte{7, 0, 0, 1, 0, 3, 0, 2, 0, 0, 0} // the next command's OK: 3 affected rows
+	for _, chunk := range []int{1000, 7000, 40000, 1 << 20} {
+		server, client, out := fuzzConns(append(slices.Clone(rs), okPkt...), chunk)
+		sink := &sizeSink{Forward: Forward{Client: client, Server: server}}
+		_, err := Reader{Src: server, DeprecateEOF: true}.Read(Results, sink)
+		if err == nil {
+			err = client.Flush()
+		}
+		if got := out(); err != nil || !bytes.Equal(got, rs) {
+			t.Fatalf("reads of %d bytes: err %v, relayed %d of %d bytes", chunk, err, len(got), len(rs))
+		}
+		if sink.largest != WideReadBuf || server.br.Size() != 16<<10 || server.own != nil {
+			t.Fatalf("reads of %d bytes: largest read buffer %d, after the response %d (borrowed one kept: %v)", chunk, sink.largest, server.br.Size(), server.own != nil)
+		}
+		res, err := Reader{Src: server, DeprecateEOF: true}.Read(Results, &Forward{Client: client, Server: server})
+		if err != nil || res.RowCount != 3 {
+			t.Fatalf("reads of %d bytes: the next response after narrowing: %+v, %v", chunk, res, err)
+		}
+	}
+}

@@ -157,6 +157,7 @@ type Reader struct {
 // Read reads the response of the given kind, handing each packet to sink.
 // Kinds None, Auth and Stream have no packet grammar and are errors here.
 func (r Reader) Read(kind Kind, sink Sink) (Result, error) {
+	defer r.Src.Narrow() // a large result set's borrowed buffer (see Conn.Widen)
 	switch kind {
 	case One:
 		return r.one(sink)
