@@ -188,10 +188,10 @@ func TestRowConditionsReadCommitted(t *testing.T) {
 	cat := loadedSetup(t, plain, ruled, []string{
 		"CREATE TABLE t (id INT NOT NULL PRIMARY KEY, grp INT NOT NULL, name VARCHAR(20) NULL, c INT NOT NULL DEFAULT 0)",
 		"INSERT INTO t (id, grp, name) VALUES (1, 1, 'a'), (2, 1, 'b'), (3, 2, 'c'), (4, 1, 'd'), (6, 2, 'f')",
-		"CREATE TABLE t2 (id INT NOT NULL PRIMARY KEY, grp INT NOT NULL, n INT NULL, s SMALLINT NOT NULL DEFAULT 0)",
+		"CREATE TABLE t2 (id INT NOT NULL PRIMARY KEY, grp INT NOT NULL, n INT NULL, s SMALLINT NOT NULL DEFAULT 0, pos POINT NULL)",
 		"INSERT INTO t2 (id, grp, n, s) VALUES (1, 1, NULL, 0), (2, 1, 5, 0), (3, 2, 7, 0), (4, 1, 1, 32760), (6, 2, NULL, 0)",
-		"CREATE TABLE t3 (id VARCHAR(10) NOT NULL PRIMARY KEY, grp INT NOT NULL, n INT NULL)",
-		"INSERT INTO t3 (id, grp, n) VALUES ('a', 1, NULL), ('b', 1, 5), ('c', 2, 3)",
+		"CREATE TABLE t3 (id VARCHAR(10) NOT NULL PRIMARY KEY, grp INT NOT NULL, n INT NULL, pos POINT NULL, doc JSON NULL)", // the read of keys in order names every column
+		"INSERT INTO t3 (id, grp, n, pos) VALUES ('a', 1, NULL, POINT(1, 2)), ('b', 1, 5, NULL), ('c', 2, 3, NULL)",
 	}, "table: "+ruled+".t\nkey: id\ncounters: [c]\nslots: 4\n---\ntable: "+ruled+".t2\nkey: id\ncounters: [n, s]\nslots: 4\n---\ntable: "+ruled+".t3\nkey: id\ncounters: [n]\nslots: 4\n")
 	short := "SET SESSION innodb_lock_wait_timeout = 1"
 	corpus := []step{
@@ -265,7 +265,7 @@ func TestRowConditionsReadCommitted(t *testing.T) {
 		text("COMMIT"),
 		on(1, text("SELECT id, c FROM t ORDER BY id")),
 		on(1, text("SELECT * FROM t2 ORDER BY id")),
-		on(1, text("SELECT * FROM t3 ORDER BY id")),
+		on(1, text("SELECT id, grp, n, ST_AsText(pos) FROM t3 ORDER BY id")),
 	}
 	stats, _ := runDifferential(t, cat, plain, ruled, corpus)
 	if stats.RewrittenWrites == 0 {

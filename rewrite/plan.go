@@ -338,8 +338,8 @@ type Guard struct {
 	KeysParams []int
 	// OrderSQL, when set, reads without locks the keys of the rows KeysSQL
 	// selects, in the order the statement's own scan reads them: its
-	// select list also names every column of Table (the key first, then a
-	// one-byte value), as the statement reads whole rows, so the server
+	// select list also names every column of Table (the key first, then
+	// the sum of ISNULL of each), as the statement reads whole rows, so the server
 	// picks the statement's access path for it rather than an index that
 	// covers the key alone (whose order may differ). Same parameters as
 	// KeysSQL.

@@ -994,9 +994,9 @@ func orderSQL(t *Table, ref *tableRef, from, cond string) string {
 	}
 	cols := make([]string, len(t.Columns))
 	for i, c := range t.Columns {
-		cols[i] = qualify(ref.qual, c)
+		cols[i] = "ISNULL(" + qualify(ref.qual, c) + ")" // of any type (COALESCE mixes types: MariaDB refuses POINT with INT)
 	}
-	return fmt.Sprintf("SELECT %s, COALESCE(%s) IS NULL FROM %s", t.RecordID(ref.qual), strings.Join(cols, ", "), from) + cond
+	return fmt.Sprintf("SELECT %s, %s FROM %s", t.RecordID(ref.qual), strings.Join(cols, " + "), from) + cond
 }
 
 func (w *reads) guardFor(t *Table, ref *tableRef, where ast.ExprNode, lock string) *Guard {
