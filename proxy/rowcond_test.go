@@ -266,6 +266,16 @@ func TestRowConditionsReadCommitted(t *testing.T) {
 		on(1, text("SELECT id, c FROM t ORDER BY id")),
 		on(1, text("SELECT * FROM t2 ORDER BY id")),
 		on(1, text("SELECT id, grp, n, ST_AsText(pos) FROM t3 ORDER BY id")),
+		// Prepared (the keys read in the binary protocol), on the base
+		// rows, at READ UNCOMMITTED and REPEATABLE READ; a range error
+		// part way.
+		on(1, prep("UPDATE t2 SET n = n + ? WHERE grp = ?", 1, 1)),
+		on(1, prep("UPDATE t3 SET n = n + ? WHERE grp = ?", 2, 1)),
+		on(1, text("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")),
+		on(1, prep("UPDATE t3 SET n = n + ? WHERE grp = ?", 2, 1)),
+		on(1, prep("UPDATE t2 SET s = s + ? WHERE grp = ? OR id = ?", 30000, 1, 4)),
+		on(1, text("SELECT * FROM t2 ORDER BY id")),
+		on(1, text("SELECT id, grp, n FROM t3 ORDER BY id")),
 	}
 	stats, _ := runDifferential(t, cat, plain, ruled, corpus)
 	if stats.RewrittenWrites == 0 {
