@@ -262,6 +262,12 @@ type Session struct {
 	// has (0 when it is relayed as it is), and stmtIndex the position of
 	// the one running (0 for the first, and for a single one).
 	stmtsInCommand, stmtIndex int
+	// planDepth counts the plans being run (execPlan runs a fallback's
+	// inside its own); openAtStart is whether a transaction was open when
+	// the outermost began: a refusal after the proxy's own statements
+	// opened one (autocommit off) rolls it back (see refuse).
+	planDepth   int
+	openAtStart bool
 	// lastPath is the path of the last statement handled (LastPath).
 	lastPath string
 	// wait is the running statement's lock-wait budget (lockwait.go).
@@ -516,6 +522,16 @@ func (s *Session) noteStatus(res wire.Result) {
 // refuse answers a statement the proxy will not run with an error naming
 // the rule and the reason.
 func (s *Session) refuse(t *rewrite.Table, reason string, seq *byte) error {
+	if s.planDepth > 0 && !s.openAtStart && s.inTransaction() && !s.autocommit() {
+		// The proxy's own statements (a slotted attempt that failed)
+		// opened the transaction, which holds nothing of the client's:
+		// as nothing was run, none is open.
+		if r, err := s.query("ROLLBACK"); err != nil {
+			return err
+		} else if r.Failed() {
+			return s.writeErr(r.Err, seq)
+		}
+	}
 	s.env.Stats.Refused.Add(1)
 	s.metrics().Statement(PathRefused, ruleName(t))
 	e := wire.Errorf(mysql.ER_NOT_SUPPORTED_YET, "42000", "rule %s: statement refused, nothing was run: %s", ruleName(t), reason)

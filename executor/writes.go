@@ -71,6 +71,11 @@ func (s *Session) incPatch(matched, changed uint64) func(*wire.OK) {
 // packets from *seq. ex, when set, is the client's COM_STMT_EXECUTE of a
 // prepared plan. It reports whether the client got an ERR.
 func (s *Session) execPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) (bool, error) {
+	if s.planDepth == 0 {
+		s.openAtStart = s.inTransaction()
+	}
+	s.planDepth++
+	defer func() { s.planDepth-- }()
 	if saved := s.warnings; saved != nil {
 		if _, ok := p.Op.(*rewrite.AsWritten); ok && ex == nil && isShowWarnings([]byte(p.Original)) {
 			// SHOW WARNINGS after a statement of the same query whose

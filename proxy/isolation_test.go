@@ -290,3 +290,47 @@ func TestSessionLevelSetInTransaction(t *testing.T) {
 	}
 	runDifferential(t, cat, plain, ruled, corpus)
 }
+
+// TestRefusalOpensNoTransaction (fuzzer, MariaDB, CI's bounded run,
+// mariadb-1795908515451203811): with autocommit off at READ COMMITTED, an
+// upsert whose slotted attempt fails (a delta beyond the slot's share) and
+// whose guarded form is refused leaves no transaction open: the refusal
+// says nothing was run, and the transaction the proxy's attempt opened
+// held nothing of the client's.
+func TestRefusalOpensNoTransaction(t *testing.T) {
+	const plain, ruled = "refusal_plain", "refusal_ruled"
+	cat := loadedSetup(t, plain, ruled, []string{
+		"CREATE TABLE t1 (id VARCHAR(20) NOT NULL PRIMARY KEY, c1 BIGINT UNSIGNED NOT NULL DEFAULT 0, name VARCHAR(20) NULL)",
+		"INSERT INTO t1 (id, c1, name) VALUES ('1', 18446744073709551615, 'n1'), ('3', 18446744073709551612, 'n3')",
+	}, "table: "+ruled+".t1\nkey: id\ncounters: [c1]\nslots: 6\n")
+	p := startProxyFull(t, func(c *proxy.Config) { c.Rewriter = newRewriter(cat) }, nil)
+	c, err := client.Connect(p.addr, testdb.User, testdb.Password, ruled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, q := range []string{"SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED", "SET autocommit = 0"} {
+		if _, err := c.Execute(q); err != nil {
+			t.Fatal(q, err)
+		}
+	}
+	_, err = c.Execute("INSERT INTO t1 (id, c1, name) VALUES ('3', 4, 'n7') ON DUPLICATE KEY UPDATE c1 = c1 + 1")
+	var me *gomysql.MyError
+	if !asMyError(err, &me) || me.Code != 1235 {
+		t.Fatalf("upsert: %v, want the refusal 1235", err)
+	}
+	r, err := c.Execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Status&gomysql.SERVER_STATUS_IN_TRANS != 0 {
+		t.Fatalf("a transaction is open after the refusal (status %#x)", r.Status)
+	}
+	r, err = c.Execute("SELECT c1 FROM t1 WHERE id = '3'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := r.GetUint(0, 0); v != 18446744073709551612 {
+		t.Fatalf("c1 %d, want 18446744073709551612", v)
+	}
+}
