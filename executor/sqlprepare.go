@@ -109,7 +109,9 @@ func pick(vars []string, idx []int) []string {
 // showWarningsFirst runs a multi-statement query that names no ruled table
 // and begins with SHOW WARNINGS while the session keeps the warnings of
 // its previous statement (see saveWarnings): each SHOW WARNINGS it begins
-// with is answered with them, and the rest of the query is sent as it is.
+// with is answered with them, and the rest of the query is sent as it is
+// (its first statement's ROW_COUNT() calls given the client's count when
+// the server's is not that: see rowCountFor).
 func (s *Session) showWarningsFirst(sql []byte) error {
 	seq := s.respSeq
 	rest := string(sql)
@@ -131,6 +133,17 @@ func (s *Session) showWarningsFirst(sql []byte) error {
 	}
 	s.warnings = nil
 	s.metrics().Statement(PathPassThrough, "")
+	if sub, first, ok := s.rowCountFor(rest); ok {
+		// The server's ROW_COUNT() is of the proxy's statements, not of
+		// the client's statement before the SHOW WARNINGS: the count the
+		// client was given, under the columns of the statement as written.
+		orig, err := s.originalColumns(rewrite.Plan{Original: first})
+		if err != nil {
+			return err
+		}
+		_, err = s.relayAsPatched(queryPacket(sub), &seq, false, newColumnPatch(orig, false))
+		return err
+	}
 	_, err := s.relayAs(queryPacket(rest), &seq, false)
 	return err
 }
