@@ -162,6 +162,10 @@ func (s *Session) closeStmt(id uint32) {
 }
 
 func (s *Session) handleExecute(rw *rewrite.Rewriter, payload []byte) error {
+	// One statement, also for the read of a relayed statement's own
+	// records (snapshotFolds: a transaction of its BEGIN and increments so
+	// far makes its snapshot now, and refreshes nothing).
+	s.stmtsInCommand = 1
 	var st *stmtInfo
 	if len(payload) >= 5 && len(s.rw.stmts) > 0 {
 		st = s.rw.stmts[binary.LittleEndian.Uint32(payload[1:])]
@@ -190,7 +194,6 @@ func (s *Session) handleExecute(rw *rewrite.Rewriter, payload []byte) error {
 		return err
 	}
 	p := st.plan
-	s.stmtsInCommand = 1
 	switch p.Op.(type) {
 	case *rewrite.Increment, *rewrite.UpsertIncrement, *rewrite.UpsertRows, *rewrite.Guarded, *rewrite.WriteOthers, *rewrite.Read, *rewrite.LockingRead, *rewrite.AsWritten:
 		if st.rw != rw && rw != nil {

@@ -23,11 +23,12 @@ type cpuSample struct {
 	steal   int64
 	self    int64 // this process: utime+stime
 	backend int64 // mariadbd, when it runs on this machine and we know its pid
+	target  int64 // the process serving the target, when it is one of its own (--slotproxy)
 	ok      bool
 }
 
-// sampleCPU reads the counters; backendPID 0 means unknown.
-func sampleCPU(backendPID int) cpuSample {
+// sampleCPU reads the counters; a pid of 0 means unknown (or none).
+func sampleCPU(backendPID, targetPID int) cpuSample {
 	var s cpuSample
 	data, err := os.ReadFile("/proc/stat")
 	if err != nil {
@@ -48,6 +49,9 @@ func sampleCPU(backendPID int) cpuSample {
 	s.self = procTicks(os.Getpid())
 	if backendPID > 0 {
 		s.backend = procTicks(backendPID)
+	}
+	if targetPID > 0 {
+		s.target = procTicks(targetPID)
 	}
 	s.ok = true
 	return s
@@ -75,13 +79,13 @@ func procTicks(pid int) int64 {
 }
 
 // otherCores returns the average number of cores that processes other than
-// this one and the backend kept busy between a and b, and the average
+// this one, the backend and the target's kept busy between a and b, and the average
 // number of cores stolen by the hypervisor, over seconds of wall time.
 func otherCores(a, b cpuSample, seconds float64) (other, steal float64) {
 	if !a.ok || !b.ok || seconds <= 0 {
 		return 0, 0
 	}
-	foreign := (b.busy - a.busy) - (b.self - a.self) - (b.backend - a.backend)
+	foreign := (b.busy - a.busy) - (b.self - a.self) - (b.backend - a.backend) - (b.target - a.target)
 	return max(float64(foreign), 0) / clockTicks / seconds, float64(b.steal-a.steal) / clockTicks / seconds
 }
 

@@ -64,6 +64,22 @@ type bench struct {
 	soloSrv  *proxy.Server
 	soloAddr string
 
+	// relayAddr is the plain relay's address: b.relay's, or relayChild's
+	// with --slotproxy.
+	relayAddr string
+	// rw is the rewriter of the bench's rule (counter-read's
+	// relay-rewritten target sends its SQL by hand).
+	rw *rewrite.Rewriter
+
+	// With --slotproxy (see processes.go): the serve processes, the
+	// relay's child process, their directory, and the pid of the process
+	// serving each target address (its CPU time is reported apart).
+	served     []*served
+	mainServed *served
+	relayChild *child
+	procDir    string
+	pids       map[string]int
+
 	profiled bool // the CPU profile has been taken
 }
 
@@ -130,7 +146,35 @@ func (b *bench) setup(ctx context.Context) error {
 	}
 	b.recordType = t[0].Counters[0].RecordType
 	b.rowAlias = dialect.Parse(b.version).UpsertRowAlias()
+	b.rw = rw
 
+	if o.slotproxyBin != "" {
+		if err := b.startProcesses(ctx); err != nil {
+			return err
+		}
+	} else if err := b.startInProcess(ctx, rw); err != nil {
+		return err
+	}
+
+	// The proxy must answer, and rewrite counter reads.
+	if err := b.checkRead(ctx, b.proxyAddr, 1, 0); err != nil {
+		return fmt.Errorf("sanity check through slotproxy: %w", err)
+	}
+	b.cons.clear()
+	where := "in this process"
+	if o.slotproxyBin != "" {
+		where = "as processes of their own"
+	}
+	b.cons.logf("slotbench: backend %s (%s), slotproxy %s, relay %s (%s), record type %d, setup %s",
+		b.backendAddr, b.version, b.proxyAddr, b.relayAddr, where, b.recordType, time.Since(t0).Round(time.Millisecond))
+	return nil
+}
+
+// startInProcess starts slotproxy's variants and the relay in this
+// process (without --slotproxy).
+func (b *bench) startInProcess(ctx context.Context, rw *rewrite.Rewriter) error {
+	var err error
+	t := rw.Catalog().Tables()
 	logger := slog.New(slog.NewTextHandler(b.cons, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	// As serve: coalescing and consolidation on, and folds in transactions read slot rows
 	// as the admin account.
@@ -155,14 +199,7 @@ func (b *bench) setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-
-	// The proxy must answer, and rewrite counter reads.
-	if err := b.checkRead(ctx, b.proxyAddr, 1, 0); err != nil {
-		return fmt.Errorf("sanity check through slotproxy: %w", err)
-	}
-	b.cons.clear()
-	b.cons.logf("slotbench: backend %s (%s), slotproxy %s, relay %s, record type %d, setup %s",
-		b.backendAddr, b.version, b.proxyAddr, b.relay.addr(), b.recordType, time.Since(t0).Round(time.Millisecond))
+	b.relayAddr = b.relay.addr()
 	return nil
 }
 
@@ -241,6 +278,8 @@ func (b *bench) setupExternal(ctx context.Context, t0 time.Time) error {
 	if b.relay, err = startRelay(b.backendAddr); err != nil {
 		return err
 	}
+	b.relayAddr = b.relay.addr()
+	b.rw = rw
 	if err := b.checkRead(ctx, b.proxyAddr, 1, -1); err != nil {
 		return fmt.Errorf("sanity check through slotproxy: %w", err)
 	}
@@ -263,6 +302,7 @@ func (b *bench) close() {
 	if b.relay != nil {
 		b.relay.close()
 	}
+	b.stopProcesses()
 	if b.admin != nil {
 		b.admin.Close()
 	}
@@ -403,11 +443,15 @@ func ruleSet(slots int, ruleFile string) (*rules.Set, error) {
 		if r.Schema != schema || r.Table != "repos" || !slices.ContainsFunc(r.Counters, func(c rules.Counter) bool { return c.Name == "downloads" }) {
 			return nil, fmt.Errorf("%s: want a rule for %s.repos with counter downloads", ruleFile, schema)
 		}
-	} else if r, err = rules.Parse("slotbench/repos.yaml",
-		fmt.Appendf(nil, "table: %s.repos\nkey: id\ncounters: [downloads]\nslots: %d\n", schema, slots)); err != nil {
+	} else if r, err = rules.Parse("slotbench/repos.yaml", []byte(builtinRule(slots))); err != nil {
 		return nil, err
 	}
 	return rules.NewSet(r)
+}
+
+// builtinRule is the rule file of repos.downloads with slots slots.
+func builtinRule(slots int) string {
+	return fmt.Sprintf("table: %s.repos\nkey: id\ncounters: [downloads]\nslots: %d\n", schema, slots)
 }
 
 // buildRewriter loads the catalog of bench.repos with slots slots, first
@@ -517,7 +561,7 @@ func (b *bench) seedCounterSlots(ctx context.Context, n int) error {
 	if err := b.checkRead(ctx, b.proxyAddr, lo, int64(n)); err != nil {
 		return fmt.Errorf("counter-read setup: through slotproxy: %w", err)
 	}
-	return b.checkRead(ctx, b.relay.addr(), lo, 0)
+	return b.checkRead(ctx, b.relayAddr, lo, 0)
 }
 
 // counterIDRange is the ids counter-read reads: the last --counter-ids of

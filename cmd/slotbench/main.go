@@ -31,7 +31,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -89,6 +91,8 @@ type options struct {
 	adminUser, adminPass    string // --admin-user, --admin-password (default: --user, --password)
 	proxy                   string // --proxy: a slotproxy already running in front of --backend
 	relayListen             string // --relay-listen: only run the plain relay there
+	slotproxyBin            string // --slotproxy: run slotproxy as serve processes of this binary
+	serveConfig             string // --serve-config: their configuration's settings
 	mariadbdArgs            []string
 	server                  string // --server: the throwaway server's flavour
 
@@ -202,6 +206,11 @@ func parseOptions(args []string, stdout io.Writer) (*options, error) {
 		"until interrupted (a baseline for other tools, e.g. scripts/sysbench.sh)")
 	fs.StringVar(&o.proxy, "proxy", "", "with --demo and --backend: the slotproxy already serving --backend at `HOST:PORT`, "+
 		"with the --rule rule migrated; schema app and app.repos must exist (nothing is dropped or created)")
+	fs.StringVar(&o.slotproxyBin, "slotproxy", "", "run slotproxy as it is deployed: `BINARY` serve, a process of its own per variant, "+
+		"with a configuration file's defaults (roll-up and coalescing on), and the relay as a process of its own too; "+
+		"CPU per operation is then reported for the process serving each target (without: both run inside slotbench)")
+	fs.StringVar(&o.serveConfig, "serve-config", "", "with --slotproxy: a slotproxy configuration `FILE` whose settings the serve processes start from "+
+		"(its listen, backend, rules, admin and metrics listener are replaced by slotbench's)")
 	fs.Var(&mariadbdArgs, "mariadbd-arg", "extra mariadbd `FLAG` for the throwaway server (repeatable)")
 	fs.StringVar(&o.server, "server", "", "the throwaway server: mariadb (MariaDB 10.11) or mysql (MySQL 9.7 in its chroot); "+
 		"default: "+testdb.EnvServer+", else mariadb")
@@ -293,6 +302,21 @@ func parseOptions(args []string, stdout io.Writer) (*options, error) {
 	}
 	if o.proxy != "" && (!o.demo || o.backend == "") {
 		return nil, usageError{errors.New("--proxy needs --demo and --backend")}
+	}
+	if o.slotproxyBin != "" {
+		if o.proxy != "" || o.slotStudy {
+			return nil, usageError{errors.New("--slotproxy runs its own proxies: not with --proxy or --slot-study")}
+		}
+		bin, err := exec.LookPath(o.slotproxyBin)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("--slotproxy: %w", err)}
+		}
+		if o.slotproxyBin, err = filepath.Abs(bin); err != nil {
+			return nil, usageError{fmt.Errorf("--slotproxy: %w", err)}
+		}
+	}
+	if o.serveConfig != "" && o.slotproxyBin == "" {
+		return nil, usageError{errors.New("--serve-config needs --slotproxy")}
 	}
 	if o.adminUser == "" {
 		o.adminUser, o.adminPass = o.user, o.password

@@ -51,10 +51,14 @@ type targetResult struct {
 	// operation's cost goes. Zero when unknown.
 	BackendCPUUsPerOp float64 `json:"backend_cpu_us_per_op,omitempty"`
 	BenchCPUUsPerOp   float64 `json:"bench_cpu_us_per_op,omitempty"`
+	// TargetCPUUsPerOp is the CPU time per operation of the process
+	// serving the target, when it is one of its own (--slotproxy: a
+	// slotproxy serve process or the relay's); zero otherwise.
+	TargetCPUUsPerOp float64 `json:"target_cpu_us_per_op,omitempty"`
 
-	hist                    *hist
-	otherSum, stealSum      float64
-	backendTicks, selfTicks int64
+	hist                                 *hist
+	otherSum, stealSum                   float64
+	backendTicks, selfTicks, targetTicks int64
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -68,6 +72,7 @@ func (r *targetResult) finish() {
 		const usPerTick = 1e6 / clockTicks
 		r.BackendCPUUsPerOp = float64(r.backendTicks) * usPerTick / float64(r.Ops)
 		r.BenchCPUUsPerOp = float64(r.selfTicks) * usPerTick / float64(r.Ops)
+		r.TargetCPUUsPerOp = float64(r.targetTicks) * usPerTick / float64(r.Ops)
 	}
 	h := r.hist
 	r.MeanMs, r.P50Ms, r.P90Ms, r.P99Ms, r.MaxMs = ms(h.mean()), ms(h.quantile(0.50)), ms(h.quantile(0.90)), ms(h.quantile(0.99)), ms(h.max)
@@ -183,6 +188,9 @@ type optionsInfo struct {
 	SlotStudy    bool     `json:"slot_study"`
 	StudySlots   []int    `json:"study_slots,omitempty"`
 	Smoke        bool     `json:"smoke"`
+	// Processes: slotproxy ran as serve processes and the relay as a
+	// process of its own (--slotproxy), not inside slotbench.
+	Processes bool `json:"processes,omitempty"`
 }
 
 // report is everything measured; it is also the JSON document.
@@ -216,7 +224,7 @@ func newReport(o *options) *report {
 			Rounds: o.rounds, DurationS: o.duration.Seconds(), WarmupS: o.warmup.Seconds(), Slots: o.slots,
 			Rows: o.rows, Items: o.items, RangeSize: o.rangeSize, CounterIDs: o.counterIDs,
 			CounterSlots: o.counterSlots, IdleConns: o.idleConns, Sweep: o.sweep, SlotStudy: o.slotStudy,
-			StudySlots: o.studySlots, Smoke: o.smoke,
+			StudySlots: o.studySlots, Smoke: o.smoke, Processes: o.slotproxyBin != "",
 		},
 		ProxyStats: map[string]proxy.StatsSnapshot{},
 	}
@@ -395,13 +403,21 @@ func (r *report) print(w io.Writer) {
 	fmt.Fprintf(w, "slotbench (%s)  %s  %s/%s  %d CPUs (GOMAXPROCS %d)  backend %s %s\n",
 		rev, r.Env.GoVersion, r.Env.OS, r.Env.Arch, r.Env.NumCPU, r.Env.GOMAXPROCS, r.Env.Backend, r.Env.BackendVersion)
 	o := r.Options
-	fmt.Fprintf(w, "rounds %d × %.3gs per target (alternating), warm-up %.3gs, hold %.3gms, slots %d\n",
-		o.Rounds, o.DurationS, o.WarmupS, o.HoldMs, o.Slots)
+	where := "slotproxy and the relay inside slotbench"
+	if o.Processes {
+		where = "slotproxy (serve) and the relay as processes of their own"
+	}
+	fmt.Fprintf(w, "rounds %d × %.3gs per target (alternating), warm-up %.3gs, hold %.3gms, slots %d, %s\n",
+		o.Rounds, o.DurationS, o.WarmupS, o.HoldMs, o.Slots, where)
 	fmt.Fprintf(w, "increment: %s\n\n", o.Increment)
 
 	if len(r.Results) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "workload\tclients\ttarget\trate\tunit\tp50\tp99\tmax\terrors\tretries\tserver µs/op\tbench µs/op\tper round\tother load per round\t")
+		procCol := ""
+		if o.Processes {
+			procCol = "\ttarget µs/op"
+		}
+		fmt.Fprintln(tw, "workload\tclients\ttarget\trate\tunit\tp50\tp99\tmax\terrors\tretries\tserver µs/op\tbench µs/op"+procCol+"\tper round\tother load per round\t")
 		for _, res := range r.Results {
 			rounds := make([]string, len(res.RoundRates))
 			for i, v := range res.RoundRates {
@@ -415,13 +431,23 @@ func (r *report) print(w io.Writer) {
 			if res.Sweep {
 				name += " (sweep)"
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%.0f\t%.0f\t%s\t%s\t\n", name, res.Clients, res.Target,
+			proc := ""
+			if o.Processes {
+				proc = fmt.Sprintf("\t%.0f", res.TargetCPUUsPerOp)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%.0f\t%.0f%s\t%s\t%s\t\n", name, res.Clients, res.Target,
 				fmtRate(res.Rate), res.Unit, fmtMs(res.P50Ms), fmtMs(res.P99Ms), fmtMs(res.MaxMs), res.Errors, res.Retries,
-				res.BackendCPUUsPerOp, res.BenchCPUUsPerOp, strings.Join(rounds, " "), strings.Join(other, " "))
+				res.BackendCPUUsPerOp, res.BenchCPUUsPerOp, proc, strings.Join(rounds, " "), strings.Join(other, " "))
 		}
 		tw.Flush()
-		fmt.Fprintf(w, "(server µs/op: CPU time of the backend's server process per operation; bench µs/op: of slotbench itself, clients and the proxy or relay under test; "+
-			"other load: cores kept busy by processes other than slotbench and the backend during each round; the machine has %d)\n\n", r.Env.NumCPU)
+		if o.Processes {
+			fmt.Fprintf(w, "(server µs/op: CPU time of the backend's server process per operation; bench µs/op: of slotbench itself, the clients; "+
+				"target µs/op: of the slotproxy or relay process serving the target (0: direct); "+
+				"other load: cores kept busy by processes other than these during each round; the machine has %d)\n\n", r.Env.NumCPU)
+		} else {
+			fmt.Fprintf(w, "(server µs/op: CPU time of the backend's server process per operation; bench µs/op: of slotbench itself, clients and the proxy or relay under test; "+
+				"other load: cores kept busy by processes other than slotbench and the backend during each round; the machine has %d)\n\n", r.Env.NumCPU)
+		}
 	}
 	for _, res := range r.Results {
 		for _, e := range res.FirstErrors {

@@ -90,7 +90,8 @@ type roundStats struct {
 	elapsed              time.Duration
 	other, steal         float64 // cores busy with other processes, stolen by the hypervisor
 	backendTicks         int64   // CPU time the backend's server process used
-	selfTicks            int64   // CPU time this process used (clients, and the proxy or relay under test)
+	selfTicks            int64   // CPU time this process used (clients, and the proxy or relay under test when they run in it)
+	targetTicks          int64   // CPU time the process serving the target used, when it is one of its own (--slotproxy)
 }
 
 // runFor runs every client's operation in a loop for d and waits for the
@@ -102,7 +103,8 @@ func (b *bench) runFor(ctx context.Context, p *pool, d time.Duration, measure bo
 		retries   atomic.Int64
 		errMu     sync.Mutex
 	)
-	cpu0 := sampleCPU(b.backendPID)
+	pid := b.pids[p.t.addr]
+	cpu0 := sampleCPU(b.backendPID, pid)
 	start := time.Now()
 	deadline := start.Add(d)
 	for _, c := range p.clients {
@@ -151,10 +153,10 @@ func (b *bench) runFor(ctx context.Context, p *pool, d time.Duration, measure bo
 		wg.Wait()
 	}
 	rs := roundStats{ops: ops.Load(), errors: errs.Load(), retries: retries.Load(), elapsed: time.Since(start)}
-	cpu1 := sampleCPU(b.backendPID)
+	cpu1 := sampleCPU(b.backendPID, pid)
 	rs.other, rs.steal = otherCores(cpu0, cpu1, rs.elapsed.Seconds())
 	if cpu0.ok && cpu1.ok {
-		rs.backendTicks, rs.selfTicks = cpu1.backend-cpu0.backend, cpu1.self-cpu0.self
+		rs.backendTicks, rs.selfTicks, rs.targetTicks = cpu1.backend-cpu0.backend, cpu1.self-cpu0.self, cpu1.target-cpu0.target
 	}
 	if !measure && rs.errors > 0 {
 		// Warm-up errors count too: they are errors all the same.
@@ -219,6 +221,7 @@ func (b *bench) runScenario(ctx context.Context, sc *scenario) ([]*targetResult,
 			r.stealSum += rs.steal * rs.elapsed.Seconds()
 			r.backendTicks += rs.backendTicks
 			r.selfTicks += rs.selfTicks
+			r.targetTicks += rs.targetTicks
 		}
 	}
 	out := make([]*targetResult, len(pools))

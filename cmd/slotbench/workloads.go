@@ -31,8 +31,13 @@ const (
 
 // runWorkload runs one workload and adds its results to the report.
 func (b *bench) runWorkload(ctx context.Context, name string) error {
-	before := b.srv.Stats()
-	defer func() { b.rep.addProxyStats(name, before, b.srv.Stats()) }()
+	if before, ok := b.proxyStats(); ok {
+		defer func() {
+			if after, ok := b.proxyStats(); ok {
+				b.rep.addProxyStats(name, before, after)
+			}
+		}()
+	}
 	switch name {
 	case wHotTx:
 		return b.hotTx(ctx)
@@ -136,7 +141,7 @@ func (b *bench) hotTxScenario(n int, committed *atomic.Int64, targets ...string)
 		case "handwritten":
 			sc.targets = append(sc.targets, &target{name: name, addr: b.backendAddr, build: b.hotTxOp(committed, b.handwrittenIncrement)})
 		case "handwritten-relay":
-			sc.targets = append(sc.targets, &target{name: name, addr: b.relay.addr(), build: b.hotTxOp(committed, b.handwrittenIncrement)})
+			sc.targets = append(sc.targets, &target{name: name, addr: b.relayAddr, build: b.hotTxOp(committed, b.handwrittenIncrement)})
 		case "slotproxy-prepared":
 			sc.targets = append(sc.targets, &target{name: name, addr: b.proxyAddr, build: b.hotTxOpWith(committed, nil, true)})
 		}
@@ -247,10 +252,10 @@ func (b *bench) hotAutocommit(ctx context.Context) error {
 	}
 	op := opOf(func(*rand.Rand) string { return b.opts.increment })
 	sc := &scenario{workload: wHotAutocommit, clients: b.opts.clients, unit: "tx/s", targets: []*target{
-		{name: "relay", addr: b.relay.addr(), build: op},
+		{name: "relay", addr: b.relayAddr, build: op},
 		{name: "slotproxy", addr: b.proxyAddr, build: op},
 	}}
-	if b.soloSrv != nil {
+	if b.soloAddr != "" {
 		sc.targets = append(sc.targets,
 			&target{name: "slotproxy-solo", addr: b.soloAddr, build: op},
 			&target{name: "handwritten", addr: b.backendAddr, build: opOf(b.handwrittenIncrement)})
@@ -269,7 +274,7 @@ func (b *bench) hotAutocommit(ctx context.Context) error {
 func (b *bench) simple(ctx context.Context, name string, n int, op func(context.Context, *sql.Conn) (opFunc, error)) error {
 	sc := &scenario{workload: name, clients: n, unit: "qps", targets: []*target{
 		{name: "direct", addr: b.backendAddr, build: op},
-		{name: "relay", addr: b.relay.addr(), build: op},
+		{name: "relay", addr: b.relayAddr, build: op},
 		{name: "slotproxy", addr: b.proxyAddr, build: op},
 	}}
 	res, err := b.runScenario(ctx, sc)
@@ -385,16 +390,16 @@ func (b *bench) counterReadAt(ctx context.Context, slotRows int, withRewritten b
 		return nil, err
 	}
 	sc := &scenario{workload: wCounterRead, clients: b.opts.readClients, unit: "qps", targets: []*target{
-		{name: "relay", addr: b.relay.addr(), build: b.counterReadOp(sqlCounterRead, 0)},
+		{name: "relay", addr: b.relayAddr, build: b.counterReadOp(sqlCounterRead, 0)},
 		{name: "slotproxy", addr: b.proxyAddr, build: b.counterReadOp(sqlCounterRead, int64(slotRows))},
 	}}
-	if b.rolledSrv != nil {
+	if b.rolledAddr != "" {
 		// reads: rolled_up: the base value (0: the slots are never
 		// rolled up here), the statement as written.
 		sc.targets = append(sc.targets, &target{name: "slotproxy-rolled-up", addr: b.rolledAddr, build: b.counterReadOp(sqlCounterRead, 0)})
 	}
 	if withRewritten {
-		plans, err := b.srv.Rewriter().Rewrite(sqlCounterRead, rewrite.Session{DB: schema})
+		plans, err := b.rw.Rewrite(sqlCounterRead, rewrite.Session{DB: schema})
 		if err != nil || len(plans) != 1 || plans[0].Kind() != rewrite.KindRead {
 			return nil, fmt.Errorf("rewriting %q: %v (%s)", sqlCounterRead, err, rewrite.Explain(plans, err))
 		}
@@ -404,9 +409,9 @@ func (b *bench) counterReadAt(ctx context.Context, slotRows int, withRewritten b
 		slots := fmt.Sprintf("SELECT CAST(COALESCE(SUM(count), 0) AS SIGNED) FROM %s WHERE record_type = %d AND record_id = ?",
 			config.DefaultSlotsTable, b.recordType)
 		sc.targets = append(sc.targets,
-			&target{name: "relay-rewritten", addr: b.relay.addr(), build: b.counterReadOp(plans[0].SQL(), int64(slotRows))},
-			&target{name: "relay-join", addr: b.relay.addr(), build: b.counterReadOp(join, int64(slotRows))},
-			&target{name: "relay-slots", addr: b.relay.addr(), build: b.counterReadOp(slots, int64(slotRows))})
+			&target{name: "relay-rewritten", addr: b.relayAddr, build: b.counterReadOp(plans[0].SQL(), int64(slotRows))},
+			&target{name: "relay-join", addr: b.relayAddr, build: b.counterReadOp(join, int64(slotRows))},
+			&target{name: "relay-slots", addr: b.relayAddr, build: b.counterReadOp(slots, int64(slotRows))})
 	}
 	return b.runScenario(ctx, sc)
 }
@@ -440,10 +445,10 @@ func (b *bench) hotRead(ctx context.Context) error {
 		}
 	}
 	sc := &scenario{workload: wHotRead, clients: b.opts.readClients, unit: "qps", targets: []*target{
-		{name: "relay", addr: b.relay.addr(), build: op(0)},
+		{name: "relay", addr: b.relayAddr, build: op(0)},
 		{name: "slotproxy", addr: b.proxyAddr, build: op(int64(n))},
 	}}
-	if b.soloSrv != nil {
+	if b.soloAddr != "" {
 		sc.targets = append(sc.targets, &target{name: "slotproxy-solo", addr: b.soloAddr, build: op(int64(n))})
 	}
 	res, err := b.runScenario(ctx, sc)
