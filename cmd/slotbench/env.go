@@ -74,11 +74,12 @@ type bench struct {
 	// With --slotproxy (see processes.go): the serve processes, the
 	// relay's child process, their directory, and the pid of the process
 	// serving each target address (its CPU time is reported apart).
-	served     []*served
-	mainServed *served
-	relayChild *child
-	procDir    string
-	pids       map[string]int
+	served          []*served
+	mainServed      *served
+	servedRollupOff bool // the serve processes run with roll-up off (see rollupOff)
+	relayChild      *child
+	procDir         string
+	pids            map[string]int
 
 	profiled bool // the CPU profile has been taken
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"gopkg.in/yaml.v3"
 
+	"github.com/slotproxy/slotproxy/executor"
 	"github.com/slotproxy/slotproxy/proxy"
 )
 
@@ -45,6 +46,9 @@ type served struct {
 // (coalesce: false, say), and waits until it is ready.
 func (b *bench) startServe(dir, name string, rule []byte, extra map[string]any) (*served, error) {
 	dir = filepath.Join(dir, name)
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, err
+	}
 	rulesDir := filepath.Join(dir, "rules")
 	if err := os.MkdirAll(rulesDir, 0o755); err != nil {
 		return nil, err
@@ -168,6 +172,30 @@ func (s *served) stats() (proxy.StatsSnapshot, bool) {
 	if f := fams["slotproxy_consolidated_read_size"]; f != nil && len(f.Metric) > 0 {
 		st.ConsolidatedReads = uint64(f.Metric[0].GetHistogram().GetSampleSum())
 	}
+	if f := fams["slotproxy_statements_total"]; f != nil {
+		for _, m := range f.Metric {
+			n := uint64(m.GetCounter().GetValue())
+			for _, l := range m.Label {
+				if l.GetName() != "path" {
+					continue
+				}
+				switch l.GetValue() {
+				case executor.PathRewrittenWrite:
+					st.RewrittenWrites += n
+				case executor.PathGuarded:
+					st.GuardedWrites += n
+				case executor.PathRewrittenRead:
+					st.RewrittenReads += n
+				case executor.PathRefused:
+					st.Refused += n
+				case executor.PathParseFailure:
+					st.ParseFailures += n
+				case executor.PathShadow:
+					st.Shadowed += n
+				}
+			}
+		}
+	}
 	if f := fams["slotproxy_retries_total"]; f != nil && len(f.Metric) > 0 {
 		st.Retries = uint64(f.Metric[0].GetCounter().GetValue())
 	}
@@ -197,9 +225,9 @@ func lastLines(path string, n int) string {
 	return strings.Join(lines, " | ")
 }
 
-// startProcesses is setup's last part with --slotproxy: the proxy's
-// variants as serve processes and the relay as a child, their addresses
-// and pids recorded for the targets.
+// startProcesses is setup's last part with --slotproxy: the relay as a
+// child process and slotproxy's variants as serve processes (see
+// startServed), their addresses and pids recorded for the targets.
 func (b *bench) startProcesses(ctx context.Context) error {
 	dir, err := os.MkdirTemp("", "slotbench-serve-")
 	if err != nil {
@@ -207,13 +235,48 @@ func (b *bench) startProcesses(ctx context.Context) error {
 	}
 	b.procDir = dir
 	b.pids = map[string]int{}
+	b.cons.progress("starting the relay...")
+	if b.relayChild, err = b.startChild("relay"); err != nil {
+		return err
+	}
+	b.relayAddr = b.relayChild.addr
+	b.pids[b.relayAddr] = b.relayChild.cmd.Process.Pid
+	return b.startServed(ctx, false)
+}
+
+// rollupOff reports whether workload runs against serve processes with
+// roll-up off whatever the configuration says: the read workloads seed
+// slot rows and read them, which a roll-up would fold into the base rows.
+func rollupOff(workload string) bool {
+	return workload == wCounterRead || workload == wHotRead
+}
+
+// startServed (re)starts slotproxy's variants as serve processes, with
+// roll-up forced off when off is set (see rollupOff): as configured (the
+// main target), coalescing and consolidation off (-solo), and the rule
+// with reads: rolled_up (-rolled-up; not with --rule).
+func (b *bench) startServed(ctx context.Context, off bool) error {
+	if b.served != nil && b.servedRollupOff == off {
+		return nil
+	}
+	for _, s := range b.served {
+		s.stop()
+		delete(b.pids, s.addr)
+	}
+	b.served, b.mainServed, b.servedRollupOff = nil, nil, off
 	rule, err := b.ruleText()
 	if err != nil {
 		return err
 	}
-	b.cons.progress("starting slotproxy serve (3 processes) and the relay...")
+	b.cons.progress("starting slotproxy serve (3 processes)...")
 	start := func(name string, rule []byte, extra map[string]any) (*served, error) {
-		s, err := b.startServe(dir, name, rule, extra)
+		if off {
+			if extra == nil {
+				extra = map[string]any{}
+			}
+			extra["rollup"] = map[string]any{"enabled": false}
+		}
+		s, err := b.startServe(b.procDir, name, rule, extra)
 		if err != nil {
 			return nil, err
 		}
@@ -238,11 +301,6 @@ func (b *bench) startProcesses(ctx context.Context) error {
 		}
 		b.rolledAddr = rolled.addr
 	}
-	if b.relayChild, err = b.startChild("relay"); err != nil {
-		return err
-	}
-	b.relayAddr = b.relayChild.addr
-	b.pids[b.relayAddr] = b.relayChild.cmd.Process.Pid
 	return ctx.Err()
 }
 
@@ -260,6 +318,7 @@ func (b *bench) stopProcesses() {
 	for _, s := range b.served {
 		s.stop()
 	}
+	b.served = nil
 	if b.relayChild != nil {
 		if err := b.relayChild.stop(); err != nil {
 			b.cons.logf("slotbench: relay: %v", err)

@@ -31,6 +31,11 @@ const (
 
 // runWorkload runs one workload and adds its results to the report.
 func (b *bench) runWorkload(ctx context.Context, name string) error {
+	if b.procDir != "" {
+		if err := b.startServed(ctx, rollupOff(name)); err != nil {
+			return err
+		}
+	}
 	if before, ok := b.proxyStats(); ok {
 		defer func() {
 			if after, ok := b.proxyStats(); ok {
