@@ -249,6 +249,11 @@ type Session struct {
 	rowCountExact bool
 	rowCountAt    uint64
 	statements    uint64
+	// triedWarnings are the rows of SHOW WARNINGS after each trial of the
+	// guarded statement running now on one of its rows (tryRestricted), in
+	// the order tried: directly the statement raised them before it met
+	// the lock that stopped it (failOwn puts them first).
+	triedWarnings [][]byte
 	// keptWarnings are the saved warnings during a statement that may leave
 	// them the client's (see answerSavedWarnings), else nil.
 	keptWarnings *wire.Buffer

@@ -1635,6 +1635,23 @@ func (s *Session) tryRestricted(op *rewrite.Guarded, k string, ex *execution) (f
 	if res.Failed() && (res.ErrCode == mysql.ER_LOCK_DEADLOCK || res.ErrCode == mysql.ER_LOCK_WAIT_TIMEOUT) {
 		return false, buf.Packets[len(buf.Packets)-1], nil
 	}
+	if ok, perr := wire.ParseOK(buf.Packets[len(buf.Packets)-1]); !res.Failed() && perr == nil && ok.Warnings > 0 {
+		// The row's warnings (a note of a rounded value, say): the
+		// statement raises them before a later row's lock stops it.
+		if err := s.send(queryPacket("SHOW WARNINGS")); err != nil {
+			return false, nil, err
+		}
+		w := &wire.Buffer{}
+		if r, err := s.rd.Read(wire.Results, w); err != nil {
+			return false, nil, err
+		} else if !r.Failed() {
+			for i, role := range w.Roles {
+				if role == wire.RoleRow {
+					s.triedWarnings = append(s.triedWarnings, w.Packets[i])
+				}
+			}
+		}
+	}
 	for _, q := range []string{"ROLLBACK TO SAVEPOINT " + sp, "RELEASE SAVEPOINT " + sp} {
 		if r, err := s.query(q); err != nil || r.Failed() {
 			if err != nil {
@@ -1981,6 +1998,7 @@ func keyName(p rewrite.Plan) string {
 // (the proxy's own transaction already rolled back), or again: the attempt
 // was undone and must be made again (guardMode.keys).
 func (s *Session) guardedOnce(p rewrite.Plan, op *rewrite.Guarded, ex *execution, wrapped bool, gm guardMode, main func() ([]byte, []byte, error)) (_ *wire.Buffer, _ []byte, again bool, _ error) {
+	s.triedWarnings = nil
 	s.wrapping = wrapped
 	defer func() { s.wrapping = false }()
 	// In a client's transaction that may have read, the fold makes the
@@ -2036,6 +2054,19 @@ func (s *Session) guardedOnce(p rewrite.Plan, op *rewrite.Guarded, ex *execution
 				n = 2
 			}
 			err = s.lockErrorRows(code, func() int { return n })
+			if err == nil && len(s.triedWarnings) > 0 && s.warnings != nil {
+				// The warnings of the rows before the one it waited for.
+				b := s.warnings
+				at := slices.Index(b.Roles, wire.RoleRow)
+				if at < 0 {
+					at = len(b.Roles) - 1 // before the result's end
+				}
+				for _, row := range s.triedWarnings {
+					b.Packets = slices.Insert(b.Packets, at, row)
+					b.Roles = slices.Insert(b.Roles, at, wire.RoleRow)
+					at++
+				}
+			}
 		case wrapped:
 			err = s.saveWarnings()
 		}
@@ -2306,7 +2337,7 @@ func (s *Session) lockKeys(t *rewrite.Table, keys []string) (found []string, err
 }
 
 // queryKeys runs a statement of the proxy's own that selects keys of t
-// (record ids), and returns them (or the server's ERR).
+// (record ids) in its first column, and returns them (or the server's ERR).
 func (s *Session) queryKeys(t *rewrite.Table, sql string) (found []string, errPkt []byte, err error) {
 	r, err := s.query(sql)
 	if err != nil {
@@ -2317,7 +2348,7 @@ func (s *Session) queryKeys(t *rewrite.Table, sql string) (found []string, errPk
 	}
 	for _, row := range r.Rows {
 		vals, err := wire.TextRow(row)
-		if err != nil || len(vals) != 1 || vals[0] == nil || !t.Keyed() && !isInteger(vals[0]) {
+		if err != nil || len(vals) == 0 || vals[0] == nil || !t.Keyed() && !isInteger(vals[0]) {
 			return nil, nil, errors.New("guard: key is not a record id")
 		}
 		found = append(found, t.KeyOf(string(vals[0])))

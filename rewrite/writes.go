@@ -1,6 +1,7 @@
 package rewrite
 
 import (
+	"cmp"
 	"fmt"
 	"math/big"
 	"slices"
@@ -726,10 +727,15 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 					parenthesize(where)+" AND "+key+" IN ("+RestrictKeys+")", func(int) int { return picked }, false)
 			}
 			inc.PrivKey = maskInts(maskSentinels(inc.ProbeSQL), w.sess)
+			order := orderSQL(t, ref, from, " WHERE "+parenthesize(where))
 			inc.Guard = &Guard{
-				Table:      t,
-				KeysSQL:    fmt.Sprintf("SELECT %s FROM %s WHERE %s FOR UPDATE", t.RecordID(ref.qual), from, parenthesize(where)),
-				OrderSQL:   orderSQL(t, ref, from, " WHERE "+parenthesize(where)),
+				Table: t,
+				// Every column read, as the UPDATE reads whole rows: the
+				// server then takes the UPDATE's access path (a covering
+				// scan of the primary key would lock rows the UPDATE's
+				// range never touches).
+				KeysSQL:    cmp.Or(order, fmt.Sprintf("SELECT %s FROM %s WHERE %s", t.RecordID(ref.qual), from, parenthesize(where))) + " FOR UPDATE",
+				OrderSQL:   order,
 				KeysParams: w.paramsIn(s.Where),
 				Keys:       slices.Clone(inc.Keys),
 			}
@@ -1029,6 +1035,9 @@ func (w *reads) guardFor(t *Table, ref *tableRef, where ast.ExprNode, lock strin
 		cond := " WHERE " + parenthesize(apply(w.sql, ws, we, edits))
 		g.OrderSQL = orderSQL(t, ref, ref.from, cond)
 		q += cond
+		if g.OrderSQL != "" {
+			q = g.OrderSQL // the statement's access path (see Increment's guard)
+		}
 		var c paramCollector
 		where.Accept(&c)
 		sort.SliceStable(c.found, func(i, j int) bool { return c.found[i].Offset < c.found[j].Offset })
