@@ -1830,6 +1830,12 @@ func TestBigStatementOnRuledTable(t *testing.T) {
 		text("SELECT COUNT(*) FROM slotted_counters WHERE record_id = 999"),
 	}
 	for i, st := range steps {
+		// A minute for each step (dialRaw's deadline is a minute for the
+		// whole connection): a 16 MiB statement under -race on a loaded
+		// machine takes tens of seconds.
+		for _, c := range []*rawConn{direct, proxied} {
+			_ = c.SetDeadline(time.Now().Add(time.Minute))
+		}
 		if strings.Contains(st.sql, "slotted_counters") {
 			// Slot rows exist only in the ruled schema: count them there
 			// directly, and expect none (as the plain schema has no slots).

@@ -607,9 +607,10 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 				break
 			}
 			_, isConst := constDelta(in.delta)
-			if constExpression(in.delta) && !in.ctr.Touch {
-				// Planned from each statement's values (a template's
-				// literals are stand-ins): see constDelta.
+			if constExpression(in.delta) && intLiteral(in.delta) == "" && !in.ctr.Touch {
+				// An expression of literals (not one literal, which a
+				// template's stand-in replaces): planned from each
+				// statement's values, see constDelta.
 				constExpr = true
 			}
 			if !in.ctr.Touch && !isIntLiteralOrParam(in.delta) && !(in.ctr.Decimal() && isDecimalLiteral(in.delta)) && !isConst {
