@@ -40,24 +40,8 @@ func TestMain(m *testing.M) {
 func TestSmoke(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	dir := t.TempDir()
-	jsonPath, svgPath := filepath.Join(dir, "bench.json"), filepath.Join(dir, "bench.svg")
-	var stdout, stderr bytes.Buffer
-	profPath := filepath.Join(dir, "cpu.prof")
-	err := run([]string{"--smoke", "--workloads", "all", "--slot-study", "--json", jsonPath, "--svg", svgPath,
-		"--cpuprofile", profPath}, &stdout, &stderr)
-	t.Logf("stdout:\n%s", stdout.String())
-	if err != nil {
-		t.Fatalf("run: %v\nstderr:\n%s", err, strings.ReplaceAll(stderr.String(), "\r", "\n"))
-	}
-
-	data, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep report
-	if err := json.Unmarshal(data, &rep); err != nil {
-		t.Fatalf("JSON: %v", err)
-	}
+	svgPath, profPath := filepath.Join(dir, "bench.svg"), filepath.Join(dir, "cpu.prof")
+	rep, stdout := runReport(t, "--smoke", "--workloads", "all", "--slot-study", "--svg", svgPath, "--cpuprofile", profPath)
 	targets := map[string][]string{
 		wHotTx:         {"direct", "slotproxy", "handwritten", "handwritten-relay"},
 		wHotAutocommit: {"relay", "slotproxy"},
@@ -136,10 +120,32 @@ func TestSmoke(t *testing.T) {
 		}
 	}
 	for _, s := range []string{"workload", "hot-tx", "idle-conns", "slot study", "verdict"} {
-		if !strings.Contains(stdout.String(), s) {
+		if !strings.Contains(stdout, s) {
 			t.Errorf("stdout lacks %q", s)
 		}
 	}
+}
+
+// runReport runs slotbench with args and --json, fails the test on an
+// error, and returns the JSON report and what it printed.
+func runReport(t *testing.T, args ...string) (report, string) {
+	t.Helper()
+	jsonPath := filepath.Join(t.TempDir(), "bench.json")
+	var stdout, stderr bytes.Buffer
+	err := run(append(args, "--json", jsonPath), &stdout, &stderr)
+	t.Logf("stdout:\n%s", stdout.String())
+	if err != nil {
+		t.Fatalf("run: %v\nstderr:\n%s", err, strings.ReplaceAll(stderr.String(), "\r", "\n"))
+	}
+	data, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep report
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatalf("JSON: %v", err)
+	}
+	return rep, stdout.String()
 }
 
 // TestSmokeProcesses runs every workload in smoke mode with --slotproxy:
@@ -155,22 +161,7 @@ func TestSmokeProcesses(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, "../slotproxy").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	jsonPath := filepath.Join(dir, "bench.json")
-	var stdout, stderr bytes.Buffer
-	err := run([]string{"--smoke", "--workloads", "hot-tx,hot-autocommit,point-select,counter-read,hot-read", "--sweep", "",
-		"--slotproxy", bin, "--json", jsonPath}, &stdout, &stderr)
-	t.Logf("stdout:\n%s", stdout.String())
-	if err != nil {
-		t.Fatalf("run: %v\nstderr:\n%s", err, strings.ReplaceAll(stderr.String(), "\r", "\n"))
-	}
-	data, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep report
-	if err := json.Unmarshal(data, &rep); err != nil {
-		t.Fatalf("JSON: %v", err)
-	}
+	rep, _ := runReport(t, "--smoke", "--workloads", "hot-tx,hot-autocommit,point-select,counter-read,hot-read", "--sweep", "", "--slotproxy", bin)
 	if !rep.Options.Processes {
 		t.Error("the report does not say the proxy ran as processes of its own")
 	}
@@ -211,22 +202,8 @@ func TestSmokeProcesses(t *testing.T) {
 // them (the upsert's row exists).
 func TestSmokeUpsertIncrement(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	jsonPath := filepath.Join(t.TempDir(), "bench.json")
 	const upsert = "INSERT INTO repos (id, downloads) VALUES (1, 1) ON DUPLICATE KEY UPDATE downloads = downloads + 1"
-	var stdout, stderr bytes.Buffer
-	err := run([]string{"--smoke", "--workloads", "hot-tx,hot-autocommit", "--sweep", "", "--increment", upsert, "--json", jsonPath}, &stdout, &stderr)
-	t.Logf("stdout:\n%s", stdout.String())
-	if err != nil {
-		t.Fatalf("run: %v\nstderr:\n%s", err, strings.ReplaceAll(stderr.String(), "\r", "\n"))
-	}
-	data, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep report
-	if err := json.Unmarshal(data, &rep); err != nil {
-		t.Fatalf("JSON: %v", err)
-	}
+	rep, _ := runReport(t, "--smoke", "--workloads", "hot-tx,hot-autocommit", "--sweep", "", "--increment", upsert)
 	if rep.Options.Increment != upsert {
 		t.Errorf("report's increment %q, want %q", rep.Options.Increment, upsert)
 	}
