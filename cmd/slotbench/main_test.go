@@ -84,20 +84,7 @@ func TestSmoke(t *testing.T) {
 	if len(rep.Comparisons) < 7 {
 		t.Errorf("%d comparisons, want every row of the table", len(rep.Comparisons))
 	}
-	for _, c := range rep.Checks {
-		if !c.OK {
-			t.Errorf("check %s: %s", c.Name, c.Detail)
-		}
-	}
-	if len(rep.Problems) > 0 {
-		t.Errorf("problems: %q", rep.Problems)
-	}
-	if st := rep.ProxyStats[wHotTx]; st.RewrittenWrites == 0 || st.GuardedWrites != 0 {
-		// A guarded write here is an increment run on the base row: the
-		// transactions' reads of other columns locked the hot record
-		// (TestReadAfterIncrementsMakesTheSnapshot).
-		t.Errorf("slotproxy did not slot every hot-tx increment: %+v", st)
-	}
+	checkReport(t, rep)
 
 	if fi, err := os.Stat(profPath); err != nil || fi.Size() == 0 {
 		t.Errorf("no CPU profile written: %v", err)
@@ -148,6 +135,25 @@ func runReport(t *testing.T, args ...string) (report, string) {
 	return rep, stdout.String()
 }
 
+// checkReport fails the test for a failed check or a problem in rep, and
+// unless every hot-tx increment was slotted: a guarded write there is an
+// increment run on the base row (the transactions' reads of other columns
+// locked the hot record: TestReadAfterIncrementsMakesTheSnapshot).
+func checkReport(t *testing.T, rep report) {
+	t.Helper()
+	for _, c := range rep.Checks {
+		if !c.OK {
+			t.Errorf("check %s: %s", c.Name, c.Detail)
+		}
+	}
+	if len(rep.Problems) > 0 {
+		t.Errorf("problems: %q", rep.Problems)
+	}
+	if st := rep.ProxyStats[wHotTx]; st.RewrittenWrites == 0 || st.GuardedWrites != 0 {
+		t.Errorf("slotproxy did not slot every hot-tx increment: %+v", st)
+	}
+}
+
 // TestSmokeProcesses runs every workload in smoke mode with --slotproxy:
 // slotproxy as serve processes of the real binary (built here) and the
 // relay as a process of its own. Every target does work without errors,
@@ -177,17 +183,7 @@ func TestSmokeProcesses(t *testing.T) {
 			t.Errorf("%s c=%d %s: CPU time %v of a process, but it has none", r.Workload, r.Clients, r.Target, r.TargetCPUUsPerOp)
 		}
 	}
-	for _, c := range rep.Checks {
-		if !c.OK {
-			t.Errorf("check %s: %s", c.Name, c.Detail)
-		}
-	}
-	if len(rep.Problems) > 0 {
-		t.Errorf("problems: %q", rep.Problems)
-	}
-	if st := rep.ProxyStats[wHotTx]; st.RewrittenWrites == 0 || st.GuardedWrites != 0 {
-		t.Errorf("hot-tx through the serve process: %+v, want every increment slotted", st)
-	}
+	checkReport(t, rep)
 	if st := rep.ProxyStats[wHotAutocommit]; st.Batches == 0 {
 		t.Errorf("hot-autocommit through the serve process: %+v, want coalesced batches", st)
 	}
