@@ -210,7 +210,7 @@ func parseOptions(args []string, stdout io.Writer) (*options, error) {
 		"with a configuration file's defaults (roll-up and coalescing on), and the relay as a process of its own too; "+
 		"CPU per operation is then reported for the process serving each target (without: both run inside slotbench)")
 	fs.StringVar(&o.serveConfig, "serve-config", "", "with --slotproxy: a slotproxy configuration `FILE` whose settings the serve processes start from "+
-		"(its listen, backend, rules, admin and metrics listener are replaced by slotbench's)")
+		"(its listen, backend address, rules, admin and metrics listener are replaced by slotbench's; e.g. backend: {tls: {mode: disabled}})")
 	fs.Var(&mariadbdArgs, "mariadbd-arg", "extra mariadbd `FLAG` for the throwaway server (repeatable)")
 	fs.StringVar(&o.server, "server", "", "the throwaway server: mariadb (MariaDB 10.11) or mysql (MySQL 9.7 in its chroot); "+
 		"default: "+testdb.EnvServer+", else mariadb")

@@ -23,9 +23,9 @@ import (
 // With --slotproxy BINARY, the servers under test run as they are
 // deployed, each a process of its own: slotproxy as `BINARY serve` with a
 // configuration slotbench writes (--serve-config's settings, else the
-// defaults of a configuration file, roll-up and coalescing included; the
-// listener, backend, rules, admin account and metrics endpoint are
-// slotbench's; one process per variant: as
+// defaults of a configuration file, roll-up, coalescing and TLS to a
+// backend that offers it included; the listener, backend address, rules,
+// admin account and metrics endpoint are slotbench's; one process per variant: as
 // configured, coalescing and consolidation off for the -solo targets, the
 // rule with reads: rolled_up for counter-read's rolled-up target), and the
 // plain relay as a child process (see childMain). The load generator then
@@ -83,7 +83,12 @@ func (b *bench) startServe(dir, name string, rule []byte, extra map[string]any) 
 	}
 	m["listen"] = metrics
 	cfg["metrics"] = m
-	cfg["listen"], cfg["backend"], cfg["rules"] = listen, b.backendAddr, rulesDir
+	cfg["listen"], cfg["rules"] = listen, rulesDir
+	if be, ok := cfg["backend"].(map[string]any); ok {
+		be["address"] = b.backendAddr // its other settings (tls) kept
+	} else {
+		cfg["backend"] = b.backendAddr
+	}
 	cfg["admin"] = map[string]string{"user": b.adminUser, "password": b.adminPass}
 	for k, v := range extra {
 		cfg[k] = v
