@@ -729,6 +729,13 @@ func TestReadAfterIncrementsMakesTheSnapshot(t *testing.T) {
 			t.Fatalf("%s took %v: it waited for the other transaction", what, d)
 		}
 	}
+	beginIncrement := func(c *sql.Conn) error {
+		if _, err := c.ExecContext(ctx, "BEGIN"); err != nil {
+			return err
+		}
+		_, err := c.ExecContext(ctx, "UPDATE repos SET downloads = downloads + 1 WHERE id = 1")
+		return err
+	}
 	for _, prepared := range []bool{false, true} {
 		a, b := conn(), conn()
 		read := func(c *sql.Conn) error {
@@ -744,13 +751,7 @@ func TestReadAfterIncrementsMakesTheSnapshot(t *testing.T) {
 			return c.QueryRowContext(ctx, "SELECT name FROM repos WHERE id = 2").Scan(&name)
 		}
 		for _, c := range []*sql.Conn{a, b} {
-			within("BEGIN and increment", func() error {
-				if _, err := c.ExecContext(ctx, "BEGIN"); err != nil {
-					return err
-				}
-				_, err := c.ExecContext(ctx, "UPDATE repos SET downloads = downloads + 1 WHERE id = 1")
-				return err
-			})
+			within("BEGIN and increment", func() error { return beginIncrement(c) })
 		}
 		within("the first transaction's read", func() error { return read(a) })
 		within("the second transaction's read", func() error { return read(b) })
@@ -764,13 +765,7 @@ func TestReadAfterIncrementsMakesTheSnapshot(t *testing.T) {
 	// wait for the first.
 	a, b := conn(), conn()
 	for _, c := range []*sql.Conn{a, b} {
-		within("a later transaction's increment", func() error {
-			if _, err := c.ExecContext(ctx, "BEGIN"); err != nil {
-				return err
-			}
-			_, err := c.ExecContext(ctx, "UPDATE repos SET downloads = downloads + 1 WHERE id = 1")
-			return err
-		})
+		within("a later transaction's increment", func() error { return beginIncrement(c) })
 	}
 	for _, c := range []*sql.Conn{a, b} {
 		if _, err := c.ExecContext(ctx, "COMMIT"); err != nil {

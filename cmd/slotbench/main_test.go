@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"gopkg.in/yaml.v3"
 
 	"github.com/slotproxy/slotproxy/internal/testdb"
 	"github.com/slotproxy/slotproxy/proxy"
@@ -360,5 +361,42 @@ func TestSummarize(t *testing.T) {
 		if err := run([]string{"--summarize", runs[0], other[0]}, io.Discard, io.Discard); err == nil {
 			t.Error("summarized runs of two servers together")
 		}
+	}
+}
+
+// TestServeConfig: --serve-config's settings are kept but for slotbench's
+// own (a backend mapping keeps its tls and gets the address), and extra
+// replaces top-level settings.
+func TestServeConfig(t *testing.T) {
+	var base map[string]any
+	if err := yaml.Unmarshal([]byte("backend:\n  tls:\n    mode: disabled\nmetrics:\n  listen: 1.2.3.4:9\ncoalesce: true\n"), &base); err != nil {
+		t.Fatal(err)
+	}
+	cfg := serveConfig(base, "127.0.0.1:1", "127.0.0.1:2", "/r", "127.0.0.1:3", "u", "p", map[string]any{"coalesce": false})
+	out, err := yaml.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Listen   string
+		Rules    string
+		Coalesce bool
+		Backend  struct {
+			Address string
+			TLS     struct{ Mode string }
+		}
+		Metrics struct{ Listen string }
+		Admin   struct{ User, Password string }
+	}
+	if err := yaml.Unmarshal(out, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Listen != "127.0.0.1:1" || got.Rules != "/r" || got.Coalesce || got.Backend.Address != "127.0.0.1:3" ||
+		got.Backend.TLS.Mode != "disabled" || got.Metrics.Listen != "127.0.0.1:2" || got.Admin.User != "u" || got.Admin.Password != "p" {
+		t.Errorf("configuration:\n%s", out)
+	}
+	plain := serveConfig(map[string]any{}, "a", "b", "c", "127.0.0.1:3", "u", "p", nil)
+	if plain["backend"] != "127.0.0.1:3" {
+		t.Errorf("without --serve-config, backend = %v", plain["backend"])
 	}
 }

@@ -77,22 +77,7 @@ func (b *bench) startServe(dir, name string, rule []byte, extra map[string]any) 
 			cfg = map[string]any{}
 		}
 	}
-	m, _ := cfg["metrics"].(map[string]any)
-	if m == nil {
-		m = map[string]any{}
-	}
-	m["listen"] = metrics
-	cfg["metrics"] = m
-	cfg["listen"], cfg["rules"] = listen, rulesDir
-	if be, ok := cfg["backend"].(map[string]any); ok {
-		be["address"] = b.backendAddr // its other settings (tls) kept
-	} else {
-		cfg["backend"] = b.backendAddr
-	}
-	cfg["admin"] = map[string]string{"user": b.adminUser, "password": b.adminPass}
-	for k, v := range extra {
-		cfg[k] = v
-	}
+	cfg = serveConfig(cfg, listen, metrics, rulesDir, b.backendAddr, b.adminUser, b.adminPass, extra)
 	data, err := yaml.Marshal(cfg)
 	if err != nil {
 		return nil, err
@@ -121,6 +106,30 @@ func (b *bench) startServe(dir, name string, rule []byte, extra map[string]any) 
 		return nil, fmt.Errorf("slotproxy %s: %w (its log: %s)", name, err, lastLines(logPath, 5))
 	}
 	return s, nil
+}
+
+// serveConfig is the configuration of a serve process: cfg (--serve-config's
+// settings, or empty) with slotbench's listener, metrics listener, rules
+// directory, backend address (a backend mapping keeps its other settings,
+// such as tls) and admin account, then the top-level settings extra.
+func serveConfig(cfg map[string]any, listen, metrics, rulesDir, backend, adminUser, adminPass string, extra map[string]any) map[string]any {
+	m, _ := cfg["metrics"].(map[string]any)
+	if m == nil {
+		m = map[string]any{}
+	}
+	m["listen"] = metrics
+	cfg["metrics"] = m
+	cfg["listen"], cfg["rules"] = listen, rulesDir
+	if be, ok := cfg["backend"].(map[string]any); ok {
+		be["address"] = backend
+	} else {
+		cfg["backend"] = backend
+	}
+	cfg["admin"] = map[string]string{"user": adminUser, "password": adminPass}
+	for k, v := range extra {
+		cfg[k] = v
+	}
+	return cfg
 }
 
 // waitReady polls the process's /readyz for up to a minute.
