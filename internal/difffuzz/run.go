@@ -127,6 +127,8 @@ type twin struct {
 	conns   [2]*client.Conn
 	pending [2]chan obs
 	got     [2]*obs
+	// started is when each side's step in flight was sent.
+	started [2]time.Time
 	step    int // the step in flight, -1 if none
 	// txn are the steps of the transaction open through the proxy on this
 	// connection, as its responses' status shows (nil outside one).
@@ -695,6 +697,7 @@ func (r *run) step(ctx context.Context, i int, st Step) error {
 		if o == t || o.step < 0 {
 			continue
 		}
+		r.passTimeouts(o)
 		for side := range o.pending {
 			if o.pending[side] != nil {
 				r.wait(o, side, refusalWindow)
@@ -767,6 +770,47 @@ func (r *run) step(ctx context.Context, i int, st Step) error {
 	return nil
 }
 
+// passTimeouts waits for o's step in flight to end on both sides when it
+// has waited for a lock so long that its lock wait timeout may be near on
+// either side: the direct side starts up to refusalWindow after the
+// proxy's, so a COMMIT sent now could free the row for one side only,
+// after the other's wait already ended in 1205 (the seed
+// 1795917433563037363 read 20 through the proxy, 18 directly, so). A step
+// still waiting when both lock wait timeouts have passed (the proxy's
+// retries, a second lock) is left waiting.
+func (r *run) passTimeouts(o *twin) {
+	if r.env.LockWaitTimeout <= 0 {
+		return
+	}
+	timeout := time.Duration(r.env.LockWaitTimeout) * time.Second
+	var first, last time.Time
+	for side := range o.pending {
+		if o.pending[side] == nil {
+			continue
+		}
+		if first.IsZero() || o.started[side].Before(first) {
+			first = o.started[side]
+		}
+		if o.started[side].After(last) {
+			last = o.started[side]
+		}
+	}
+	if first.IsZero() || time.Since(first) < timeout-timeoutMargin {
+		return
+	}
+	end := last.Add(timeout + timeoutMargin)
+	for side := range o.pending {
+		if o.pending[side] != nil {
+			r.wait(o, side, time.Until(end))
+		}
+	}
+}
+
+// timeoutMargin is how near a lock wait timeout a step must be, on either
+// side, for the next step to wait for it to pass (see passTimeouts): more
+// than refusalWindow and the time a step takes to run on both sides.
+const timeoutMargin = 700 * time.Millisecond
+
 // refusalWindow is how long a step runs through the proxy alone before it
 // runs directly too (see step).
 const refusalWindow = 100 * time.Millisecond
@@ -774,7 +818,7 @@ const refusalWindow = 100 * time.Millisecond
 // start runs st on one side of t in a goroutine.
 func (r *run) start(t *twin, side int, st Step) {
 	ch := make(chan obs, 1)
-	t.pending[side], t.got[side] = ch, nil
+	t.pending[side], t.got[side], t.started[side] = ch, nil, time.Now()
 	c := t.conns[side]
 	go func() { ch <- execute(c, st) }()
 }
