@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"testing"
 
@@ -86,13 +87,16 @@ func TestRolledUpReads(t *testing.T) {
 // TestPreparedIncrementSlotPerExecution: a prepared increment executed
 // many times on one connection spreads over the record's slots (each
 // execution picks its own), instead of keeping the slot its preparation
-// was planned with; the total stays exact, and closing the statement
-// closes the proxy's own preparation too.
+// was planned with, whether its delta is a parameter, a literal (whose
+// upsert writes it and the slot as literals, the proxy's own preparation
+// the slot once, as a parameter) or it has no parameter at all; the total
+// stays exact, and closing the statement closes the proxy's own
+// preparation too.
 func TestPreparedIncrementSlotPerExecution(t *testing.T) {
 	const schema = "prepslot_ruled"
 	ddl := []string{
 		"CREATE TABLE posts (id BIGINT NOT NULL PRIMARY KEY, views INT NOT NULL DEFAULT 0)",
-		"INSERT INTO posts (id) VALUES (1), (2)",
+		"INSERT INTO posts (id) VALUES (1), (2), (3)",
 	}
 	cat := loadedSetup(t, "prepslot_plain", schema, ddl, "table: "+schema+".posts\nkey: id\ncounters: [views]\nslots: 16\n")
 	p := startProxy(t, func(c *proxy.Config) { c.Rewriter = newRewriter(cat) })
@@ -110,32 +114,41 @@ func TestPreparedIncrementSlotPerExecution(t *testing.T) {
 		return n
 	}
 	before := prepared()
-	stmt, err := db.PrepareContext(ctx, "UPDATE posts SET views = views + ? WHERE id = ?")
-	if err != nil {
-		t.Fatal(err)
-	}
 	const runs = 200
-	for i := range runs {
-		if _, err := stmt.ExecContext(ctx, 1+i%3, 1); err != nil {
+	for _, c := range []struct {
+		id   int
+		sql  string
+		args func(i int) []any
+		by   func(i int) int
+	}{
+		{1, "UPDATE posts SET views = views + ? WHERE id = ?", func(i int) []any { return []any{1 + i%3, 1} }, func(i int) int { return 1 + i%3 }},
+		{2, "UPDATE posts SET views = views + 2 WHERE id = ?", func(int) []any { return []any{2} }, func(int) int { return 2 }},
+		{3, "UPDATE posts SET views = views - 1 WHERE id = 3", func(int) []any { return nil }, func(int) int { return -1 }},
+	} {
+		stmt, err := db.PrepareContext(ctx, c.sql)
+		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	want := 0
-	for i := range runs {
-		want += 1 + i%3
-	}
-	var slots int
-	if err := root.QueryRowContext(ctx, "SELECT COUNT(DISTINCT slot) FROM "+schema+".slotted_counters WHERE record_id = 1").Scan(&slots); err != nil {
-		t.Fatal(err)
-	}
-	if slots < 8 {
-		t.Fatalf("%d executions used %d of 16 slots, want them spread", runs, slots)
-	}
-	if got := queryString(t, db, "SELECT views FROM posts WHERE id = 1"); got != strconv.Itoa(want) {
-		t.Fatalf("total %s, want %d", got, want)
-	}
-	if err := stmt.Close(); err != nil {
-		t.Fatal(err)
+		want := 0
+		for i := range runs {
+			if _, err := stmt.ExecContext(ctx, c.args(i)...); err != nil {
+				t.Fatalf("%s: %v", c.sql, err)
+			}
+			want += c.by(i)
+		}
+		var slots int
+		if err := root.QueryRowContext(ctx, "SELECT COUNT(DISTINCT slot) FROM "+schema+".slotted_counters WHERE record_id = ?", c.id).Scan(&slots); err != nil {
+			t.Fatal(err)
+		}
+		if slots < 8 {
+			t.Fatalf("%s: %d executions used %d of 16 slots, want them spread", c.sql, runs, slots)
+		}
+		if got := queryString(t, db, fmt.Sprintf("SELECT views FROM posts WHERE id = %d", c.id)); got != strconv.Itoa(want) {
+			t.Fatalf("%s: total %s, want %d", c.sql, got, want)
+		}
+		if err := stmt.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// COM_STMT_CLOSE has no response: a round trip makes sure the server
 	// has seen it.

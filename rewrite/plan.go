@@ -181,11 +181,13 @@ type Increment struct {
 	// PrivKey names the privileges ProbeSQL checks: the probe's text with
 	// its integer literals masked.
 	PrivKey string
-	// Coalescable: one record named by a literal key, one counter (no
-	// touch column), an integer literal delta, no bound read from the
-	// WHERE clause: concurrent increments of the same shape can be sent as
-	// one whose delta is their sum (CoalesceKey, WithDelta).
-	Coalescable bool
+	// Batch, when concurrent increments of the same shape can be sent as
+	// one whose delta is their sum (one record named by a literal key, one
+	// counter, no touch column, an integer literal delta, no bound read
+	// from the WHERE clause), is SQL with its slot and its delta each
+	// written once, which CoalesceKey masks and WithDelta replaces; ""
+	// otherwise.
+	Batch string
 	// Sorted, when SQL may write several slot rows (several records, or
 	// several counters and touch columns of one), is SQL made to test
 	// every slot row (its share of the range, a NULL base value, other
@@ -576,6 +578,7 @@ func (o *Increment) mapSQL(f func(string) (string, error)) (Op, error) {
 	c, m := *o, &sqlMapper{f: f}
 	m.text(&c.SQL)
 	m.text(&c.Sorted)
+	m.text(&c.Batch)
 	m.text(&c.ProbeSQL)
 	m.text(&c.Restrict)
 	m.text(&c.ByKeys)

@@ -197,6 +197,10 @@ type Session struct {
 	// rowAlias is the row alias cut out of the statement planned (see
 	// unparsed), which its ON DUPLICATE KEY UPDATE may name.
 	rowAlias *rowAlias
+	// slotColumn plans every slotted upsert with its slot written once,
+	// in a derived table (see slottedIncrement), so that SlotParam can
+	// make it a parameter.
+	slotColumn bool
 }
 
 // shadowed reports whether the session's temporary table hides the ruled

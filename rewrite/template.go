@@ -252,7 +252,7 @@ func substitute(s string, lits []string, slot string) string {
 }
 
 // SlotSentinelSQL returns the increment plan p's SQL planned again with a
-// sentinel for its slot: the same text for two plans of one statement
+// sentinel for its slot, written once (Session.slotColumn): the same text for two plans of one statement
 // that differ only in the slot they picked (a prepared statement's plan
 // before and after a catalog reload, say).
 func (r *Rewriter) SlotSentinelSQL(p Plan, sess Session) (string, bool) {
@@ -260,6 +260,7 @@ func (r *Rewriter) SlotSentinelSQL(p Plan, sess Session) (string, bool) {
 		return "", false
 	}
 	slot, _ := strconv.Atoi(slotSentinel)
+	sess.slotColumn = true
 	plans, err := r.rewrite(p.Original, sess, func(int) int { return slot })
 	if err != nil || len(plans) != 1 {
 		return "", false
