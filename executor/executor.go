@@ -257,6 +257,9 @@ type Session struct {
 	// keptWarnings are the saved warnings during a statement that may leave
 	// them the client's (see answerSavedWarnings), else nil.
 	keptWarnings *wire.Buffer
+	// lastWarnings is the warning count of the last response relayed to
+	// the client (Observe).
+	lastWarnings uint16
 	// commands counts the commands Handle and Relayed saw; steps counts
 	// those that run statements (stepCommand).
 	commands, steps uint64
@@ -307,6 +310,7 @@ func Intercepts(cmd byte) bool {
 
 // Observe records the outcome of a response the proxy relayed itself.
 func (s *Session) Observe(res wire.Result) {
+	s.lastWarnings = res.Warnings
 	if res.RowCountKnown {
 		s.noteAnswer(res.RowCount, true)
 	}

@@ -343,7 +343,7 @@ func (s *Session) plan(rw *rewrite.Rewriter, sql []byte) ([]rewrite.Plan, error)
 	if err != nil || plans == nil {
 		return nil, err
 	}
-	if !rewrite.Changed(plans) && (s.warnings == nil || len(plans) < 2 || !startsWithShowWarnings(sql)) && !s.readsOwn(plans) &&
+	if !rewrite.Changed(plans) && (s.warnings == nil || len(plans) < 2 || !s.keptWarningsReach(sql)) && !s.readsOwn(plans) &&
 		(len(plans) < 2 || !s.rowCountWrong(plans[0].Original)) {
 		return nil, nil
 	}
@@ -427,6 +427,8 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 		if s.warnings != nil && !rw.Catalog().Mentions(string(sql)) {
 			return s.showWarningsFirst(sql)
 		}
+	} else if s.warnings != nil && s.multiStatements() && s.keptWarningsReach(sql) && !rw.Catalog().Mentions(string(sql)) {
+		return s.showWarningsFirst(sql)
 	}
 	if s.tablesLocked() && rewrite.EndsTableLocks(sql) {
 		s.rw.locked = nil

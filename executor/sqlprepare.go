@@ -107,43 +107,63 @@ func pick(vars []string, idx []int) []string {
 }
 
 // showWarningsFirst runs a multi-statement query that names no ruled table
-// and begins with SHOW WARNINGS while the session keeps the warnings of
-// its previous statement (see saveWarnings): each SHOW WARNINGS it begins
-// with is answered with them, and the rest of the query is sent as it is
-// (its first statement's ROW_COUNT() calls given the client's count when
-// the server's is not that: see rowCountFor).
+// and whose SHOW WARNINGS shows the warnings the session keeps of its
+// previous statement (see saveWarnings, keptWarningsReach): each SHOW
+// WARNINGS before a statement that clears them is answered with them; on
+// MariaDB a statement before it that leaves them (rewrite.
+// LeavesDiagnostics) runs alone, and they stay the client's when it raised
+// no condition. The rest of the query is sent as it is. A statement sent
+// first that reads ROW_COUNT() is given the client's count when the
+// server's is not that (see rowCountFor).
 func (s *Session) showWarningsFirst(sql []byte) error {
 	seq := s.respSeq
 	rest := string(sql)
 	sess := s.rewriteSession()
-	for {
+	relay := func(stmt string, more bool) (wire.Result, error) {
+		if sub, first, ok := s.rowCountFor(stmt); ok {
+			// The server's ROW_COUNT() is of the proxy's statements, not
+			// of the client's statement before: the count the client was
+			// given, under the columns of the statement as written.
+			orig, err := s.originalColumns(rewrite.Plan{Original: first})
+			if err != nil {
+				return wire.Result{}, err
+			}
+			return s.relayAsPatched(queryPacket(sub), &seq, more, newColumnPatch(orig, false))
+		}
+		return s.relayAs(queryPacket(stmt), &seq, more)
+	}
+	for s.warnings != nil {
 		first, after, ok := rewrite.SplitFirst(rest, sess)
-		if !ok || !isShowWarnings([]byte(first)) {
+		if !ok {
 			break
 		}
-		status := func(uint16) uint16 { return s.status | mysql.SERVER_MORE_RESULTS_EXISTS }
-		if err := s.writeHeld(s.warnings, &seq, status); err != nil {
-			return err
+		if isShowWarnings([]byte(first)) {
+			status := func(uint16) uint16 { return s.status | mysql.SERVER_MORE_RESULTS_EXISTS }
+			if err := s.writeHeld(s.warnings, &seq, status); err != nil {
+				return err
+			}
+			rest = after
+			continue
+		}
+		if !s.dial.IsMariaDB() || !rewrite.LeavesDiagnostics(first, sess) || !s.keptWarningsReach([]byte(after)) {
+			break
+		}
+		s.metrics().Statement(PathPassThrough, "")
+		res, err := relay(first, true)
+		if err != nil || res.Failed() {
+			return err // an error ends the query, as on the server
+		}
+		if res.Warnings > 0 {
+			s.warnings = nil // the server's are the client's now
 		}
 		rest = after
 	}
-	if isShowWarnings([]byte(rest)) {
+	if s.warnings != nil && isShowWarnings([]byte(rest)) {
 		status := func(uint16) uint16 { return s.status &^ mysql.SERVER_MORE_RESULTS_EXISTS }
 		return s.writeHeld(s.warnings, &seq, status)
 	}
 	s.warnings = nil
 	s.metrics().Statement(PathPassThrough, "")
-	if sub, first, ok := s.rowCountFor(rest); ok {
-		// The server's ROW_COUNT() is of the proxy's statements, not of
-		// the client's statement before the SHOW WARNINGS: the count the
-		// client was given, under the columns of the statement as written.
-		orig, err := s.originalColumns(rewrite.Plan{Original: first})
-		if err != nil {
-			return err
-		}
-		_, err = s.relayAsPatched(queryPacket(sub), &seq, false, newColumnPatch(orig, false))
-		return err
-	}
-	_, err := s.relayAs(queryPacket(rest), &seq, false)
+	_, err := relay(rest, false)
 	return err
 }

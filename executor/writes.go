@@ -89,6 +89,16 @@ func (s *Session) execPlan(p rewrite.Plan, ex *execution, seq *byte, more bool) 
 			return false, s.writeHeld(saved, seq, status)
 		}
 		s.warnings = nil // they were the statement before this one's
+		if _, ok := p.Op.(*rewrite.AsWritten); ok && ex == nil && more && s.dial.IsMariaDB() && rewrite.LeavesDiagnostics(p.Original, s.rewriteSession()) {
+			// It leaves MariaDB's diagnostics as they were unless it
+			// raises a condition itself: a SHOW WARNINGS after it in the
+			// query shows the saved ones.
+			failed, err := s.execPlan(p, ex, seq, more)
+			if err == nil && !failed && s.lastWarnings == 0 {
+				s.warnings = saved
+			}
+			return failed, err
+		}
 	}
 	if p.Shadow {
 		s.countShadow(p)
@@ -2962,7 +2972,7 @@ func (s *Session) answerSavedWarnings(payload []byte) (bool, error) {
 	}
 	saved := s.warnings
 	s.keptWarnings = nil
-	if saved != nil && payload[0] == mysql.COM_QUERY && startsWithShowWarnings(payload[1:]) {
+	if saved != nil && payload[0] == mysql.COM_QUERY && s.keptWarningsReach(payload[1:]) {
 		return false, nil // a query of several statements: execPlan answers it
 	}
 	if saved == nil || payload[0] != mysql.COM_QUERY || !isShowWarnings(payload[1:]) {
@@ -3014,6 +3024,34 @@ func tableless(sql []byte) bool {
 // and the client's SHOW WARNINGS).
 func keepsDiagnostics(cmd byte) bool {
 	return cmd == mysql.COM_STMT_CLOSE || cmd == mysql.COM_STMT_SEND_LONG_DATA
+}
+
+// keptWarningsReach reports whether a SHOW WARNINGS in sql, a query of
+// several statements, shows the warnings of the client's previous
+// statement: it comes first, or, on MariaDB, only statements that leave
+// the diagnostics come before it (rewrite.LeavesDiagnostics; the proxy
+// keeps checking that each raised none as they run).
+func (s *Session) keptWarningsReach(sql []byte) bool {
+	if startsWithShowWarnings(sql) {
+		return true
+	}
+	if !s.dial.IsMariaDB() || bytes.IndexByte(sql, ';') < 0 || !bytes.Contains(bytes.ToLower(sql), []byte("warnings")) {
+		return false
+	}
+	rest, sess := string(sql), s.rewriteSession()
+	for {
+		first, after, ok := rewrite.SplitFirst(rest, sess)
+		if !ok {
+			return false // SHOW WARNINGS last, alone: answered as usual
+		}
+		if isShowWarnings([]byte(first)) {
+			return true
+		}
+		if !rewrite.LeavesDiagnostics(first, sess) {
+			return false
+		}
+		rest = after
+	}
 }
 
 // startsWithShowWarnings reports whether sql is SHOW WARNINGS followed by

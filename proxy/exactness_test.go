@@ -619,6 +619,20 @@ func TestWarningsAfterFoldedWrites(t *testing.T) {
 		multi("SHOW WARNINGS; SHOW WARNINGS"),
 		text("UPDATE t1 SET c1 = c1 - 1 WHERE id IN (1)"),
 		multi("SHOW WARNINGS; SELECT 1; SHOW WARNINGS"),
+		// A SELECT that uses no table before the SHOW WARNINGS leaves
+		// MariaDB's diagnostics unless it raises a condition; MySQL's it
+		// clears. Naming no ruled table, naming one, raising a condition
+		// (the proxy's own diagnostics differing from the client's:
+		// testdata/reproducers/mariadb-1795923769975449814-* of the
+		// fuzzer).
+		text("UPDATE t1 SET c2 = c2 + 253 WHERE id = 3"),
+		multi("SELECT ROW_COUNT(); SHOW WARNINGS; SELECT 2"),
+		text("UPDATE t1 SET c2 = c2 + 253 WHERE id = 3"),
+		multi("SELECT ROW_COUNT() AS n, LAST_INSERT_ID(); SELECT @@warning_count; SHOW WARNINGS; SELECT c2 FROM t1 WHERE id = 3"),
+		text("UPDATE t1 SET c2 = c2 + 253 WHERE id = 3"),
+		multi("SELECT 1/0; SHOW WARNINGS; SHOW WARNINGS"),
+		text("UPDATE t1 SET c2 = c2 + 253 WHERE id = 3"),
+		multi("SELECT 1/0; SHOW WARNINGS; INSERT INTO t1 (id, c1) VALUES (5, 1)"),
 		// After a statement the proxy relays as it is (MySQL seed
 		// 1795621778096912081).
 		// With autocommit off, a failed statement opens a transaction:

@@ -123,3 +123,39 @@ func SplitFirst(sql string, sess Session) (first, rest string, ok bool) {
 	}
 	return "", "", false
 }
+
+// diagnosticsFunctions are the built-in functions a statement that leaves
+// MariaDB's diagnostics may call (LeavesDiagnostics): they read no table.
+var diagnosticsFunctions = map[string]bool{
+	"row_count": true, "found_rows": true, "last_insert_id": true, "connection_id": true,
+	"database": true, "schema": true, "user": true, "current_user": true, "session_user": true,
+	"system_user": true, "version": true, "now": true, "coalesce": true, "ifnull": true, "if": true,
+	"concat": true, "abs": true, "greatest": true, "least": true,
+}
+
+// LeavesDiagnostics reports whether sql (one statement) is a SELECT that
+// certainly uses no table: no FROM, INTO or subquery, its calls only
+// diagnosticsFunctions. After such a statement MariaDB's SHOW WARNINGS
+// still shows the diagnostics of the statement before it, unless it
+// raised a condition itself (a division by 0); MySQL clears them.
+func LeavesDiagnostics(sql string, sess Session) bool {
+	toks, ok := lex(sql, sess)
+	if !ok || len(toks) == 0 || !toks[0].is(sql, "select") {
+		return false
+	}
+	for i, t := range toks {
+		switch {
+		case i > 0 && (t.is(sql, "select") || t.is(sql, "from") || t.is(sql, "into")):
+			return false
+		case t.kind == tokPunct && sql[t.start] == ';':
+			if i != len(toks)-1 {
+				return false
+			}
+		case (t.kind == tokWord || t.kind == tokIdent) && i+1 < len(toks) && toks[i+1].punct(sql, '('):
+			if t.kind != tokWord || !diagnosticsFunctions[strings.ToLower(t.text(sql))] {
+				return false
+			}
+		}
+	}
+	return true
+}

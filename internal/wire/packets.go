@@ -101,7 +101,15 @@ func UpdateInfo(matched, changed uint64, warnings uint16) []byte {
 
 // OKStatus returns the status flags of an OK packet from its leading bytes
 // (header, affected rows, last insert id, status), or 0.
-func OKStatus(p []byte) uint16 {
+func OKStatus(p []byte) uint16 { return okField(p, 0) }
+
+// OKWarnings returns the warning count of an OK packet (0 when it is too
+// short to carry one).
+func OKWarnings(p []byte) uint16 { return okField(p, 2) }
+
+// okField returns the 2-byte field at offset off after an OK packet's
+// affected rows and last insert id: the status (0), the warnings (2).
+func okField(p []byte, off int) uint16 {
 	pos := 1
 	for range 2 {
 		_, n, ok := LenEnc(p[min(pos, len(p)):])
@@ -110,6 +118,7 @@ func OKStatus(p []byte) uint16 {
 		}
 		pos += n
 	}
+	pos += off
 	if len(p) < pos+2 {
 		return 0
 	}

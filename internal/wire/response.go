@@ -142,6 +142,8 @@ type Result struct {
 	// error; RowCountKnown says whether it was read.
 	RowCount      int64
 	RowCountKnown bool
+	// Warnings is the warning count of the last OK or EOF (0 after ERR).
+	Warnings uint16
 }
 
 // Failed reports whether the response ended with ERR.
@@ -202,6 +204,18 @@ func (r Reader) next(sink Sink) (Packet, error) {
 // packet is always a full MaxPayload bytes.
 func isTerminator(p *Packet) bool { return p.Peek[0] == 0xfe && p.Header.Length < MaxPayload }
 
+// terminatorWarnings is the warning count of an EOF, or of an OK with
+// CLIENT_DEPRECATE_EOF.
+func (r Reader) terminatorWarnings(peek []byte) uint16 {
+	if r.DeprecateEOF {
+		return OKWarnings(peek)
+	}
+	if len(peek) >= 3 { // 0xfe, warnings(2)
+		return binary.LittleEndian.Uint16(peek[1:])
+	}
+	return 0
+}
+
 // terminatorStatus is the status of an EOF, or of an OK with CLIENT_DEPRECATE_EOF.
 func (r Reader) terminatorStatus(peek []byte) uint16 {
 	if r.DeprecateEOF {
@@ -223,7 +237,7 @@ func (r Reader) one(sink Sink) (Result, error) {
 	switch {
 	case p.Peek[0] == 0x00 && p.Header.Length >= 7:
 		p.Role, p.Status = RoleOK, OKStatus(p.Peek)
-		res.Status, res.StatusKnown = p.Status, true
+		res.Status, res.StatusKnown, res.Warnings = p.Status, true, OKWarnings(p.Peek)
 	case p.Peek[0] == 0xff:
 		p.Role = RoleErr
 		res.ErrCode = ErrCode(p.Peek)
@@ -244,7 +258,7 @@ func (r Reader) results(sink Sink) (Result, error) {
 		case 0x00:
 			p.Role, p.Status = RoleOK, OKStatus(p.Peek)
 			p.Last = p.Status&mysql.SERVER_MORE_RESULTS_EXISTS == 0
-			res.Status, res.StatusKnown = p.Status, true
+			res.Status, res.StatusKnown, res.Warnings = p.Status, true, OKWarnings(p.Peek)
 			res.RowCount, res.RowCountKnown = -1, true
 			if affected, _, ok := LenEnc(p.Peek[1:]); ok {
 				res.RowCount = int64(affected)
@@ -255,7 +269,7 @@ func (r Reader) results(sink Sink) (Result, error) {
 			continue
 		case 0xff:
 			p.Role, p.Last = RoleErr, true
-			res.ErrCode, res.Status, res.StatusKnown = ErrCode(p.Peek), 0, false
+			res.ErrCode, res.Status, res.StatusKnown, res.Warnings = ErrCode(p.Peek), 0, false, 0
 			res.RowCount, res.RowCountKnown = -1, true
 			return res, sink.Take(r.Src, &p)
 		case 0xfb:
@@ -323,12 +337,12 @@ func (r Reader) rows(sink Sink, res *Result, fetch bool) error {
 		switch {
 		case p.Peek[0] == 0xff:
 			p.Role, p.Last = RoleErr, true
-			res.ErrCode, res.Status, res.StatusKnown = ErrCode(p.Peek), 0, false
+			res.ErrCode, res.Status, res.StatusKnown, res.Warnings = ErrCode(p.Peek), 0, false, 0
 			return sink.Take(r.Src, &p)
 		case isTerminator(&p):
 			p.Role, p.Status = RoleEnd, r.terminatorStatus(p.Peek)
 			p.Last = fetch || p.Status&mysql.SERVER_MORE_RESULTS_EXISTS == 0
-			res.Status, res.StatusKnown = p.Status, true
+			res.Status, res.StatusKnown, res.Warnings = p.Status, true, r.terminatorWarnings(p.Peek)
 			return sink.Take(r.Src, &p)
 		default:
 			p.Role = RoleRow
