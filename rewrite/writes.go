@@ -1349,7 +1349,7 @@ unique:
 //     prepared increment can take it as a parameter (see SlotParam), and
 //     the record types and deltas in the derived table `_u`, so that each
 //     placeholder occurs once. Derived tables cost the server: inline
-//     saves 15–20% of a slotted transaction's time on MariaDB and MySQL;
+//     takes a tenth off its CPU per slotted transaction (BENCHMARKS.md);
 //
 //   - writes the time assigned to each touch column (ctrs with Touch,
 //     values their times) into a slot row of its own, which keeps the
