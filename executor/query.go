@@ -576,6 +576,7 @@ func (s *Session) handleQuery(rw *rewrite.Rewriter, payload []byte) error {
 	// the proxy honours as the server would: without it, the server gets the
 	// text as it is and reports the error.
 	if len(plans) > 1 && !s.multiStatements() {
+		s.warnings = nil // the server's error is the client's diagnostics
 		s.metrics().Statement(PathPassThrough, "")
 		_, err := s.forward(payload, wire.Results, nil)
 		return err

@@ -954,3 +954,61 @@ func execOrFatal(t *testing.T, c *client.Conn, q string) {
 		t.Fatalf("%s: %v", q, err)
 	}
 }
+
+// TestWarningsAfterRefusedMultiStatement: a client without
+// CLIENT_MULTI_STATEMENTS that sends several statements naming a ruled
+// table gets the server's syntax error, which is then the diagnostics SHOW
+// WARNINGS shows, not the warnings the proxy kept for the statement before
+// (a guarded write whose COMMIT of the proxy's own cleared the server's).
+func TestWarningsAfterRefusedMultiStatement(t *testing.T) {
+	const plain, ruled = "warnmulti_plain", "warnmulti_ruled"
+	cat := loadedSetup(t, plain, ruled, []string{
+		"CREATE TABLE t1 (id BIGINT NOT NULL PRIMARY KEY, c1 TINYINT UNSIGNED NOT NULL DEFAULT 0)",
+		"INSERT INTO t1 (id, c1) VALUES (1, 5)",
+	}, "table: "+ruled+".t1\nkey: id\ncounters: [c1]\nslots: 4\n")
+	p := startProxy(t, func(c *proxy.Config) { c.Rewriter = newRewriter(cat) })
+	ctx := ctxT(t)
+	warnings := func(c *sql.Conn) string {
+		t.Helper()
+		rows, err := c.QueryContext(ctx, "SHOW WARNINGS")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var out []string
+		for rows.Next() {
+			var level, msg string
+			var code int
+			if err := rows.Scan(&level, &code, &msg); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, fmt.Sprintf("%s %d", level, code))
+		}
+		return strings.Join(out, "; ")
+	}
+	var got [2]string
+	for i, db := range []*sql.DB{
+		openDSN(t, testdb.Shared().DSN(testdb.User, testdb.Password, plain, "")),
+		openDSN(t, p.dsn(testdb.User, testdb.Password, ruled, "")),
+	} {
+		c, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		mustExec(t, c, "SET SESSION sql_mode = ''")
+		mustExec(t, c, "UPDATE t1 SET c1 = c1 + 1 WHERE id = 1")
+		mustExec(t, c, "UPDATE t1 SET c1 = 300 WHERE id = 1") // clamped: warning 1264
+		if w := warnings(c); w != "Warning 1264" {
+			t.Fatalf("side %d: after the clamped write: %q", i, w)
+		}
+		mustExec(t, c, "UPDATE t1 SET c1 = 300 WHERE id = 1")
+		if _, err := c.ExecContext(ctx, "SHOW WARNINGS; SELECT c1 FROM t1 WHERE id = 1"); err == nil {
+			t.Fatalf("side %d: two statements without multi-statements ran", i)
+		}
+		got[i] = warnings(c)
+	}
+	if got[0] != got[1] || !strings.Contains(got[0], "1064") {
+		t.Fatalf("SHOW WARNINGS after the refused query: directly %q, through the proxy %q", got[0], got[1])
+	}
+}
