@@ -145,7 +145,7 @@ func (s *Session) showWarningsFirst(sql []byte) error {
 			rest = after
 			continue
 		}
-		if !s.dial.IsMariaDB() || !rewrite.LeavesDiagnostics(first, sess) || !s.keptWarningsReach([]byte(after)) {
+		if !s.dial.IsMariaDB() || !rewrite.LeavesDiagnostics(first, sess) || !isShowWarnings([]byte(after)) && !s.keptWarningsReach([]byte(after)) {
 			break
 		}
 		s.metrics().Statement(PathPassThrough, "")

@@ -2977,7 +2977,8 @@ func (s *Session) answerSavedWarnings(payload []byte) (bool, error) {
 	}
 	if saved == nil || payload[0] != mysql.COM_QUERY || !isShowWarnings(payload[1:]) {
 		s.warnings = nil
-		if saved != nil && payload[0] == mysql.COM_QUERY && s.dial.IsMariaDB() && tableless(payload[1:]) {
+		if saved != nil && payload[0] == mysql.COM_QUERY && s.dial.IsMariaDB() &&
+			(tableless(payload[1:]) || rewrite.LeavesDiagnostics(string(payload[1:]), s.rewriteSession())) {
 			// MariaDB resets its diagnostics only for a statement that
 			// uses tables or raises a condition: they stay the client's
 			// if this one raises none (handleQuery).
@@ -3042,7 +3043,8 @@ func (s *Session) keptWarningsReach(sql []byte) bool {
 	for {
 		first, after, ok := rewrite.SplitFirst(rest, sess)
 		if !ok {
-			return false // SHOW WARNINGS last, alone: answered as usual
+			// The last statement, after at least one.
+			return len(rest) < len(sql) && isShowWarnings([]byte(rest))
 		}
 		if isShowWarnings([]byte(first)) {
 			return true
