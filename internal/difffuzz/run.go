@@ -396,6 +396,18 @@ func (t *twin) follow(st Step, o obs) {
 	}
 }
 
+// partWayInFlight reports whether o's step in flight, not compared yet,
+// failed through the proxy at one of its rows (partWayError) in an open
+// transaction: what failedPartWay says once it is compared.
+func (o *twin) partWayInFlight() bool {
+	p := o.got[proxySide]
+	if o.step < 0 || p == nil || len(p.results) == 0 || len(o.txn) == 0 && !o.autocommitOff {
+		return false
+	}
+	last := p.results[len(p.results)-1]
+	return last.isErr && partWayError(last.code)
+}
+
 // autoIncrementReopened reports whether p and d differ only in a higher
 // insert id through the proxy for st, an upsert, in a transaction in which
 // an insert failed on a duplicate key (limits.md, "AUTO_INCREMENT after a
@@ -1066,7 +1078,7 @@ func (r *run) documentedLock(t *twin, step Step, p, d obs) string {
 		if len(txn) == 0 {
 			continue
 		}
-		if waited && o != t && o.failedPartWay {
+		if waited && o != t && (o.failedPartWay || o.partWayInFlight()) {
 			// limits.md: a guarded write that fails on one of its rows
 			// keeps the rows of the others locked (its guard locked them
 			// all first), where directly the rows after the failing one
