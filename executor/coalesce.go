@@ -81,7 +81,7 @@ func (c *coalescer) leave(key string) {
 // coalesceKey returns the lane key of an increment the session may
 // coalesce, or "": a text statement alone in its command, in autocommit
 // with no transaction or table locks, of one record by a literal delta
-// (rewrite.Increment.Batch). The key is the slotted statement with
+// (rewrite.Increment.CoalesceKey). The key is the slotted statement with
 // its slot and delta masked, and the session state that gives it its
 // meaning: the default database (it may name its table unqualified), the
 // client character set and capabilities, and the sql_mode flags that

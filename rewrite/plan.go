@@ -181,13 +181,17 @@ type Increment struct {
 	// PrivKey names the privileges ProbeSQL checks: the probe's text with
 	// its integer literals masked.
 	PrivKey string
-	// Batch, when concurrent increments of the same shape can be sent as
+	// batch, when concurrent increments of the same shape can be sent as
 	// one whose delta is their sum (one record named by a literal key, one
 	// counter, no touch column, an integer literal delta, no bound read
 	// from the WHERE clause), is SQL with its slot and its delta each
 	// written once, which CoalesceKey masks and WithDelta replaces; ""
-	// otherwise.
-	Batch string
+	// otherwise. batchMap, when set, is what mapSQL would have made of it
+	// (a template's literals and slot): applied only when it is asked for
+	// (batchSQL), since most increments never coalesce and substituting
+	// 2 KB of text costs about 3 µs per statement.
+	batch    string
+	batchMap func(string) (string, error)
 	// Sorted, when SQL may write several slot rows (several records, or
 	// several counters and touch columns of one), is SQL made to test
 	// every slot row (its share of the range, a NULL base value, other
@@ -578,7 +582,18 @@ func (o *Increment) mapSQL(f func(string) (string, error)) (Op, error) {
 	c, m := *o, &sqlMapper{f: f}
 	m.text(&c.SQL)
 	m.text(&c.Sorted)
-	m.text(&c.Batch)
+	if c.batch != "" {
+		prev := c.batchMap
+		c.batchMap = func(s string) (string, error) {
+			if prev != nil {
+				var err error
+				if s, err = prev(s); err != nil {
+					return "", err
+				}
+			}
+			return f(s)
+		}
+	}
 	m.text(&c.ProbeSQL)
 	m.text(&c.Restrict)
 	m.text(&c.ByKeys)

@@ -711,7 +711,7 @@ func (r *Rewriter) update(s *ast.UpdateStmt, w *reads, start, end int) Plan {
 				!implied.compares && len(implied.spans) == 0 && len(w.params) == 0 {
 				// Coalescable: the same upsert with its slot and its
 				// delta written once each, which a batch replaces.
-				inc.Batch = r.slottedIncrement(t, ref, ctrs, values, greatest, byRow, keep, where, func(int) int { return picked }, false, false)
+				inc.batch = r.slottedIncrement(t, ref, ctrs, values, greatest, byRow, keep, where, func(int) int { return picked }, false, false)
 			}
 			// The records by their key's index, as the UPDATE reads them:
 			// a locking read of a few rows' table may otherwise scan it and
@@ -2000,22 +2000,35 @@ const (
 	deltaEnd = " AS `_slotproxy_n`"
 )
 
-// spans locates the slot and the delta in the Batch statement of an
-// increment: Batch[ds:de] is the delta, Batch[ss:se] the slot.
-func (o *Increment) spans() (ds, de, ss, se int, ok bool) {
-	b := o.Batch
+// batchSQL returns the increment's batch statement (see Increment.batch)
+// with the plan's literals and slot in place; "" when it has none.
+func (o *Increment) batchSQL() string {
+	if o.batch == "" || o.batchMap == nil {
+		return o.batch
+	}
+	b, err := o.batchMap(o.batch)
+	if err != nil {
+		return ""
+	}
+	return b
+}
+
+// spans locates the slot and the delta in b, the batch statement of an
+// increment: b[ds:de] is the delta, b[ss:se] the slot.
+func (o *Increment) spans() (b string, ds, de, ss, se int, ok bool) {
+	b = o.batchSQL()
 	if b == "" {
-		return 0, 0, 0, 0, false
+		return "", 0, 0, 0, 0, false
 	}
 	ds = strings.Index(b, deltaAt)
 	if ds < 0 || strings.Count(b, deltaAt) != 1 {
-		return 0, 0, 0, 0, false
+		return "", 0, 0, 0, 0, false
 	}
 	ds += len(deltaAt)
 	de = strings.Index(b[ds:], deltaEnd)
 	ss = strings.Index(b, slotAt)
 	if de < 0 || ss < 0 {
-		return 0, 0, 0, 0, false
+		return "", 0, 0, 0, 0, false
 	}
 	de += ds
 	ss += len(slotAt)
@@ -2024,30 +2037,31 @@ func (o *Increment) spans() (ds, de, ss, se int, ok bool) {
 		se++
 	}
 	if se == ss || se > ds { // the slot comes first
-		return 0, 0, 0, 0, false
+		return "", 0, 0, 0, 0, false
 	}
-	return ds, de, ss, se, true
+	return b, ds, de, ss, se, true
 }
 
-// CoalesceKey returns the Batch statement of an increment with its slot
-// and its delta masked: increments with the same key (in sessions whose
-// state gives them the same meaning) differ in nothing else, and their
-// deltas can be sent as one (WithDelta). "" when o has no Batch.
+// CoalesceKey returns the batch statement of an increment (see
+// Increment.batch) with its slot and its delta masked: increments with the
+// same key (in sessions whose state gives them the same meaning) differ in
+// nothing else, and their deltas can be sent as one (WithDelta). "" when o
+// cannot be coalesced.
 func (o *Increment) CoalesceKey() string {
-	ds, de, ss, se, ok := o.spans()
+	b, ds, de, ss, se, ok := o.spans()
 	if !ok {
 		return ""
 	}
-	return o.Batch[:ss] + "?" + o.Batch[se:ds] + "?" + o.Batch[de:]
+	return b[:ss] + "?" + b[se:ds] + "?" + b[de:]
 }
 
-// WithDelta returns the Batch statement of an increment with delta (a
+// WithDelta returns the batch statement of an increment with delta (a
 // decimal integer) in place of its own: the increment of the record by
 // that amount, in the same slot, within the same share of the range.
 func (o *Increment) WithDelta(delta string) (string, bool) {
-	ds, de, _, _, ok := o.spans()
+	b, ds, de, _, _, ok := o.spans()
 	if !ok {
 		return "", false
 	}
-	return o.Batch[:ds] + "(" + delta + ")" + o.Batch[de:], true
+	return b[:ds] + "(" + delta + ")" + b[de:], true
 }
